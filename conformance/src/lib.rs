@@ -1,0 +1,1 @@
+//! Replay-conformance suite, runnable against any Sessions endpoint.

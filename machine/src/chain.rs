@@ -1,0 +1,1 @@
+//! Hash-chain verification.

@@ -1,0 +1,1 @@
+//! Go-compatible model input hash.

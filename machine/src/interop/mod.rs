@@ -1,0 +1,1 @@
+//! Journals written by the Go reference host.

@@ -1,0 +1,16 @@
+//! The sans-io core of agentsessions.
+//!
+//! Everything the host decides lives in this crate, as pure code: it performs
+//! no I/O, reads no clock and draws no randomness. Time and ids arrive as
+//! inputs; work to be done leaves as effects for the shells to perform.
+//!
+//! - [`canon`]: the canonical form of an Event and the record content hash
+//!   (byte-identical with the Go reference host).
+//! - [`chain`]: verification of a hash-chained sequence of records.
+//! - [`inputhash`]: the model input hash in the Go-compatible encoding.
+//! - [`interop`]: conversion of journals written by the Go host.
+
+pub mod canon;
+pub mod chain;
+pub mod inputhash;
+pub mod interop;

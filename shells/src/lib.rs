@@ -1,0 +1,1 @@
+//! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).

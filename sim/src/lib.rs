@@ -1,0 +1,1 @@
+//! Deterministic simulation of the session machine and its shells.
