@@ -9,8 +9,14 @@
 //! - [`chain`]: verification of a hash-chained sequence of records.
 //! - [`inputhash`]: the model input hash in the Go-compatible encoding.
 //! - [`interop`]: conversion of journals written by the Go host.
+//! - [`journal`]: pure projections of a journal (executions, legacy prefix,
+//!   approval gate, session status).
+//! - [`error`]: the error catalog.
 
 pub mod canon;
 pub mod chain;
+pub mod error;
+pub mod events;
 pub mod inputhash;
 pub mod interop;
+pub mod journal;

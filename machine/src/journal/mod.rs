@@ -1,0 +1,14 @@
+//! Pure projections of a session's journal.
+//!
+//! Every function here reads a slice of committed records (`&[LogRecord]`,
+//! ascending seq, the whole log unless stated) and derives what the host
+//! needs to decide: which executions exist and what each recorded, where a
+//! legacy (v0.1.2, id-less) prefix ends, the state of the approval gate, and
+//! the session projections shown to clients. Nothing here mutates or reads
+//! anything but its arguments, so recovery is "read the journal, project,
+//! decide".
+
+pub mod approval;
+pub mod executions;
+pub mod legacy;
+pub mod projection;
