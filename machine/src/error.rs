@@ -27,6 +27,10 @@ pub enum LogError {
     /// A host-mediated call without an idempotency key.
     #[error("missing idempotency key")]
     MissingIdempotencyKey,
+    /// Recorded approval evidence holds a gated call without an idempotency
+    /// key: both an invalid log and a missing-key error, as in the reference.
+    #[error("invalid execution log: {0}: missing idempotency key")]
+    InvalidLogMissingKey(String),
     /// A tool call the host would not execute (not host-mediated).
     #[error("unmediated tool call: mediation {0}")]
     UnmediatedToolCall(String),
@@ -40,7 +44,17 @@ impl LogError {
             Self::InvalidExecutionLog(_)
                 | Self::IncompleteInvocation(_)
                 | Self::InheritedToolIntent(_)
+                | Self::InvalidLogMissingKey(_)
         )
+    }
+
+    /// True for every error that is (or wraps) a missing idempotency key.
+    pub fn is_missing_key(&self) -> bool {
+        match self {
+            Self::MissingIdempotencyKey | Self::InvalidLogMissingKey(_) => true,
+            Self::ReplayDiverged(d) => d.missing_key,
+            _ => false,
+        }
     }
 
     /// Shorthand for an invalid-log error.
