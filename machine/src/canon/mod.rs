@@ -1,1 +1,151 @@
 //! Canonical form (proto3-JSON + RFC 8785) and content hashes.
+//!
+//! The chain hash of a record is
+//! `hex(sha256(JCS({"event": proto3-JSON(event), "prev_hash": prev, "seq": "N"})))`
+//! with proto field names, enum names and unpopulated fields omitted, which
+//! is byte-identical with the Go host (protojson + gowebpki/jcs).
+//!
+//! The event is written straight from the prost structs into a byte buffer,
+//! with keys in sorted order, instead of building a JSON tree and sorting it:
+//! every append and every verification pays for this, so it is the hot path.
+//! The pbjson serde impls plus a generic JCS pass produce the same bytes and
+//! serve as the test oracle.
+
+mod event;
+pub mod jcs;
+mod value;
+
+use agentsessions_proto::v1::{Event, HarnessSpec};
+use sha2::{Digest, Sha256};
+
+pub use jcs::{cmp_utf16, hex_lower};
+
+/// Deepest nesting (messages, Struct/List levels) the writers descend into.
+/// Protobuf decoding already stops at 100 message levels; the limit only
+/// guards hand-built values against exhausting the stack.
+pub const MAX_DEPTH: usize = 512;
+
+/// Why an event (or JSON value) has no canonical form.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum CanonError {
+    /// A Struct number (or JSON number) that is NaN or infinite.
+    #[error("non-finite number at {path}")]
+    NonFiniteNumber { path: String },
+    /// A `google.protobuf.Value` with no kind set; protojson refuses these.
+    #[error("value without a kind at {path}")]
+    MissingValueKind { path: String },
+    /// A timestamp outside 0001-01-01..9999-12-31 or with nanos outside 0..1e9.
+    #[error("timestamp out of range: {seconds}s {nanos}ns")]
+    TimestampOutOfRange { seconds: i64, nanos: i32 },
+    /// A JSON integer a double cannot hold exactly (beyond 2^53).
+    #[error("integer {value} is not json-safe")]
+    IntegerNotJsonSafe { value: String },
+    /// Nesting deeper than [`MAX_DEPTH`].
+    #[error("nesting deeper than {limit}")]
+    TooDeep { limit: usize },
+    /// The pbjson serializer refused the message (slow path only).
+    #[error("proto3-json: {0}")]
+    Proto3Json(String),
+}
+
+impl CanonError {
+    /// Prefixes the error's path with an object key or field name.
+    pub(crate) fn at_key(self, key: &str) -> Self {
+        self.map_path(|p| join(key.to_owned(), p))
+    }
+
+    /// Prefixes the error's path with an array index.
+    pub(crate) fn at_index(self, i: usize) -> Self {
+        self.map_path(|p| join(format!("[{i}]"), p))
+    }
+
+    fn map_path(self, f: impl FnOnce(String) -> String) -> Self {
+        match self {
+            Self::NonFiniteNumber { path } => Self::NonFiniteNumber { path: f(path) },
+            Self::MissingValueKind { path } => Self::MissingValueKind { path: f(path) },
+            other => other,
+        }
+    }
+}
+
+fn join(head: String, tail: String) -> String {
+    if tail.is_empty() {
+        head
+    } else if tail.starts_with('[') {
+        head + &tail
+    } else {
+        head + "." + &tail
+    }
+}
+
+/// Canonical bytes of an event alone: JCS(proto3-JSON(event)). Used as an
+/// event fingerprint; the chain hash covers [`canonical_record`] instead.
+pub fn canonical_event(ev: &Event) -> Result<Vec<u8>, CanonError> {
+    let mut out = Vec::with_capacity(512);
+    event::write_event(&mut out, ev)?;
+    Ok(out)
+}
+
+/// Canonical bytes of a chain record:
+/// `{"event":…,"prev_hash":"…","seq":"N"}`.
+pub fn canonical_record(prev_hash: &str, seq: i64, ev: &Event) -> Result<Vec<u8>, CanonError> {
+    let mut out = Vec::with_capacity(512 + prev_hash.len());
+    canonical_record_into(&mut out, prev_hash, seq, ev)?;
+    Ok(out)
+}
+
+/// Like [`canonical_record`] but appends to `out`, so a caller hashing many
+/// records can reuse one buffer. On error `out` may hold a partial record.
+pub fn canonical_record_into(
+    out: &mut Vec<u8>,
+    prev_hash: &str,
+    seq: i64,
+    ev: &Event,
+) -> Result<(), CanonError> {
+    // The three envelope keys are already in sorted order.
+    out.extend_from_slice(b"{\"event\":");
+    event::write_event(out, ev)?;
+    out.extend_from_slice(b",\"prev_hash\":");
+    jcs::write_str(out, prev_hash);
+    out.extend_from_slice(b",\"seq\":");
+    jcs::write_i64_string(out, seq);
+    out.push(b'}');
+    Ok(())
+}
+
+/// The record's content hash: lowercase hex SHA-256 of [`canonical_record`].
+pub fn content_hash(prev_hash: &str, seq: i64, ev: &Event) -> Result<String, CanonError> {
+    let bytes = canonical_record(prev_hash, seq, ev)?;
+    Ok(sha256_hex(&bytes))
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex_lower(&Sha256::digest(bytes))
+}
+
+/// Registry digest of a harness spec: `"sha256:" + hex(sha256(JCS(proto3-JSON(spec))))`.
+///
+/// Registration is rare, so this goes through the pbjson serializer and the
+/// generic JCS writer rather than a dedicated fast path.
+pub fn spec_digest(spec: &HarnessSpec) -> Result<String, CanonError> {
+    let value =
+        serde_json::to_value(spec).map_err(|e| CanonError::Proto3Json(e.to_string()))?;
+    let bytes = canonical_json_value(&value)?;
+    Ok(format!("sha256:{}", sha256_hex(&bytes)))
+}
+
+/// RFC 8785 canonical bytes of an arbitrary JSON value.
+pub fn canonical_json_value(v: &serde_json::Value) -> Result<Vec<u8>, CanonError> {
+    let mut out = Vec::new();
+    jcs::write_json_value(&mut out, v, 0)?;
+    Ok(out)
+}
+
+/// RFC 8785 canonical bytes of a `google.protobuf.Struct`, as it appears
+/// inside an event (for callers that fingerprint tool arguments etc.).
+pub fn canonical_struct(s: &pbjson_types::Struct) -> Result<Vec<u8>, CanonError> {
+    let mut out = Vec::new();
+    value::write_struct(&mut out, s, 0)?;
+    Ok(out)
+}

@@ -1,0 +1,309 @@
+//! RFC 8785 (JCS) building blocks: string escaping, ECMAScript number
+//! formatting, UTF-16 key order, and a generic writer for `serde_json::Value`.
+//!
+//! Everything here appends to a caller-owned `Vec<u8>` so the hot path can
+//! reuse one buffer across records.
+
+use std::cmp::Ordering;
+
+use super::CanonError;
+
+/// Largest integer magnitude an IEEE double holds exactly (2^53). JCS numbers
+/// are doubles, so an integer beyond this has no faithful canonical form.
+pub const MAX_SAFE_INTEGER: u64 = 1 << 53;
+
+/// Per byte: 0 = copy as is, 1 = short escape, 2 = `\u00xx`.
+/// Only `"`, `\` and C0 controls are escaped; JCS leaves every other
+/// character (DEL, `/`, U+2028, non-ASCII) as raw UTF-8.
+const ESCAPE: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = 2;
+        i += 1;
+    }
+    t[0x08] = 1;
+    t[0x09] = 1;
+    t[0x0a] = 1;
+    t[0x0c] = 1;
+    t[0x0d] = 1;
+    t[b'"' as usize] = 1;
+    t[b'\\' as usize] = 1;
+    t
+};
+
+const HEX_LOWER: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `s` as a JCS string literal (with the quotes).
+pub fn write_str(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let class = ESCAPE[b as usize];
+        if class == 0 {
+            continue;
+        }
+        out.extend_from_slice(&bytes[start..i]);
+        start = i + 1;
+        if class == 1 {
+            let c = match b {
+                0x08 => b'b',
+                0x09 => b't',
+                0x0a => b'n',
+                0x0c => b'f',
+                0x0d => b'r',
+                other => other, // '"' and '\\' escape as themselves
+            };
+            out.extend_from_slice(&[b'\\', c]);
+        } else {
+            out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX_LOWER[(b >> 4) as usize],
+                HEX_LOWER[(b & 0xf) as usize],
+            ]);
+        }
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// Appends a decimal integer (no quotes).
+pub fn write_i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    write_u64(out, v.unsigned_abs());
+}
+
+/// Appends a decimal unsigned integer (no quotes).
+pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&buf[i..]);
+}
+
+/// Appends an int64 in its proto3-JSON form: a decimal JSON string.
+pub fn write_i64_string(out: &mut Vec<u8>, v: i64) {
+    out.push(b'"');
+    write_i64(out, v);
+    out.push(b'"');
+}
+
+/// Appends a finite double the way ECMAScript `Number.prototype.toString`
+/// prints it (`1.0` → `1`, `1e21` → `1e+21`, `-0` → `0`).
+///
+/// Non-finite values have no JSON form; the caller supplies the path so the
+/// error can say where the value sat.
+pub fn write_f64(out: &mut Vec<u8>, v: f64) -> Result<(), CanonError> {
+    if !v.is_finite() {
+        return Err(CanonError::NonFiniteNumber {
+            path: String::new(),
+        });
+    }
+    if v == 0.0 {
+        // Covers -0 as well: ECMAScript prints both zeros as "0".
+        out.push(b'0');
+        return Ok(());
+    }
+    let mut buf = ryu_js::Buffer::new();
+    out.extend_from_slice(buf.format_finite(v).as_bytes());
+    Ok(())
+}
+
+/// Orders two strings by their UTF-16 code units, as RFC 8785 sorts keys.
+///
+/// UTF-8 byte order equals code point order, which differs from UTF-16 order
+/// in one case only: a supplementary character (UTF-16 lead surrogate
+/// D800..DBFF, UTF-8 lead byte F0..F4) against a BMP character in E000..FFFF
+/// (UTF-8 lead byte EE or EF). So compare bytes and, at the first difference,
+/// lift EE/EF above F0..F4. A differing continuation byte (80..BF) is never
+/// EE/EF, and two differing bytes are either both lead bytes or both
+/// continuation bytes of equally long sequences, so the remap is safe.
+pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        None => a.len().cmp(&b.len()),
+        Some(i) => {
+            let rank = |x: u8| -> u16 {
+                if x == 0xEE || x == 0xEF {
+                    u16::from(x) + 0x10
+                } else {
+                    u16::from(x)
+                }
+            };
+            rank(a[i]).cmp(&rank(b[i]))
+        }
+    }
+}
+
+/// Whether a key contains bytes whose UTF-8 order may differ from UTF-16
+/// order (see [`cmp_utf16`]). Keys without them keep their byte order.
+pub fn needs_utf16_resort(key: &str) -> bool {
+    key.as_bytes().iter().any(|&b| b >= 0xEE)
+}
+
+/// Hex-encodes bytes in lowercase.
+pub fn hex_lower(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(HEX_LOWER[(b >> 4) as usize] as char);
+        s.push(HEX_LOWER[(b & 0xf) as usize] as char);
+    }
+    s
+}
+
+/// Appends the RFC 8785 form of an arbitrary JSON value.
+pub fn write_json_value(
+    out: &mut Vec<u8>,
+    v: &serde_json::Value,
+    depth: usize,
+) -> Result<(), CanonError> {
+    use serde_json::Value;
+    if depth > super::MAX_DEPTH {
+        return Err(CanonError::TooDeep {
+            limit: super::MAX_DEPTH,
+        });
+    }
+    match v {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => write_json_number(out, n)?,
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_json_value(out, item, depth + 1).map_err(|e| e.at_index(i))?;
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|x, y| cmp_utf16(x.0, y.0));
+            out.push(b'{');
+            for (i, (k, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(out, k);
+                out.push(b':');
+                write_json_value(out, item, depth + 1).map_err(|e| e.at_key(k))?;
+            }
+            out.push(b'}');
+        }
+    }
+    Ok(())
+}
+
+fn write_json_number(out: &mut Vec<u8>, n: &serde_json::Number) -> Result<(), CanonError> {
+    // Integers are written exactly when a double can hold them; that is
+    // also what ES6 printing of the same double would give (below 1e21).
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() > MAX_SAFE_INTEGER {
+            return Err(CanonError::IntegerNotJsonSafe {
+                value: i.to_string(),
+            });
+        }
+        write_i64(out, i);
+        return Ok(());
+    }
+    if let Some(u) = n.as_u64() {
+        if u > MAX_SAFE_INTEGER {
+            return Err(CanonError::IntegerNotJsonSafe {
+                value: u.to_string(),
+            });
+        }
+        write_u64(out, u);
+        return Ok(());
+    }
+    match n.as_f64() {
+        Some(f) => write_f64(out, f),
+        None => Err(CanonError::NonFiniteNumber {
+            path: String::new(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &str) -> String {
+        let mut out = Vec::new();
+        write_str(&mut out, v);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn f(v: f64) -> String {
+        let mut out = Vec::new();
+        write_f64(&mut out, v).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn escapes_only_quote_backslash_and_controls() {
+        assert_eq!(s("a\"b\\c"), r#""a\"b\\c""#);
+        assert_eq!(s("\u{8}\t\n\u{c}\r"), r#""\b\t\n\f\r""#);
+        assert_eq!(s("\u{0}\u{1}\u{1f}"), r#""\u0000\u0001\u001f""#);
+        assert_eq!(s("/\u{7f}\u{2028}é😀"), "\"/\u{7f}\u{2028}é😀\"");
+    }
+
+    #[test]
+    fn numbers_in_ecmascript_form() {
+        assert_eq!(f(1.0), "1");
+        assert_eq!(f(-0.0), "0");
+        assert_eq!(f(1e21), "1e+21");
+        assert_eq!(f(1e20), "100000000000000000000");
+        assert_eq!(f(1e-7), "1e-7");
+        assert_eq!(f(0.000001), "0.000001");
+        assert_eq!(f(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(f(9007199254740992.0), "9007199254740992");
+        assert_eq!(f(-1.5), "-1.5");
+        assert!(write_f64(&mut Vec::new(), f64::NAN).is_err());
+        assert!(write_f64(&mut Vec::new(), f64::NEG_INFINITY).is_err());
+    }
+
+    #[test]
+    fn integers() {
+        let mut out = Vec::new();
+        write_i64(&mut out, i64::MIN);
+        out.push(b' ');
+        write_i64(&mut out, 0);
+        out.push(b' ');
+        write_i64(&mut out, i64::MAX);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "-9223372036854775808 0 9223372036854775807"
+        );
+    }
+
+    #[test]
+    fn utf16_order_matches_encode_utf16() {
+        let keys = [
+            "", "a", "ab", "b", "é", "\u{e000}", "\u{ffff}", "😀", "😀a", "\u{10000}", "\u{d7ff}",
+            "\u{7f}", "\u{80}", "z\u{e000}", "z😀",
+        ];
+        for a in keys {
+            for b in keys {
+                let want = a.encode_utf16().cmp(b.encode_utf16());
+                assert_eq!(cmp_utf16(a, b), want, "{a:?} vs {b:?}");
+            }
+        }
+    }
+}
