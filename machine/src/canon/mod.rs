@@ -49,9 +49,20 @@ pub enum CanonError {
 }
 
 impl CanonError {
-    /// Prefixes the error's path with an object key or field name.
+    /// Prefixes the error's path with an object key or field name. Keys
+    /// that are not plain identifiers are quoted (`["a b"]`) so the path
+    /// stays unambiguous.
     pub(crate) fn at_key(self, key: &str) -> Self {
-        self.map_path(|p| join(key.to_owned(), p))
+        self.map_path(|p| {
+            let plain = !key.is_empty()
+                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let seg = if plain {
+                key.to_owned()
+            } else {
+                format!("[{key:?}]")
+            };
+            join(seg, p)
+        })
     }
 
     /// Prefixes the error's path with an array index.
