@@ -1,1 +1,3 @@
 //! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).
+
+pub mod journal;

@@ -1,0 +1,133 @@
+//! Typed errors of the journal store.
+//!
+//! Callers branch on these: `Conflict` and `Fenced` are expected outcomes of
+//! the single-writer protocol (the machine re-reads and decides), `Tampered`
+//! is an integrity alarm, and `CommitFailed` means the outcome of a write is
+//! unknown. None of them leak a raw backend error where a typed one applies.
+
+use agentsessions_machine::chain::ChainError;
+
+/// A backend failure with its cause kept as text, so errors stay `Clone`-free
+/// of driver types and identical across backends.
+pub type BackendError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Failures common to every store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An earlier commit failed on this handle; nothing more is attempted
+    /// until the store is reopened (and the journal re-read).
+    #[error("store poisoned by an earlier commit failure; reopen it")]
+    Poisoned,
+    /// COMMIT (or its fsync) failed: the write may or may not be durable.
+    /// The handle is poisoned from here on.
+    #[error("commit failed, outcome unknown: {reason}")]
+    CommitFailed { reason: String },
+    /// The store's worker threads are gone (the handle was closed).
+    #[error("store closed")]
+    Closed,
+    /// A stored event blob does not decode.
+    #[error("session {session} seq {seq}: undecodable event: {reason}")]
+    Decode {
+        session: String,
+        seq: i64,
+        reason: String,
+    },
+    /// The canonical form of an event could not be built.
+    #[error("canonicalize seq {seq}: {reason}")]
+    Canonicalize { seq: i64, reason: String },
+    /// The database's schema version is not one this build can use.
+    #[error("database is v{found}, this build understands v{supported}")]
+    UnsupportedSchema { found: i64, supported: i64 },
+    /// A migration step failed; the database keeps its old version.
+    #[error("migrate v{from} to v{to}: {reason}")]
+    Migration { from: i64, to: i64, reason: String },
+    /// `session_info` of an unknown uid.
+    #[error("session {uid} not found")]
+    SessionNotFound { uid: String },
+    /// A `list_sessions` token that we did not produce.
+    #[error("invalid page token")]
+    InvalidPageToken,
+    /// A request that can never succeed as given.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A stored value that breaks the schema's own rules.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Any other backend failure.
+    #[error("backend: {0}")]
+    Backend(BackendError),
+}
+
+/// Failures of [`crate::journal::JournalStore::append`].
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// `expected_last_seq` is not the current head.
+    #[error("seq conflict, head is {head}")]
+    Conflict { head: i64 },
+    /// The caller's fence is older than the session's current fence.
+    #[error("stale fence, current is {current}")]
+    Fenced { current: i64 },
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+/// Failures of [`crate::journal::JournalStore::verify`].
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The stored chain does not verify: a record was altered, removed or
+    /// relinked. Distinct from `Failed(Decode)`, which means unreadable.
+    #[error("session {session}: hash chain tampered at seq {seq}: {cause}")]
+    Tampered {
+        session: String,
+        seq: i64,
+        cause: ChainError,
+    },
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+/// Failures of the harness registry operations.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The name is permanently reserved (static or used by old sessions).
+    #[error("harness name {name} is reserved")]
+    NameReserved { name: String },
+    /// The name is registered with a different spec; registrations are
+    /// immutable apart from their state.
+    #[error("harness {name} is registered with a different spec")]
+    SpecConflict { name: String },
+    #[error("harness {name} not found")]
+    NotFound { name: String },
+    /// The harness is retired and takes no new sessions.
+    #[error("harness {name} is retired")]
+    Retired { name: String },
+    /// A static/reserved name that already has a registration row.
+    #[error("harness name {name} collides with a registration")]
+    NameCollision { name: String },
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(Box::new(e))
+    }
+}
+
+impl From<rusqlite::Error> for AppendError {
+    fn from(e: rusqlite::Error) -> Self {
+        AppendError::Failed(e.into())
+    }
+}
+
+impl From<rusqlite::Error> for RegistryError {
+    fn from(e: rusqlite::Error) -> Self {
+        RegistryError::Failed(e.into())
+    }
+}
+
+impl From<rusqlite::Error> for VerifyError {
+    fn from(e: rusqlite::Error) -> Self {
+        VerifyError::Failed(e.into())
+    }
+}

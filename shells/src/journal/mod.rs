@@ -1,0 +1,289 @@
+//! The journal store: the shell that performs the machine's journal effects.
+//!
+//! The journal is the only truth. Every session is an append-only chain of
+//! [`LogRecord`]s, each linked to its predecessor by `prev_hash` and sealed by
+//! the canonical `content_hash` (computed by `agentsessions_machine::canon`).
+//! Beside the chains the store keeps session metadata and the harness
+//! registry, both of which are projections or host bookkeeping, never truth
+//! about what happened.
+//!
+//! # The trait
+//!
+//! [`JournalStore`] is the backend-neutral contract. SQLite
+//! ([`sqlite::SqliteJournal`]) is the first implementation; PostgreSQL and an
+//! in-memory simulated store (with pending-vs-durable writes, for the madsim
+//! simulator) are meant to follow without touching the machine.
+//!
+//! Methods return `impl Future + Send` (return-position `impl Trait` in a
+//! trait). That keeps the trait free of boxing and of any particular runtime:
+//! the SQLite store completes futures from its own threads through
+//! `tokio::sync::oneshot`, which works under tokio and madsim alike, and a
+//! simulated store can complete them from the simulator's scheduler. The cost
+//! is that the trait is not object safe; hosts are generic over the store.
+//!
+//! Time is never read inside the store: every write that stamps a time takes
+//! `now_unix_nanos` from the caller, so a simulation controls it.
+//!
+//! # Guarantees every implementation gives
+//!
+//! - An append is acknowledged only once it is durable.
+//! - `append` is a compare-and-swap on the head (`expected_last_seq`) guarded
+//!   by the fence; the events of one batch land as consecutive records or not
+//!   at all.
+//! - Reads return stored hashes verbatim; they never recompute them.
+//! - Failures are typed: [`AppendError::Conflict`] and
+//!   [`AppendError::Fenced`] are protocol outcomes, never raw driver errors.
+
+use std::future::Future;
+
+use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
+
+pub mod encode;
+mod error;
+pub mod page_token;
+pub mod projection;
+pub mod sqlite;
+
+pub use error::{AppendError, BackendError, RegistryError, StoreError, VerifyError};
+
+/// The project a session lands in when none is given.
+pub const DEFAULT_PROJECT: &str = "default";
+/// `list_sessions` page size when the request gives none.
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// Largest `list_sessions` page; bigger requests are clamped, not refused.
+pub const MAX_PAGE_SIZE: usize = 500;
+
+/// One atomic append: `events` become records `expected_last_seq + 1 ..`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppendBatch {
+    pub session: String,
+    /// The head the writer believes in (0 for an empty session).
+    pub expected_last_seq: i64,
+    /// The writer's incarnation token; must be >= the session's fence.
+    pub fence: i64,
+    /// At least one event.
+    pub events: Vec<Event>,
+    /// Stamped on the session row (`updated_at`, and `created_at` if new).
+    pub now_unix_nanos: i64,
+}
+
+/// Session metadata, mirroring the Go host's `sessions` row. Labels,
+/// annotations, origin and identity are opaque proto3-JSON text ("" = unset);
+/// the store never parses them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionMeta {
+    pub uid: String,
+    /// "" means the store's default project.
+    pub project: String,
+    pub name: String,
+    pub harness: String,
+    pub model: String,
+    pub parent_uid: String,
+    pub fork_seq: i64,
+    /// Unix nanoseconds; 0 on `put_session` means "now on insert, keep on
+    /// update".
+    pub created_at: i64,
+    /// Unix nanoseconds; set by the store on every write.
+    pub updated_at: i64,
+    pub labels: String,
+    pub annotations: String,
+    pub origin: String,
+    pub identity: String,
+}
+
+/// Metadata plus what the journal projects onto it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    pub meta: SessionMeta,
+    /// The head seq (0 when there are no events).
+    pub last_seq: i64,
+    /// `COMPUTE_NONE`, `COMPUTE_LIVE` or `COMPUTE_COLD`.
+    pub compute_state: ComputeState,
+    /// The current fence (0 if never minted).
+    pub fence: i64,
+}
+
+/// A `list_sessions` request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSessions {
+    /// Exact match; "" means the store's default project (never "all").
+    pub project: String,
+    /// 0 means [`DEFAULT_PAGE_SIZE`]; above [`MAX_PAGE_SIZE`] is clamped.
+    pub page_size: usize,
+    /// "" for the first page, else a token from a previous page.
+    pub page_token: String,
+}
+
+/// One page of sessions, newest first (created_at DESC, uid ASC).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPage {
+    pub sessions: Vec<SessionInfo>,
+    /// "" when this is the last page.
+    pub next_page_token: String,
+}
+
+/// A harness registration request. All four fields are required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessRegistration {
+    pub name: String,
+    pub uid: String,
+    /// Canonical proto3-JSON of `HarnessSpec`, stored opaque.
+    pub spec: String,
+    /// Computed by the caller (`sha256:<hex>` of the canonical spec).
+    pub spec_digest: String,
+}
+
+/// Whether a registration may take new sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HarnessState {
+    Active,
+    Retired,
+}
+
+impl HarnessState {
+    /// The text stored in `harnesses.state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HarnessState::Active => "active",
+            HarnessState::Retired => "retired",
+        }
+    }
+}
+
+/// A stored harness registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HarnessRow {
+    pub name: String,
+    pub uid: String,
+    pub spec: String,
+    pub spec_digest: String,
+    pub state: HarnessState,
+    pub retire_reason: String,
+    pub retired_at: i64,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// What `register_harness` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// A new active row.
+    Created,
+    /// Same spec, already active; nothing changed.
+    Unchanged,
+    /// Same spec, was retired; active again with the retire fields cleared.
+    Reactivated,
+}
+
+/// A `list_harnesses` request: rows with name > `after`, in name order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListHarnesses {
+    pub after: String,
+    /// Must be > 0.
+    pub limit: usize,
+    pub include_retired: bool,
+}
+
+/// The journal store contract. See the module docs for the guarantees.
+pub trait JournalStore: Send + Sync {
+    /// Appends `batch.events` atomically as consecutive records after
+    /// `batch.expected_last_seq`, and returns the committed records.
+    fn append(
+        &self,
+        batch: AppendBatch,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send;
+
+    /// Increments and returns the session's fence (1 for the first mint),
+    /// superseding every older holder. Creates the session row if missing.
+    fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// The last committed seq (0 for an empty or unknown session).
+    fn head(&self, session: &str) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Records with `from_seq <= seq <= to_seq` in ascending order
+    /// (`to_seq == 0` means through the head). Hashes are returned as stored.
+    fn read(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send;
+
+    /// Walks the whole chain from genesis, checking links and hashes.
+    fn verify(&self, session: &str) -> impl Future<Output = Result<(), VerifyError>> + Send;
+
+    /// Upserts metadata; never touches fence or compute_state.
+    fn put_session(
+        &self,
+        meta: SessionMeta,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Metadata, head and compute state of one session.
+    fn session_info(
+        &self,
+        uid: &str,
+    ) -> impl Future<Output = Result<SessionInfo, StoreError>> + Send;
+
+    /// Keyset-paged listing of one project's sessions.
+    fn list_sessions(
+        &self,
+        req: ListSessions,
+    ) -> impl Future<Output = Result<SessionPage, StoreError>> + Send;
+
+    /// Registers (or re-registers) a harness in one transaction.
+    fn register_harness(
+        &self,
+        reg: HarnessRegistration,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(HarnessRow, RegisterOutcome), RegistryError>> + Send;
+
+    /// Retires a harness; idempotent, keeps the first reason and time.
+    fn retire_harness(
+        &self,
+        name: &str,
+        reason: &str,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<HarnessRow, RegistryError>> + Send;
+
+    /// One registration by name.
+    fn harness(&self, name: &str)
+    -> impl Future<Output = Result<HarnessRow, RegistryError>> + Send;
+
+    /// Registrations in name order.
+    fn list_harnesses(
+        &self,
+        req: ListHarnesses,
+    ) -> impl Future<Output = Result<Vec<HarnessRow>, StoreError>> + Send;
+
+    /// Reserves names permanently, all or nothing; fails with
+    /// `NameCollision` if any of them already has a registration row.
+    fn reserve_harness_names(
+        &self,
+        names: Vec<String>,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Checks the session's harness and upserts the session in one
+    /// transaction. `registered`: the name must be an active registration;
+    /// otherwise (a static harness) it must have no registration row.
+    fn put_session_on_active_harness(
+        &self,
+        meta: SessionMeta,
+        registered: bool,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+}
+
+/// Wall-clock Unix nanoseconds, for hosts that do not simulate time. The store
+/// itself never calls this on its own; callers pass the value in.
+pub fn system_now_unix_nanos() -> i64 {
+    let d = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(d.as_nanos()).expect("time fits i64 nanoseconds until 2262")
+}

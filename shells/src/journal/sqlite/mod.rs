@@ -1,0 +1,451 @@
+//! The SQLite journal store, schema-compatible with the Go host (v2).
+//!
+//! A [`SqliteJournal`] is a cheap-to-clone handle onto one database file:
+//! a writer thread doing group commit (see [`worker`]) and a small pool of
+//! reader threads with their own connections. Futures complete through
+//! `tokio::sync::oneshot`, so any executor can drive them.
+//!
+//! Several handles (or processes) may open the same file: writers serialise
+//! on SQLite's write lock (`BEGIN IMMEDIATE`, 5 s busy timeout) and the
+//! CAS + fence inside each append keeps one writer per session honest.
+//!
+//! The store runs OS threads, so it is for the real host; the madsim
+//! simulator uses an in-memory implementation of the same trait.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use agentsessions_proto::v1::LogRecord;
+use crossbeam_channel::{Sender, unbounded};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+use super::{
+    AppendBatch, AppendError, DEFAULT_PROJECT, HarnessRegistration, HarnessRow, JournalStore,
+    ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta,
+    SessionPage, StoreError, VerifyError,
+};
+
+mod read_ops;
+pub mod schema;
+mod worker;
+mod write_ops;
+
+pub use worker::Faults;
+
+/// A source of Unix nanoseconds, used only to stamp migration backfills.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// How to open a [`SqliteJournal`].
+#[derive(Clone)]
+pub struct SqliteOptions {
+    /// Project for sessions created without one.
+    pub default_project: String,
+    /// Reader threads (each with its own connection); at least 1.
+    pub readers: usize,
+    /// Most write jobs per group-commit transaction; 1 disables grouping
+    /// (one transaction per write, the baseline the benchmarks compare to).
+    pub max_batch: usize,
+    /// Time source for the migration's `reserved_at` stamps.
+    pub clock: Clock,
+    /// Fault injection for tests; leave at default.
+    #[doc(hidden)]
+    pub faults: Faults,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            default_project: DEFAULT_PROJECT.to_owned(),
+            readers: 2,
+            max_batch: 512,
+            clock: Arc::new(super::system_now_unix_nanos),
+            faults: Faults::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for SqliteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteOptions")
+            .field("default_project", &self.default_project)
+            .field("readers", &self.readers)
+            .field("max_batch", &self.max_batch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Group-commit counters, for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    /// Committed transactions.
+    pub batches: u64,
+    /// Write jobs in those transactions.
+    pub jobs: u64,
+    /// The most jobs one transaction carried.
+    pub largest_batch: u64,
+}
+
+struct Inner {
+    path: PathBuf,
+    default_project: String,
+    shared: Arc<worker::Shared>,
+    writer_tx: Option<Sender<Box<dyn worker::WriteJob>>>,
+    reader_tx: Option<Sender<worker::ReadJob>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the queues lets the threads finish queued work and exit;
+        // joining means the connections are closed when drop returns.
+        self.writer_tx.take();
+        self.reader_tx.take();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A handle onto one SQLite journal file. Clones share the threads.
+#[derive(Clone)]
+pub struct SqliteJournal {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+fn open_connection(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    schema::configure(&conn)?;
+    Ok(conn)
+}
+
+impl SqliteJournal {
+    /// Opens (creating if needed) and migrates the journal at `path`.
+    /// A database with a newer (or negative) schema version is refused
+    /// before anything is written.
+    pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if path.as_os_str() == ":memory:" {
+            // Each connection would see its own private database.
+            return Err(StoreError::InvalidArgument(
+                "the sqlite journal needs a file path".into(),
+            ));
+        }
+        let readers = options.readers.max(1);
+        let max_batch = options.max_batch.max(1);
+        let conn = open_connection(&path, OpenFlags::default())?;
+        schema::check_version(&conn)?;
+        schema::enable_wal(&conn)?;
+        schema::enable_full_sync(&conn)?;
+        schema::migrate(&conn, (options.clock)())?;
+
+        let mut reader_conns = Vec::with_capacity(readers);
+        for _ in 0..readers {
+            // Read-write flags with query_only: a READ_ONLY connection cannot
+            // always attach to the WAL index, and query_only still makes any
+            // stray write on a reader fail loudly.
+            let r = open_connection(&path, OpenFlags::default())?;
+            r.execute_batch("PRAGMA query_only = ON")?;
+            reader_conns.push(r);
+        }
+
+        let shared = Arc::new(worker::Shared::default());
+        let (writer_tx, writer_rx) = unbounded();
+        let (reader_tx, reader_rx) = unbounded::<worker::ReadJob>();
+        let mut threads = Vec::with_capacity(readers + 1);
+        let writer = worker::Writer {
+            conn,
+            rx: writer_rx,
+            shared: shared.clone(),
+            max_batch,
+            faults: options.faults.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("journal-writer".into())
+                .spawn(move || writer.run())
+                .map_err(|e| StoreError::Backend(Box::new(e)))?,
+        );
+        for (i, rc) in reader_conns.into_iter().enumerate() {
+            let rx = reader_rx.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("journal-reader-{i}"))
+                    .spawn(move || worker::reader_main(rc, rx))
+                    .map_err(|e| StoreError::Backend(Box::new(e)))?,
+            );
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                path,
+                default_project: options.default_project,
+                shared,
+                writer_tx: Some(writer_tx),
+                reader_tx: Some(reader_tx),
+                threads,
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Whether a commit failure has poisoned this handle.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.shared.poisoned.load(Ordering::SeqCst)
+    }
+
+    /// Group-commit counters so far.
+    pub fn writer_stats(&self) -> WriterStats {
+        let s = &self.inner.shared;
+        WriterStats {
+            batches: s.batches.load(Ordering::Relaxed),
+            jobs: s.jobs.load(Ordering::Relaxed),
+            largest_batch: s.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Blocks the writer inside a batch until the returned guard is dropped,
+    /// so writes submitted meanwhile are committed together (tests use it to
+    /// build a batch deterministically).
+    #[doc(hidden)]
+    pub fn hold_writer(&self) -> WriterHold {
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (started_tx, started_rx) = std::sync::mpsc::channel::<()>();
+        let _pending = self.submit_write(move |_conn: &Connection| -> Result<(), StoreError> {
+            let _ = started_tx.send(());
+            let _ = release_rx.recv();
+            Ok(())
+        });
+        // Wait until the writer is really parked inside its batch.
+        let _ = started_rx.recv();
+        WriterHold {
+            _release: release_tx,
+        }
+    }
+
+    /// Queues a write job now (not at first poll, so submission order is
+    /// call order) and returns its reply.
+    fn submit_write<T, E, F>(
+        &self,
+        op: F,
+    ) -> impl Future<Output = Result<T, E>> + Send + use<T, E, F>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let queued = if self.is_poisoned() {
+            Err(StoreError::Poisoned)
+        } else {
+            let job: Box<dyn worker::WriteJob> = Box::new(worker::Job::new(op, tx));
+            match self.inner.writer_tx.as_ref().map(|w| w.send(job)) {
+                Some(Ok(())) => Ok(()),
+                // The writer exited: it only does so once poisoned.
+                _ => Err(StoreError::Poisoned),
+            }
+        };
+        let shared = self.inner.shared.clone();
+        async move {
+            queued.map_err(E::from)?;
+            rx.await.map_err(|_| {
+                E::from(if shared.poisoned.load(Ordering::SeqCst) {
+                    StoreError::Poisoned
+                } else {
+                    StoreError::Closed
+                })
+            })?
+        }
+    }
+
+    fn submit_read<T, F>(
+        &self,
+        op: F,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + use<T, F>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let queued = if self.is_poisoned() {
+            Err(StoreError::Poisoned)
+        } else {
+            let job: worker::ReadJob = Box::new(move |conn: &Connection| {
+                let _ = tx.send(op(conn));
+            });
+            match self.inner.reader_tx.as_ref().map(|r| r.send(job)) {
+                Some(Ok(())) => Ok(()),
+                _ => Err(StoreError::Closed),
+            }
+        };
+        async move {
+            queued?;
+            rx.await.map_err(|_| StoreError::Closed)?
+        }
+    }
+
+    /// Like `submit_read` for operations with their own error type.
+    fn submit_read_with<T, E, F>(
+        &self,
+        op: F,
+    ) -> impl Future<Output = Result<T, E>> + Send + use<T, E, F>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let fut = self.submit_read(move |conn| Ok(op(conn)));
+        async move { fut.await.map_err(E::from)? }
+    }
+}
+
+/// Releases a [`SqliteJournal::hold_writer`] when dropped.
+#[doc(hidden)]
+pub struct WriterHold {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+impl JournalStore for SqliteJournal {
+    fn append(
+        &self,
+        batch: AppendBatch,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
+        let project = self.inner.default_project.clone();
+        self.submit_write(move |conn| write_ops::append(conn, &batch, &project))
+    }
+
+    fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send {
+        let session = session.to_owned();
+        let project = self.inner.default_project.clone();
+        self.submit_write(move |conn| {
+            write_ops::mint_fence(conn, &session, now_unix_nanos, &project)
+        })
+    }
+
+    fn head(&self, session: &str) -> impl Future<Output = Result<i64, StoreError>> + Send {
+        let session = session.to_owned();
+        self.submit_read(move |conn| read_ops::head(conn, &session))
+    }
+
+    fn read(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send {
+        let session = session.to_owned();
+        self.submit_read(move |conn| read_ops::read(conn, &session, from_seq, to_seq))
+    }
+
+    fn verify(&self, session: &str) -> impl Future<Output = Result<(), VerifyError>> + Send {
+        let session = session.to_owned();
+        self.submit_read_with(move |conn| read_ops::verify(conn, &session))
+    }
+
+    fn put_session(
+        &self,
+        meta: SessionMeta,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let project = self.inner.default_project.clone();
+        self.submit_write(move |conn| write_ops::put_session(conn, &meta, now_unix_nanos, &project))
+    }
+
+    fn session_info(
+        &self,
+        uid: &str,
+    ) -> impl Future<Output = Result<SessionInfo, StoreError>> + Send {
+        let uid = uid.to_owned();
+        self.submit_read(move |conn| read_ops::session_info(conn, &uid))
+    }
+
+    fn list_sessions(
+        &self,
+        req: ListSessions,
+    ) -> impl Future<Output = Result<SessionPage, StoreError>> + Send {
+        let project = self.inner.default_project.clone();
+        self.submit_read(move |conn| read_ops::list_sessions(conn, &req, &project))
+    }
+
+    fn register_harness(
+        &self,
+        reg: HarnessRegistration,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(HarnessRow, RegisterOutcome), RegistryError>> + Send {
+        self.submit_write(move |conn| write_ops::register_harness(conn, &reg, now_unix_nanos))
+    }
+
+    fn retire_harness(
+        &self,
+        name: &str,
+        reason: &str,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<HarnessRow, RegistryError>> + Send {
+        let (name, reason) = (name.to_owned(), reason.to_owned());
+        self.submit_write(move |conn| {
+            write_ops::retire_harness(conn, &name, &reason, now_unix_nanos)
+        })
+    }
+
+    fn harness(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<HarnessRow, RegistryError>> + Send {
+        let name = name.to_owned();
+        self.submit_read_with(move |conn| {
+            read_ops::harness_row(conn, &name)?.ok_or(RegistryError::NotFound { name })
+        })
+    }
+
+    fn list_harnesses(
+        &self,
+        req: ListHarnesses,
+    ) -> impl Future<Output = Result<Vec<HarnessRow>, StoreError>> + Send {
+        self.submit_read(move |conn| read_ops::list_harnesses(conn, &req))
+    }
+
+    fn reserve_harness_names(
+        &self,
+        names: Vec<String>,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
+        self.submit_write(move |conn| {
+            write_ops::reserve_harness_names(conn, &names, now_unix_nanos)
+        })
+    }
+
+    fn put_session_on_active_harness(
+        &self,
+        meta: SessionMeta,
+        registered: bool,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<(), RegistryError>> + Send {
+        let project = self.inner.default_project.clone();
+        self.submit_write(move |conn| {
+            write_ops::put_session_on_active_harness(
+                conn,
+                &meta,
+                registered,
+                now_unix_nanos,
+                &project,
+            )
+        })
+    }
+}

@@ -1,0 +1,265 @@
+//! Read operations, run on reader connections (WAL readers see the last
+//! committed state and never block the writer).
+
+use agentsessions_machine::chain::ChainVerifier;
+use agentsessions_proto::v1::{Event, LogRecord};
+use prost::Message as _;
+use rusqlite::{Connection, OptionalExtension as _, Row, params};
+
+use crate::journal::projection::from_text;
+use crate::journal::{
+    DEFAULT_PAGE_SIZE, HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE,
+    SessionInfo, SessionMeta, SessionPage, StoreError, VerifyError, page_token,
+};
+
+pub fn head(conn: &Connection, session: &str) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?1")?
+        .query_row([session], |r| r.get(0))?)
+}
+
+fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> {
+    let seq: i64 = row.get(0)?;
+    let blob = row.get_ref(4)?.as_blob().map_err(|e| StoreError::Decode {
+        session: session.to_owned(),
+        seq,
+        reason: e.to_string(),
+    })?;
+    let event = Event::decode(blob).map_err(|e| StoreError::Decode {
+        session: session.to_owned(),
+        seq,
+        reason: e.to_string(),
+    })?;
+    Ok(LogRecord {
+        seq,
+        prev_hash: row.get(1)?,
+        content_hash: row.get(2)?,
+        fence: row.get(3)?,
+        event: Some(event),
+    })
+}
+
+/// Streams records `from..=to` (`to == 0`: through the head) into `sink`.
+fn for_each_record(
+    conn: &Connection,
+    session: &str,
+    from_seq: i64,
+    to_seq: i64,
+    mut sink: impl FnMut(LogRecord) -> Result<(), VerifyError>,
+) -> Result<(), VerifyError> {
+    let to = if to_seq <= 0 { i64::MAX } else { to_seq };
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, prev_hash, hash, fence, event FROM events
+         WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
+    )?;
+    let mut rows = stmt.query(params![session, from_seq, to])?;
+    while let Some(row) = rows.next()? {
+        sink(decode_record(session, row)?)?;
+    }
+    Ok(())
+}
+
+pub fn read(
+    conn: &Connection,
+    session: &str,
+    from_seq: i64,
+    to_seq: i64,
+) -> Result<Vec<LogRecord>, StoreError> {
+    let mut out = Vec::new();
+    let r = for_each_record(conn, session, from_seq, to_seq, |rec| {
+        debug_assert!(out.last().is_none_or(|p: &LogRecord| p.seq < rec.seq));
+        out.push(rec);
+        Ok(())
+    });
+    match r {
+        Ok(()) => Ok(out),
+        Err(VerifyError::Failed(e)) => Err(e),
+        Err(VerifyError::Tampered { .. }) => unreachable!("read does not verify"),
+    }
+}
+
+/// Verifies one session's chain from genesis, streaming (constant memory).
+/// Undecodable blobs and events without a canonical form are reported as
+/// `Failed(Decode)`, never as tampering.
+pub fn verify(conn: &Connection, session: &str) -> Result<(), VerifyError> {
+    let mut verifier = ChainVerifier::new();
+    for_each_record(conn, session, 1, 0, |rec| {
+        verifier.push(&rec).map_err(|cause| {
+            if cause.is_tamper() {
+                VerifyError::Tampered {
+                    session: session.to_owned(),
+                    seq: cause.seq(),
+                    cause,
+                }
+            } else {
+                VerifyError::Failed(StoreError::Decode {
+                    session: session.to_owned(),
+                    seq: cause.seq(),
+                    reason: cause.to_string(),
+                })
+            }
+        })
+    })
+}
+
+const SESSION_COLUMNS: &str = "s.session, s.project, s.name, s.harness, s.model, s.parent_uid, s.fork_seq,
+    s.created_at, s.updated_at, s.labels, s.annotations, s.origin, s.identity, s.compute_state, s.fence,
+    COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session = s.session), 0)";
+
+fn session_row(row: &Row<'_>) -> Result<SessionInfo, StoreError> {
+    let uid: String = row.get(0)?;
+    let state_text: String = row.get(13)?;
+    let compute_state = from_text(&state_text).ok_or_else(|| {
+        StoreError::Corrupt(format!("session {uid}: compute_state {state_text:?}"))
+    })?;
+    Ok(SessionInfo {
+        meta: SessionMeta {
+            uid,
+            project: row.get(1)?,
+            name: row.get(2)?,
+            harness: row.get(3)?,
+            model: row.get(4)?,
+            parent_uid: row.get(5)?,
+            fork_seq: row.get(6)?,
+            created_at: row.get(7)?,
+            updated_at: row.get(8)?,
+            labels: row.get(9)?,
+            annotations: row.get(10)?,
+            origin: row.get(11)?,
+            identity: row.get(12)?,
+        },
+        compute_state,
+        fence: row.get(14)?,
+        last_seq: row.get(15)?,
+    })
+}
+
+pub fn session_info(conn: &Connection, uid: &str) -> Result<SessionInfo, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.session = ?1");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query([uid])?;
+    match rows.next()? {
+        Some(row) => session_row(row),
+        None => Err(StoreError::SessionNotFound {
+            uid: uid.to_owned(),
+        }),
+    }
+}
+
+/// Keyset paging over (created_at DESC, session ASC). The continuation is a
+/// UNION ALL of "same created_at, later uid" and "older created_at", so each
+/// half is a range scan of `sessions_project_created` and a deep page costs
+/// the same as the first one.
+pub fn list_sessions(
+    conn: &Connection,
+    req: &ListSessions,
+    default_project: &str,
+) -> Result<SessionPage, StoreError> {
+    let size = match req.page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    };
+    let project = if req.project.is_empty() {
+        default_project
+    } else {
+        req.project.as_str()
+    };
+    let fetch = (size + 1) as i64;
+    let mut sessions = Vec::with_capacity(size + 1);
+    if req.page_token.is_empty() {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = ?1
+             ORDER BY s.created_at DESC, s.session ASC LIMIT ?2"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(params![project, fetch])?;
+        while let Some(row) = rows.next()? {
+            sessions.push(session_row(row)?);
+        }
+    } else {
+        let (ts, uid) = page_token::decode(&req.page_token)?;
+        let sql = format!(
+            "SELECT * FROM (SELECT {SESSION_COLUMNS} FROM sessions s
+                 WHERE s.project = ?1 AND s.created_at = ?2 AND s.session > ?3
+                 ORDER BY s.session ASC LIMIT ?4)
+             UNION ALL
+             SELECT * FROM (SELECT {SESSION_COLUMNS} FROM sessions s
+                 WHERE s.project = ?1 AND s.created_at < ?2
+                 ORDER BY s.created_at DESC, s.session ASC LIMIT ?4)
+             LIMIT ?4"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(params![project, ts, uid, fetch])?;
+        while let Some(row) = rows.next()? {
+            sessions.push(session_row(row)?);
+        }
+    }
+    let mut next_page_token = String::new();
+    if sessions.len() > size {
+        sessions.truncate(size);
+        let last = sessions.last().expect("size >= 1");
+        next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
+    }
+    debug_assert!(sessions.windows(2).all(|w| {
+        (w[0].meta.created_at, std::cmp::Reverse(&w[0].meta.uid))
+            > (w[1].meta.created_at, std::cmp::Reverse(&w[1].meta.uid))
+    }));
+    Ok(SessionPage {
+        sessions,
+        next_page_token,
+    })
+}
+
+const HARNESS_COLUMNS: &str =
+    "name, uid, spec, spec_digest, state, retire_reason, retired_at, created_at, updated_at";
+
+fn harness_from_row(row: &Row<'_>) -> rusqlite::Result<Result<HarnessRow, StoreError>> {
+    let state: String = row.get(4)?;
+    let state = match state.as_str() {
+        "active" => HarnessState::Active,
+        "retired" => HarnessState::Retired,
+        other => return Ok(Err(StoreError::Corrupt(format!("harness state {other:?}")))),
+    };
+    Ok(Ok(HarnessRow {
+        name: row.get(0)?,
+        uid: row.get(1)?,
+        spec: row.get(2)?,
+        spec_digest: row.get(3)?,
+        state,
+        retire_reason: row.get(5)?,
+        retired_at: row.get(6)?,
+        created_at: row.get(7)?,
+        updated_at: row.get(8)?,
+    }))
+}
+
+pub fn harness_row(conn: &Connection, name: &str) -> Result<Option<HarnessRow>, StoreError> {
+    let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = ?1");
+    conn.prepare_cached(&sql)?
+        .query_row([name], harness_from_row)
+        .optional()?
+        .transpose()
+}
+
+pub fn list_harnesses(
+    conn: &Connection,
+    req: &ListHarnesses,
+) -> Result<Vec<HarnessRow>, StoreError> {
+    if req.limit == 0 {
+        return Err(StoreError::InvalidArgument("limit must be positive".into()));
+    }
+    let sql = format!(
+        "SELECT {HARNESS_COLUMNS} FROM harnesses
+         WHERE name > ?1 AND (?2 OR state = 'active') ORDER BY name LIMIT ?3"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(
+        params![req.after, req.include_retired, req.limit as i64],
+        harness_from_row,
+    )?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.push(r??);
+    }
+    Ok(out)
+}

@@ -1,0 +1,218 @@
+//! The threads behind a [`super::SqliteJournal`]: one group-committing writer
+//! and a few readers.
+//!
+//! # Group commit
+//!
+//! The writer owns the only write connection. It blocks for one job, then
+//! drains whatever else is already queued (up to `max_batch`) and runs the
+//! lot in ONE `BEGIN IMMEDIATE` transaction, each job inside its own
+//! SAVEPOINT. A job that fails (CAS conflict, stale fence, bad input) rolls
+//! back to its savepoint and leaves the others alone. Then COMMIT, which with
+//! `synchronous=FULL` fsyncs the WAL once for the whole batch. Only after
+//! COMMIT returns does any job learn its result, so an acknowledgement always
+//! means durable.
+//!
+//! No timer is involved: while one batch is committing, the next one queues
+//! up, so batches grow exactly as fast as the disk is slow.
+//!
+//! # Failure
+//!
+//! If COMMIT itself fails (or SQLite abandons the transaction midway), the
+//! state of the batch on disk is unknown. Every job of the batch gets
+//! `CommitFailed`, the handle is poisoned, and the writer stops; callers must
+//! reopen and re-read the journal rather than guess.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crossbeam_channel::{Receiver, TryRecvError};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use crate::journal::StoreError;
+
+/// Why a whole batch failed.
+#[derive(Debug, Clone)]
+pub enum BatchFailure {
+    /// BEGIN failed: nothing of this batch was written.
+    Begin(String),
+    /// COMMIT failed or the transaction was lost: outcome unknown.
+    Unknown(String),
+    /// The job was queued behind a failed commit and never ran.
+    Poisoned,
+}
+
+impl BatchFailure {
+    fn to_store_error(&self) -> StoreError {
+        match self {
+            BatchFailure::Begin(reason) => {
+                StoreError::Backend(format!("begin transaction: {reason}").into())
+            }
+            BatchFailure::Unknown(reason) => StoreError::CommitFailed {
+                reason: reason.clone(),
+            },
+            BatchFailure::Poisoned => StoreError::Poisoned,
+        }
+    }
+}
+
+/// One queued write. `stage` runs inside the batch transaction; `finish`
+/// delivers the result once the batch's fate is known.
+pub trait WriteJob: Send {
+    /// Runs the operation; returns whether it succeeded (and so must be kept).
+    fn stage(&mut self, conn: &Connection) -> bool;
+    fn finish(self: Box<Self>, batch: Result<(), BatchFailure>);
+}
+
+/// A typed job: an operation closure and the reply channel for its result.
+pub struct Job<T, E, F> {
+    op: Option<F>,
+    result: Option<Result<T, E>>,
+    reply: oneshot::Sender<Result<T, E>>,
+}
+
+impl<T, E, F> Job<T, E, F> {
+    pub fn new(op: F, reply: oneshot::Sender<Result<T, E>>) -> Self {
+        Self {
+            op: Some(op),
+            result: None,
+            reply,
+        }
+    }
+}
+
+impl<T, E, F> WriteJob for Job<T, E, F>
+where
+    T: Send,
+    E: From<StoreError> + Send,
+    F: FnOnce(&Connection) -> Result<T, E> + Send,
+{
+    fn stage(&mut self, conn: &Connection) -> bool {
+        let op = self.op.take().expect("a job is staged once");
+        let r = op(conn);
+        let ok = r.is_ok();
+        self.result = Some(r);
+        ok
+    }
+
+    fn finish(self: Box<Self>, batch: Result<(), BatchFailure>) {
+        let out = match batch {
+            Ok(()) => self.result.expect("finish after stage on success"),
+            Err(f) => Err(E::from(f.to_store_error())),
+        };
+        // The caller may have stopped waiting; the write stands regardless.
+        let _ = self.reply.send(out);
+    }
+}
+
+/// Test-only fault injection for the writer.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// After this many successful commits, the next COMMIT goes through on
+    /// disk but is reported as failed (an fsync error after the write).
+    pub fail_commit_after: Option<u64>,
+}
+
+/// State shared between the handle and its writer.
+#[derive(Debug, Default)]
+pub struct Shared {
+    pub poisoned: AtomicBool,
+    pub batches: AtomicU64,
+    pub jobs: AtomicU64,
+    pub largest_batch: AtomicU64,
+}
+
+pub struct Writer {
+    pub conn: Connection,
+    pub rx: Receiver<Box<dyn WriteJob>>,
+    pub shared: Arc<Shared>,
+    pub max_batch: usize,
+    pub faults: Faults,
+}
+
+impl Writer {
+    pub fn run(self) {
+        let mut commits = 0u64;
+        while let Ok(first) = self.rx.recv() {
+            let mut jobs = vec![first];
+            while jobs.len() < self.max_batch {
+                match self.rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+                }
+            }
+            let inject = self.faults.fail_commit_after == Some(commits);
+            match self.run_batch(&mut jobs, inject) {
+                Ok(()) => {
+                    commits += 1;
+                    self.record(jobs.len());
+                    jobs.into_iter().for_each(|j| j.finish(Ok(())));
+                }
+                Err(f @ BatchFailure::Begin(_)) => {
+                    jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
+                }
+                Err(f @ (BatchFailure::Unknown(_) | BatchFailure::Poisoned)) => {
+                    self.shared.poisoned.store(true, Ordering::SeqCst);
+                    jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
+                    break;
+                }
+            }
+        }
+        // Poisoned or closed: whatever is still queued never ran.
+        while let Ok(job) = self.rx.try_recv() {
+            job.finish(Err(BatchFailure::Poisoned));
+        }
+    }
+
+    fn record(&self, n: usize) {
+        self.shared.batches.fetch_add(1, Ordering::Relaxed);
+        self.shared.jobs.fetch_add(n as u64, Ordering::Relaxed);
+        self.shared
+            .largest_batch
+            .fetch_max(n as u64, Ordering::Relaxed);
+    }
+
+    fn run_batch(&self, jobs: &mut [Box<dyn WriteJob>], inject: bool) -> Result<(), BatchFailure> {
+        let conn = &self.conn;
+        debug_assert!(
+            conn.is_autocommit(),
+            "no transaction left open between batches"
+        );
+        conn.execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| BatchFailure::Begin(e.to_string()))?;
+        for job in jobs.iter_mut() {
+            let step = conn.execute_batch("SAVEPOINT job").and_then(|()| {
+                if job.stage(conn) {
+                    conn.execute_batch("RELEASE job")
+                } else if conn.is_autocommit() {
+                    // SQLite rolled the whole transaction back under us
+                    // (I/O error, disk full...): the batch is gone.
+                    Err(rusqlite::Error::InvalidQuery)
+                } else {
+                    conn.execute_batch("ROLLBACK TO job; RELEASE job")
+                }
+            });
+            if let Err(e) = step {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
+            }
+        }
+        match conn.execute_batch("COMMIT") {
+            Ok(()) if inject => Err(BatchFailure::Unknown("injected commit failure".into())),
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(BatchFailure::Unknown(e.to_string()))
+            }
+        }
+    }
+}
+
+/// A read task: runs on some reader's connection.
+pub type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+pub fn reader_main(conn: Connection, rx: Receiver<ReadJob>) {
+    while let Ok(job) = rx.recv() {
+        job(&conn);
+    }
+}

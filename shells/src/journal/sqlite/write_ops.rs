@@ -1,0 +1,336 @@
+//! Write operations, run by the writer thread inside a batch transaction.
+//!
+//! Each function assumes it runs inside an open transaction (its own
+//! SAVEPOINT within the group-commit batch) and leaves durability to the
+//! batch's COMMIT. They read their preconditions on the same connection, so
+//! an earlier job of the same batch is visible to a later one.
+
+use agentsessions_machine::canon;
+use agentsessions_proto::v1::LogRecord;
+use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
+
+use super::read_ops::harness_row;
+use crate::journal::encode::encode_event;
+use crate::journal::projection::{compute_state_after_all, to_text};
+use crate::journal::{
+    AppendBatch, AppendError, HarnessRegistration, HarnessRow, HarnessState, RegisterOutcome,
+    RegistryError, SessionMeta, StoreError,
+};
+
+fn head(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?1")?
+        .query_row([session], |r| r.get(0))
+}
+
+fn stored_fence(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT fence FROM sessions WHERE session = ?1")?
+        .query_row([session], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
+}
+
+fn is_constraint(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation)
+}
+
+/// The CAS + fence checked append of one batch.
+pub fn append(
+    conn: &Connection,
+    batch: &AppendBatch,
+    default_project: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    if batch.session.is_empty() {
+        return Err(StoreError::InvalidArgument("session is required".into()).into());
+    }
+    if batch.events.is_empty() {
+        return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
+    }
+    let head = head(conn, &batch.session)?;
+    if batch.expected_last_seq != head {
+        return Err(AppendError::Conflict { head });
+    }
+    let current = stored_fence(conn, &batch.session)?;
+    if batch.fence < current {
+        return Err(AppendError::Fenced { current });
+    }
+    let mut prev = if head == 0 {
+        String::new()
+    } else {
+        conn.prepare_cached("SELECT hash FROM events WHERE session = ?1 AND seq = ?2")?
+            .query_row(params![batch.session, head], |r| r.get::<_, String>(0))
+            .optional()?
+            // MAX(seq) just returned this row inside our transaction.
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("session {} head {head} vanished", batch.session))
+            })?
+    };
+    let mut records = Vec::with_capacity(batch.events.len());
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (i, ev) in batch.events.iter().enumerate() {
+        let seq = head + 1 + i as i64;
+        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
+            seq,
+            reason: e.to_string(),
+        })?;
+        debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
+        let blob = encode_event(ev);
+        match insert.execute(params![batch.session, seq, prev, hash, batch.fence, blob]) {
+            Ok(n) => assert_eq!(n, 1, "one row per event"),
+            // Defence in depth: the CAS above already excludes this inside
+            // our write lock, but a clash must still read as a conflict.
+            Err(e) if is_constraint(&e) => {
+                return Err(AppendError::Conflict {
+                    head: self::head(conn, &batch.session)?,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+        records.push(LogRecord {
+            seq,
+            prev_hash: std::mem::replace(&mut prev, hash.clone()),
+            content_hash: hash,
+            fence: batch.fence,
+            event: Some(ev.clone()),
+        });
+    }
+    touch_session(conn, batch, default_project)?;
+    Ok(records)
+}
+
+/// Ensures the session row exists and applies the compute_state projection.
+fn touch_session(
+    conn: &Connection,
+    batch: &AppendBatch,
+    default_project: &str,
+) -> rusqlite::Result<()> {
+    let state = compute_state_after_all(&batch.events).map(to_text);
+    let n = conn
+        .prepare_cached(
+            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
+             VALUES (?1, ?2, ?3, ?3, COALESCE(?4, ''))
+             ON CONFLICT(session) DO UPDATE SET
+                project = CASE WHEN project = '' THEN excluded.project ELSE project END,
+                created_at = CASE WHEN created_at = 0 THEN excluded.created_at ELSE created_at END,
+                updated_at = excluded.updated_at,
+                compute_state = COALESCE(?4, compute_state)",
+        )?
+        .execute(params![
+            batch.session,
+            default_project,
+            batch.now_unix_nanos,
+            state
+        ])?;
+    debug_assert_eq!(n, 1);
+    Ok(())
+}
+
+/// fence = fence + 1 (1 on first mint); creates the row if missing.
+pub fn mint_fence(
+    conn: &Connection,
+    session: &str,
+    now: i64,
+    default_project: &str,
+) -> Result<i64, StoreError> {
+    if session.is_empty() {
+        return Err(StoreError::InvalidArgument("session is required".into()));
+    }
+    let fence: i64 = conn
+        .prepare_cached(
+            "INSERT INTO sessions(session, fence, project, created_at, updated_at)
+             VALUES (?1, 1, ?2, ?3, ?3)
+             ON CONFLICT(session) DO UPDATE SET
+                fence = fence + 1,
+                project = CASE WHEN project = '' THEN excluded.project ELSE project END,
+                created_at = CASE WHEN created_at = 0 THEN excluded.created_at ELSE created_at END,
+                updated_at = excluded.updated_at
+             RETURNING fence",
+        )?
+        .query_row(params![session, default_project, now], |r| r.get(0))?;
+    assert!(fence >= 1, "a minted fence is positive");
+    Ok(fence)
+}
+
+/// The metadata upsert; never touches fence or compute_state.
+pub fn put_session(
+    conn: &Connection,
+    meta: &SessionMeta,
+    now: i64,
+    default_project: &str,
+) -> Result<(), StoreError> {
+    if meta.uid.is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "session uid is required".into(),
+        ));
+    }
+    let project = if meta.project.is_empty() {
+        default_project
+    } else {
+        meta.project.as_str()
+    };
+    // An explicit created_at wins; 0 means "now on insert, keep on update"
+    // (or fill it if the row was created by an append and still has none).
+    conn.prepare_cached(
+        "INSERT INTO sessions(session, fence, project, name, harness, model, parent_uid, fork_seq,
+                              compute_state, created_at, updated_at, labels, annotations, origin, identity)
+         VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6, ?7, 'NONE', CASE WHEN ?8 = 0 THEN ?9 ELSE ?8 END, ?9,
+                 ?10, ?11, ?12, ?13)
+         ON CONFLICT(session) DO UPDATE SET
+            project = excluded.project, name = excluded.name, harness = excluded.harness,
+            model = excluded.model, parent_uid = excluded.parent_uid, fork_seq = excluded.fork_seq,
+            created_at = CASE WHEN ?8 <> 0 THEN ?8 WHEN created_at = 0 THEN ?9 ELSE created_at END,
+            updated_at = ?9,
+            labels = excluded.labels, annotations = excluded.annotations,
+            origin = excluded.origin, identity = excluded.identity",
+    )?
+    .execute(params![
+        meta.uid,
+        project,
+        meta.name,
+        meta.harness,
+        meta.model,
+        meta.parent_uid,
+        meta.fork_seq,
+        meta.created_at,
+        now,
+        meta.labels,
+        meta.annotations,
+        meta.origin,
+        meta.identity,
+    ])?;
+    Ok(())
+}
+
+fn is_reserved(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM reserved_harness_names WHERE name = ?1")?
+        .query_row([name], |_| Ok(()))
+        .optional()?
+        .is_some())
+}
+
+pub fn register_harness(
+    conn: &Connection,
+    reg: &HarnessRegistration,
+    now: i64,
+) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
+    for (what, v) in [
+        ("name", &reg.name),
+        ("uid", &reg.uid),
+        ("spec", &reg.spec),
+        ("spec_digest", &reg.spec_digest),
+    ] {
+        if v.is_empty() {
+            return Err(StoreError::InvalidArgument(format!("harness {what} is required")).into());
+        }
+    }
+    if is_reserved(conn, &reg.name)? {
+        return Err(RegistryError::NameReserved {
+            name: reg.name.clone(),
+        });
+    }
+    let outcome = match harness_row(conn, &reg.name)? {
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?5)",
+            )?
+            .execute(params![reg.name, reg.uid, reg.spec, reg.spec_digest, now])?;
+            RegisterOutcome::Created
+        }
+        Some(row) if row.spec_digest != reg.spec_digest => {
+            return Err(RegistryError::SpecConflict {
+                name: reg.name.clone(),
+            });
+        }
+        Some(row) if row.state == HarnessState::Active => RegisterOutcome::Unchanged,
+        Some(_) => {
+            conn.prepare_cached(
+                "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = ?2
+                 WHERE name = ?1",
+            )?
+            .execute(params![reg.name, now])?;
+            RegisterOutcome::Reactivated
+        }
+    };
+    let row = harness_row(conn, &reg.name)?
+        .ok_or_else(|| StoreError::Corrupt("registered row vanished".into()))?;
+    debug_assert_eq!(row.state, HarnessState::Active);
+    Ok((row, outcome))
+}
+
+pub fn retire_harness(
+    conn: &Connection,
+    name: &str,
+    reason: &str,
+    now: i64,
+) -> Result<HarnessRow, RegistryError> {
+    if name.is_empty() {
+        return Err(StoreError::InvalidArgument("harness name is required".into()).into());
+    }
+    // Only an active row changes, so a repeat keeps the first time and reason.
+    conn.prepare_cached(
+        "UPDATE harnesses SET state = 'retired', retire_reason = ?2, retired_at = ?3, updated_at = ?3
+         WHERE name = ?1 AND state = 'active'",
+    )?
+    .execute(params![name, reason, now])?;
+    harness_row(conn, name)?.ok_or_else(|| RegistryError::NotFound {
+        name: name.to_owned(),
+    })
+}
+
+pub fn reserve_harness_names(
+    conn: &Connection,
+    names: &[String],
+    now: i64,
+) -> Result<(), RegistryError> {
+    for name in names {
+        if name.is_empty() {
+            return Err(
+                StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
+            );
+        }
+        if harness_row(conn, name)?.is_some() {
+            return Err(RegistryError::NameCollision { name: name.clone() });
+        }
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at) VALUES (?1, ?2)",
+    )?;
+    for name in names {
+        stmt.execute(params![name, now])?;
+    }
+    Ok(())
+}
+
+pub fn put_session_on_active_harness(
+    conn: &Connection,
+    meta: &SessionMeta,
+    registered: bool,
+    now: i64,
+    default_project: &str,
+) -> Result<(), RegistryError> {
+    let row = harness_row(conn, &meta.harness)?;
+    match (registered, row) {
+        (true, None) => {
+            return Err(RegistryError::NotFound {
+                name: meta.harness.clone(),
+            });
+        }
+        (true, Some(r)) if r.state == HarnessState::Retired => {
+            return Err(RegistryError::Retired {
+                name: meta.harness.clone(),
+            });
+        }
+        (false, Some(_)) => {
+            return Err(RegistryError::NameCollision {
+                name: meta.harness.clone(),
+            });
+        }
+        _ => {}
+    }
+    put_session(conn, meta, now, default_project)?;
+    Ok(())
+}
