@@ -12,3 +12,5 @@ pub mod approval;
 pub mod executions;
 pub mod legacy;
 pub mod projection;
+
+mod records;

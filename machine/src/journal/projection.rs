@@ -1,1 +1,83 @@
-//! TODO
+//! Session projections shown to clients: the compute axis, derived event by
+//! event as records are appended, and the execution axis with the pending
+//! approval, derived from the journal up to the session's captured cursor.
+
+use agentsessions_proto::v1::{ApprovalRef, ComputeState, Event, EventKind, ExecState, LogRecord};
+
+use super::approval::scan;
+use crate::error::LogError;
+use crate::events::{body, kind_of};
+
+/// The compute state after `ev` is appended to a session in `current`.
+///
+/// Approval records are written by the host while the session may be cold
+/// (an out-of-band decision, a repair), so they leave the state alone; any
+/// other non-lifecycle record means a harness is running. Of the lifecycle
+/// markers only SUSPEND, FORK (the child starts cold) and RESUME move it.
+pub fn compute_state_after(current: ComputeState, ev: &Event) -> ComputeState {
+    use agentsessions_proto::v1::lifecycle::Kind;
+    match kind_of(ev) {
+        EventKind::EventApprovalRequest | EventKind::EventApprovalResult => current,
+        EventKind::EventLifecycle => {
+            let marker = body::lifecycle(ev).and_then(|l| Kind::try_from(l.kind).ok());
+            match marker {
+                Some(Kind::LifecycleSuspend | Kind::LifecycleFork) => ComputeState::ComputeCold,
+                Some(Kind::LifecycleResume) => ComputeState::ComputeLive,
+                _ => current,
+            }
+        }
+        _ => ComputeState::ComputeLive,
+    }
+}
+
+/// The execution axis of a session as rendered to clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionStatus {
+    pub exec_state: ExecState,
+    /// Set only while the session's own gate waits for a decision.
+    pub pending_approval: Option<ApprovalRef>,
+}
+
+/// The session's execution state as of `last_seq`, the cursor captured with
+/// the session row. Records past the cursor (a decision that raced the read,
+/// say) are ignored so the rendering matches the row it came with; a zero
+/// cursor means an empty session and is not "read to the head".
+///
+/// The state is AWAITING only for a gate this session owns (not inherited
+/// through a fork) in an unfinished execution with a request and no
+/// decision. A decided gate without a receipt is not awaiting anyone; it
+/// still blocks new input, which the Exec path checks on its own. Running,
+/// failed and canceled are never derived here.
+pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionStatus, LogError> {
+    if last_seq <= 0 {
+        // A negative cursor is unreachable from a real row; like the
+        // reference it is simply not inspected.
+        let exec_state = if last_seq == 0 {
+            ExecState::ExecPending
+        } else {
+            ExecState::ExecCompleted
+        };
+        return Ok(SessionStatus {
+            exec_state,
+            pending_approval: None,
+        });
+    }
+    let gates = scan(records, last_seq)?;
+    let pending = gates.selected().and_then(|s| {
+        let request_seq = s.request_seq().filter(|&seq| seq > 0)?;
+        let awaiting = !s.inherited && !s.completed && s.decision.is_none();
+        awaiting.then(|| ApprovalRef {
+            execution_id: s.execution_id.clone(),
+            tool_call_id: s.call.id.clone(),
+            request_seq,
+        })
+    });
+    Ok(SessionStatus {
+        exec_state: if pending.is_some() {
+            ExecState::ExecAwaiting
+        } else {
+            ExecState::ExecCompleted
+        },
+        pending_approval: pending,
+    })
+}

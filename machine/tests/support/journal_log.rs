@@ -6,8 +6,8 @@
 use agentsessions_machine::canon;
 use agentsessions_machine::events;
 use agentsessions_proto::v1::{
-    ApprovalResult, Event, EventKind, ExecutionStart, IdentityRef, LogRecord, Mediation,
-    ModelCall, ToolCall, ToolResult, Usage, event::Body, lifecycle, part, tool_result::Code,
+    ApprovalResult, Event, EventKind, ExecutionStart, IdentityRef, LogRecord, Mediation, ModelCall,
+    ToolCall, ToolResult, Usage, event::Body, lifecycle, part, tool_result::Code,
 };
 use agentsessions_proto::wkt::Timestamp;
 
@@ -158,7 +158,11 @@ pub fn tool_call_ev(id: &str, c: ToolCall) -> Event {
 pub fn ordinary_call(id: &str, call_id: &str) -> Event {
     tool_call_ev(
         id,
-        call(call_id, Mediation::ControllerMediated, &format!("k-{call_id}")),
+        call(
+            call_id,
+            Mediation::ControllerMediated,
+            &format!("k-{call_id}"),
+        ),
     )
 }
 
@@ -166,7 +170,11 @@ pub fn ordinary_call(id: &str, call_id: &str) -> Event {
 pub fn gated_call(id: &str, call_id: &str) -> Event {
     tool_call_ev(
         id,
-        call(call_id, Mediation::RequiresApproval, &format!("k-{call_id}")),
+        call(
+            call_id,
+            Mediation::RequiresApproval,
+            &format!("k-{call_id}"),
+        ),
     )
 }
 
@@ -209,7 +217,14 @@ pub fn receipt_with(
 
 /// A successful receipt for an approved gate.
 pub fn receipt(id: &str, call_id: &str, request_seq: i64, decision_seq: i64) -> Event {
-    receipt_with(id, call_id, request_seq, decision_seq, false, Code::Unspecified)
+    receipt_with(
+        id,
+        call_id,
+        request_seq,
+        decision_seq,
+        false,
+        Code::Unspecified,
+    )
 }
 
 pub fn request(id: &str, call_id: &str) -> Event {
