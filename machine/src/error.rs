@@ -97,3 +97,71 @@ impl std::fmt::Display for Divergence {
         f.write_str(&self.detail)
     }
 }
+
+/// Why one invocation (a live turn, a replayed execution or a recovery)
+/// ended without completing. Over the wire a harness cannot handle a sink
+/// error, so the first one ends the run; the variant still decides the
+/// status code and the text of the audit ERROR record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TurnError {
+    /// The journal or the harness's requests contradict each other.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// An owned approval call has no receipt; new inputs must wait.
+    #[error("approval blocked: a tool call awaits its approval receipt")]
+    ApprovalBlocked,
+    /// The gate needs a STATELESS_REPLAY harness.
+    #[error("approval unavailable: the harness is not stateless-replay")]
+    ApprovalUnavailable,
+    /// A gated call with no id, a reused id, or a gate in a legacy turn.
+    #[error("invalid approval call: {0}")]
+    InvalidApprovalCall(String),
+    /// The harness tried to write a host-owned receipt.
+    #[error("approval receipt report: receipts are host-owned")]
+    ApprovalReceiptReport,
+    /// An approved call, but this host has no tool executor.
+    #[error("no tool executor configured for an approved call")]
+    MissingToolExecutor,
+    /// Recorded harness name differs from the one serving now.
+    #[error("harness mismatch: recorded {recorded:?}, serving {serving:?}")]
+    HarnessMismatch {
+        /// Recorded on EXECUTION_START.
+        recorded: String,
+        /// Resolved now.
+        serving: String,
+    },
+    /// Recorded harness version differs from the connected harness's.
+    #[error("harness version mismatch: recorded {recorded:?}, serving {serving:?}")]
+    HarnessVersionMismatch {
+        /// Recorded on EXECUTION_START.
+        recorded: String,
+        /// Reported by Describe now.
+        serving: String,
+    },
+    /// A plain sink error (a recorded completion missing, an executor error,
+    /// a harness protocol violation…), kept as text.
+    #[error("{0}")]
+    Sink(String),
+    /// The harness run failed (END FAILED, stream error).
+    #[error("{0}")]
+    Harness(String),
+    /// The model provider failed.
+    #[error("model: {0}")]
+    Model(String),
+    /// The park acknowledgement was missing or wrong.
+    #[error("park acknowledgement: {0}")]
+    ParkAck(String),
+    /// A journal write was refused or failed.
+    #[error("append: {0:?}")]
+    Append(crate::host::AppendError),
+    /// The caller's deadline passed.
+    #[error("deadline exceeded")]
+    DeadlineExceeded,
+}
+
+impl TurnError {
+    /// True when the error is a replay divergence (latched in the reference).
+    pub fn is_divergence(&self) -> bool {
+        matches!(self, Self::Log(LogError::ReplayDiverged(_)))
+    }
+}

@@ -17,6 +17,8 @@ pub mod canon;
 pub mod chain;
 pub mod error;
 pub mod events;
+pub mod host;
 pub mod inputhash;
 pub mod interop;
+pub mod invocation;
 pub mod journal;

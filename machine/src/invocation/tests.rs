@@ -1,0 +1,641 @@
+//! Exact-action tests of the invocation engine, one harness input or
+//! completion at a time.
+
+use agentsessions_proto::v1::{
+    ApprovalRef, ApprovalResult, Capabilities, ControllerFrame, Event, EventKind,
+    HarnessDescriptor, HarnessEnd, LogRecord, Mediation, ModelCall, ModelResult, Resumability,
+    ToolCall, ToolResult, controller_frame::Frame, event::Body,
+};
+
+use super::*;
+use crate::events;
+use crate::host::{CountingIds, HarnessInput, ModelReply};
+use crate::journal::approval;
+
+const S: &str = "sess-1";
+const E: &str = "e1";
+
+fn descriptor(resumability: Resumability) -> HarnessDescriptor {
+    HarnessDescriptor {
+        id: "echo".into(),
+        version: "1".into(),
+        capabilities: Some(Capabilities {
+            resumability: resumability as i32,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn setup(mode: Mode, stream: Vec<LogRecord>, head: i64) -> Setup {
+    Setup {
+        session: S.into(),
+        execution_id: E.into(),
+        wire_id: E.into(),
+        mode,
+        legacy: false,
+        stream,
+        approvals: Vec::new(),
+        descriptor: Some(descriptor(Resumability::StatelessReplay)),
+        fence: 1,
+        head,
+        has_executor: true,
+    }
+}
+
+/// Drives one invocation and keeps the journal it would have written.
+struct Rig {
+    inv: Invocation,
+    ids: CountingIds,
+    log: Vec<LogRecord>,
+}
+
+impl Rig {
+    fn new(setup: Setup, log: Vec<LogRecord>) -> Self {
+        Self {
+            inv: Invocation::new(setup),
+            ids: CountingIds::default(),
+            log,
+        }
+    }
+
+    fn harness(&mut self, input: HarnessInput) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.inv.on_harness(input, &mut self.ids, &mut out);
+        out
+    }
+
+    fn event(&mut self, kind: EventKind, body: Body) -> Vec<Action> {
+        self.harness(HarnessInput::Event(events::event(E, kind, body)))
+    }
+
+    /// Commits an append action as a store would and returns the records.
+    fn commit(&mut self, action: &Action) -> Vec<LogRecord> {
+        let Action::Append {
+            expected_last_seq,
+            events,
+        } = action
+        else {
+            panic!("not an append: {action:?}")
+        };
+        assert_eq!(*expected_last_seq, self.log.len() as i64, "CAS at the head");
+        events
+            .iter()
+            .map(|ev| {
+                let seq = self.log.len() as i64 + 1;
+                let r = record(seq, ev.clone());
+                self.log.push(r.clone());
+                r
+            })
+            .collect()
+    }
+
+    fn appended(&mut self, action: &Action) -> Vec<Action> {
+        let records = self.commit(action);
+        let mut out = Vec::new();
+        self.inv.on_appended(Ok(records), &mut self.ids, &mut out);
+        out
+    }
+
+    fn model(&mut self, reply: Result<ModelReply, String>) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.inv.on_model(reply, &mut self.ids, &mut out);
+        out
+    }
+
+    fn tool(&mut self, result: Result<ToolResult, String>) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.inv.on_tool(result, &mut self.ids, &mut out);
+        out
+    }
+
+    fn kinds(&self) -> Vec<EventKind> {
+        self.log
+            .iter()
+            .map(|r| events::kind_of(r.event.as_ref().unwrap()))
+            .collect()
+    }
+
+    fn ending(&self) -> Ending {
+        self.inv.finished().expect("finished").ending.clone()
+    }
+}
+
+fn record(seq: i64, ev: Event) -> LogRecord {
+    LogRecord {
+        seq,
+        prev_hash: String::new(),
+        content_hash: format!("h{seq}"),
+        fence: 1,
+        event: Some(ev),
+    }
+}
+
+fn echo_call(text: &str) -> ModelCall {
+    ModelCall {
+        model: "echo".into(),
+        id: "wire-call-1".into(),
+        messages: vec![events::text_message("user", text)],
+        ..Default::default()
+    }
+}
+
+fn frame(f: Frame) -> ControllerFrame {
+    ControllerFrame {
+        session: S.into(),
+        execution_id: E.into(),
+        frame: Some(f),
+    }
+}
+
+fn end() -> Body {
+    Body::End(HarnessEnd {
+        state: "COMPLETED".into(),
+        error: None,
+    })
+}
+
+fn recorded(out: &[Action]) -> Vec<i64> {
+    out.iter()
+        .filter_map(|a| match a {
+            Action::Recorded(c) => Some(c.record().seq),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A recorded echo turn's effects: MODEL_CALL then OUTPUT.
+fn recorded_echo(text: &str) -> Vec<Event> {
+    let hash = input_hash(&echo_call(text)).unwrap();
+    vec![
+        events::event(
+            E,
+            EventKind::EventModelCall,
+            Body::Model(ModelCall {
+                model: "echo".into(),
+                input_hash: hash,
+                id: "0000000000000001".into(),
+                ..Default::default()
+            }),
+        ),
+        events::output(E, events::assistant_text(&format!("echo:{text}"))),
+    ]
+}
+
+#[test]
+fn live_model_call_records_intent_before_invoking_then_output_before_answering() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert_eq!(out.len(), 1, "only the MODEL_CALL append: {out:?}");
+    let Action::Append { events: evs, .. } = &out[0] else {
+        panic!()
+    };
+    let Body::Model(mc) = evs[0].body.clone().unwrap() else {
+        panic!()
+    };
+    assert_eq!(mc.model, "echo");
+    assert_eq!(mc.input_hash, input_hash(&echo_call("hi")).unwrap());
+    assert!(mc.messages.is_empty(), "messages are wire-only");
+
+    let out = rig.appended(&out[0]);
+    let Action::InvokeModel(request) = &out[1] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(recorded(&out), vec![1]);
+    assert_eq!(request.messages, echo_call("hi").messages);
+
+    let reply = events::assistant_text("echo:hi");
+    let out = rig.model(Ok(ModelReply {
+        message: Some(reply.clone()),
+        usage: None,
+    }));
+    assert!(
+        matches!(
+            &out[..],
+            [Action::Append {
+                expected_last_seq: 1,
+                ..
+            }]
+        ),
+        "the answer is recorded before it is sent: {out:?}"
+    );
+    let out = rig.appended(&out[0]);
+    assert_eq!(
+        out,
+        vec![
+            Action::Recorded(Committed::new(rig.log[1].clone())),
+            Action::Send(frame(Frame::Model(ModelResult {
+                message: Some(reply),
+                usage: None,
+                model_call_id: "wire-call-1".into(),
+            }))),
+        ]
+    );
+
+    let out = rig.event(EventKind::EventEnd, end());
+    let out = rig.appended(&out[0]);
+    assert_eq!(out[1], Action::Close);
+    assert_eq!(rig.ending(), Ending::Completed);
+    assert_eq!(
+        rig.kinds(),
+        vec![
+            EventKind::EventModelCall,
+            EventKind::EventOutput,
+            EventKind::EventEnd
+        ]
+    );
+    assert_eq!(rig.inv.finished().unwrap().model_calls, 1);
+}
+
+#[test]
+fn replay_serves_the_recorded_completion_without_appending_or_invoking() {
+    let stream: Vec<_> = recorded_echo("hi")
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 3, e))
+        .collect();
+    let mut rig = Rig::new(setup(Mode::Replay, stream, 5), vec![]);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert_eq!(
+        out,
+        vec![Action::Send(frame(Frame::Model(ModelResult {
+            message: Some(events::assistant_text("echo:hi")),
+            usage: None,
+            model_call_id: "wire-call-1".into(),
+        })))]
+    );
+    let out = rig.event(EventKind::EventEnd, end());
+    assert_eq!(out, vec![Action::Close]);
+    let finish = rig.inv.finished().unwrap();
+    assert_eq!(finish.ending, Ending::Completed);
+    assert_eq!(finish.outputs, vec!["echo:hi".to_string()]);
+    assert_eq!(finish.model_calls, 0);
+    assert!(rig.log.is_empty());
+}
+
+#[test]
+fn replay_with_a_changed_model_input_diverges_and_closes_without_appending() {
+    let stream: Vec<_> = recorded_echo("hi")
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let mut rig = Rig::new(setup(Mode::Replay, stream, 2), vec![]);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("bye")));
+    assert_eq!(out, vec![Action::Close]);
+    let Ending::Failed(e) = rig.ending() else {
+        panic!()
+    };
+    assert!(e.is_divergence());
+    assert!(e.to_string().contains("I0"), "{e}");
+}
+
+#[test]
+fn replay_that_leaves_recorded_effects_unconsumed_diverges() {
+    let stream: Vec<_> = recorded_echo("hi")
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let mut rig = Rig::new(setup(Mode::Replay, stream, 2), vec![]);
+    rig.event(EventKind::EventEnd, end());
+    let Ending::Failed(e) = rig.ending() else {
+        panic!()
+    };
+    assert!(e.to_string().contains("consumed 0 of 2"), "{e}");
+}
+
+#[test]
+fn resume_redrives_a_trailing_model_call_once_and_records_only_the_output() {
+    let mut log: Vec<LogRecord> = Vec::new();
+    let mc = recorded_echo("hi").remove(0);
+    log.push(record(1, mc));
+    let stream = log.clone();
+    let mut rig = Rig::new(setup(Mode::Resume, stream, 1), log);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(matches!(&out[..], [Action::InvokeModel(_)]), "{out:?}");
+    let out = rig.model(Ok(ModelReply {
+        message: Some(events::assistant_text("echo:hi")),
+        usage: None,
+    }));
+    let out = rig.appended(&out[0]);
+    assert!(matches!(out.last(), Some(Action::Send(_))));
+    let out = rig.event(EventKind::EventEnd, end());
+    rig.appended(&out[0]);
+    assert_eq!(rig.ending(), Ending::Completed);
+    assert_eq!(
+        rig.kinds(),
+        vec![
+            EventKind::EventModelCall,
+            EventKind::EventOutput,
+            EventKind::EventEnd
+        ],
+        "no second MODEL_CALL"
+    );
+    assert_eq!(rig.inv.finished().unwrap().model_calls, 1);
+}
+
+#[test]
+fn resume_after_output_serves_it_and_appends_only_end() {
+    let log: Vec<LogRecord> = recorded_echo("hi")
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let mut rig = Rig::new(setup(Mode::Resume, log.clone(), 2), log);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(matches!(&out[..], [Action::Send(_)]));
+    let out = rig.event(EventKind::EventEnd, end());
+    rig.appended(&out[0]);
+    assert_eq!(rig.ending(), Ending::Completed);
+    assert_eq!(rig.inv.finished().unwrap().model_calls, 0);
+    assert_eq!(rig.kinds().last(), Some(&EventKind::EventEnd));
+}
+
+fn keyed_call(id: &str, mediation: Mediation) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        tool: "write".into(),
+        mediation: mediation as i32,
+        idempotency_key: format!("key-{id}"),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn live_mediated_tool_executes_only_after_its_intent_is_durable() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let call = keyed_call("c1", Mediation::ControllerMediated);
+    let out = rig.event(EventKind::EventToolCall, Body::Tool(call.clone()));
+    assert!(matches!(&out[..], [Action::Append { .. }]), "{out:?}");
+    let out = rig.appended(&out[0]);
+    let [Action::Recorded(r), Action::ExecuteTool { intent, call: c }] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(intent, r);
+    assert_eq!(c, &call);
+    let out = rig.tool(Ok(ToolResult {
+        id: "forged".into(),
+        ..Default::default()
+    }));
+    let out = rig.appended(&out[0]);
+    let Some(Action::Send(f)) = out.last() else {
+        panic!()
+    };
+    let Some(Frame::Tool(receipt)) = &f.frame else {
+        panic!()
+    };
+    assert_eq!(receipt.id, "c1", "the executor cannot choose the id");
+}
+
+#[test]
+fn live_unmediated_tool_call_fails_the_turn_with_an_error_record_and_no_intent() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::InHarnessReported)),
+    );
+    assert_eq!(out[0], Action::Close);
+    let Action::Append { events: evs, .. } = &out[1] else {
+        panic!()
+    };
+    assert_eq!(events::kind_of(&evs[0]), EventKind::EventError);
+    rig.appended(&out[1]);
+    assert!(matches!(
+        rig.ending(),
+        Ending::Failed(TurnError::Log(LogError::UnmediatedToolCall(_)))
+    ));
+    assert_eq!(rig.kinds(), vec![EventKind::EventError]);
+}
+
+#[test]
+fn live_gated_call_commits_intent_and_request_together_then_parks() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 2), vec![]);
+    rig.log.push(record(
+        1,
+        events::input(E, events::text_message("user", "x")),
+    ));
+    rig.log.push(record(
+        2,
+        events::input(E, events::text_message("user", "y")),
+    ));
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    let Action::Append { events: evs, .. } = &out[0] else {
+        panic!()
+    };
+    assert_eq!(evs.len(), 2, "intent and request in one transaction");
+    let out = rig.appended(&out[0]);
+    let park = ApprovalRef {
+        execution_id: E.into(),
+        tool_call_id: "c1".into(),
+        request_seq: 4,
+    };
+    assert_eq!(
+        out.last(),
+        Some(&Action::Send(frame(Frame::Park(park.clone()))))
+    );
+    let mut ack = events::event(E, EventKind::EventParked, Body::Parked(park.clone()));
+    ack.execution_id = E.into();
+    assert!(rig.harness(HarnessInput::Event(ack)).is_empty());
+    assert_eq!(rig.harness(HarnessInput::Closed), vec![Action::Close]);
+    assert_eq!(rig.ending(), Ending::Parked(park));
+    assert_eq!(
+        rig.kinds().last(),
+        Some(&EventKind::EventApprovalRequest),
+        "no END or ERROR after a park"
+    );
+}
+
+#[test]
+fn a_mismatched_park_acknowledgement_fails_without_an_error_record() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    rig.appended(&out[0]);
+    let wrong = ApprovalRef {
+        execution_id: E.into(),
+        tool_call_id: "c2".into(),
+        request_seq: 2,
+    };
+    let out = rig.event(EventKind::EventParked, Body::Parked(wrong));
+    assert_eq!(out, vec![Action::Close]);
+    assert!(matches!(
+        rig.ending(),
+        Ending::Failed(TurnError::ParkAck(_))
+    ));
+    assert_eq!(
+        rig.log.len(),
+        2,
+        "the committed request stays; nothing added"
+    );
+}
+
+#[test]
+fn gating_on_a_memory_snapshot_harness_is_refused_before_any_intent() {
+    let mut s = setup(Mode::Live, vec![], 0);
+    s.descriptor = Some(descriptor(Resumability::RequiresMemorySnapshot));
+    let mut rig = Rig::new(s, vec![]);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    rig.appended(&out[1]);
+    assert_eq!(rig.ending(), Ending::Failed(TurnError::ApprovalUnavailable));
+    assert_eq!(rig.kinds(), vec![EventKind::EventError]);
+}
+
+/// A journal cut at a decided gate: START, INPUT, TOOL_CALL, REQUEST, RESULT.
+fn decided_gate(approved: bool) -> (Vec<LogRecord>, Vec<approval::ApprovalState>) {
+    let call = keyed_call("c1", Mediation::RequiresApproval);
+    let evs = vec![
+        events::execution_start(
+            E,
+            agentsessions_proto::v1::ExecutionStart {
+                input_count: Some(1),
+                ..Default::default()
+            },
+        ),
+        events::input(E, events::text_message("user", "go")),
+        events::event(E, EventKind::EventToolCall, Body::Tool(call)),
+        events::approval_request(E, "c1"),
+        events::approval_result(
+            E,
+            ApprovalResult {
+                tool_call_id: "c1".into(),
+                approved,
+                reason: String::new(),
+                request_seq: 4,
+            },
+            None,
+            agentsessions_proto::wkt::Timestamp::new(1, 0),
+        ),
+    ];
+    let log: Vec<_> = evs
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let scan = approval::scan(&log, 0).expect("valid gate");
+    (log, scan.states)
+}
+
+#[test]
+fn resume_of_an_approved_gate_executes_the_recorded_call_and_sends_decision_then_receipt() {
+    let (log, states) = decided_gate(true);
+    let mut s = setup(Mode::Resume, log[2..].to_vec(), 5);
+    s.approvals = states;
+    let mut rig = Rig::new(s, log);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    let [Action::ExecuteTool { intent, .. }] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(intent.record().seq, 3);
+    let out = rig.tool(Err("disk full".into()));
+    let out = rig.appended(&out[0]);
+    let frames: Vec<_> = out
+        .iter()
+        .filter_map(|a| match a {
+            Action::Send(f) => f.frame.clone(),
+            _ => None,
+        })
+        .collect();
+    let [Frame::Approval(d), Frame::Tool(receipt)] = &frames[..] else {
+        panic!("{frames:?}")
+    };
+    assert!(d.approved);
+    assert!(receipt.is_error, "an executor failure is a durable receipt");
+    assert_eq!(
+        receipt.code,
+        agentsessions_proto::v1::tool_result::Code::ExecutorError as i32
+    );
+    assert_eq!(
+        (receipt.approval_request_seq, receipt.approval_decision_seq),
+        (4, 5)
+    );
+}
+
+#[test]
+fn resume_of_a_denied_gate_never_executes_and_records_a_denial_receipt() {
+    let (log, states) = decided_gate(false);
+    let mut s = setup(Mode::Resume, log[2..].to_vec(), 5);
+    s.approvals = states;
+    let mut rig = Rig::new(s, log);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    assert!(
+        !out.iter().any(|a| matches!(a, Action::ExecuteTool { .. })),
+        "{out:?}"
+    );
+    let Action::Append { events: evs, .. } = &out[0] else {
+        panic!()
+    };
+    let Some(Body::Result(receipt)) = &evs[0].body else {
+        panic!()
+    };
+    assert!(receipt.is_error);
+    assert_eq!(
+        receipt.code,
+        agentsessions_proto::v1::tool_result::Code::ApprovalDenied as i32
+    );
+}
+
+#[test]
+fn resume_of_an_approved_gate_without_an_executor_seals_without_writing() {
+    let (log, states) = decided_gate(true);
+    let mut s = setup(Mode::Resume, log[2..].to_vec(), 5);
+    s.approvals = states;
+    s.has_executor = false;
+    let mut rig = Rig::new(s, log);
+    let out = rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    assert_eq!(out, vec![Action::Close]);
+    assert_eq!(rig.ending(), Ending::Failed(TurnError::MissingToolExecutor));
+    assert_eq!(rig.log.len(), 5);
+}
+
+#[test]
+fn events_queued_while_an_append_is_outstanding_are_processed_in_order() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let first = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("a")),
+    );
+    assert!(
+        rig.event(
+            EventKind::EventOutput,
+            Body::Message(events::assistant_text("b"))
+        )
+        .is_empty(),
+        "the second output waits for the first append"
+    );
+    let out = rig.appended(&first[0]);
+    let Some(Action::Append {
+        expected_last_seq: 1,
+        ..
+    }) = out.last()
+    else {
+        panic!("{out:?}")
+    };
+}
+
+#[test]
+fn an_event_for_another_execution_fails_the_turn() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let mut ev = events::output("other", events::assistant_text("x"));
+    ev.execution_id = "other".into();
+    let out = rig.harness(HarnessInput::Event(ev));
+    assert_eq!(out[0], Action::Close);
+    assert!(matches!(&out[1], Action::Append { .. }));
+}
