@@ -478,7 +478,8 @@ pub type GoMap = BTreeMap<String, GoValue>;
 /// Go decodes every JSON number into a float64. An integer literal whose
 /// magnitude exceeds 2^53 would be silently rounded there; it is kept apart
 /// here so the conversion can refuse it instead of hashing a different value
-/// than the one written.
+/// than the one written. An integer literal too long for 64 bits reaches
+/// the decoder only as a float, so it is taken as one (rounded, as in Go).
 #[derive(Debug, Clone, PartialEq)]
 pub enum GoValue {
     Null,
