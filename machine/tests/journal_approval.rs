@@ -413,7 +413,8 @@ fn bad_evidence_is_rejected_with_its_error_class() {
 
 #[test]
 fn continuation_past_an_open_gate_is_rejected() {
-    let extras: [(&str, fn() -> Event); 6] = [
+    type Extra = (&'static str, fn() -> Event);
+    let extras: [Extra; 6] = [
         ("model call", || model_call(E1)),
         ("output", || output(E1, "x")),
         ("another gate", || gated_call(E1, "c2")),

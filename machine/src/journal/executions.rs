@@ -393,15 +393,16 @@ pub fn check_inherited_intent(records: &[LogRecord], e: &Execution) -> Result<()
             }
             EventKind::EventToolResult => {
                 let answered = event(r).and_then(body::result).map(|res| res.id.as_str());
-                if let (Some((call_id, pre_fork)), Some(res_id)) = (&preceding, answered) {
-                    if call_id == res_id {
+                // Any result ends adjacency; only a matching one resolves.
+                match (preceding.take(), answered) {
+                    (Some((call_id, pre_fork)), Some(res_id)) if call_id == res_id => {
                         unresolved -= 1;
-                        if *pre_fork {
+                        if pre_fork {
                             inherited -= 1;
                         }
                     }
+                    _ => {}
                 }
-                preceding = None;
             }
             EventKind::EventModelCall | EventKind::EventOutput | EventKind::EventUsage => {
                 preceding = None;
