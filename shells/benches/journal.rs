@@ -1,1 +1,328 @@
-fn main() {}
+//! SQLite journal benchmarks (`cargo bench -p agentsessions-shells --bench journal`).
+//!
+//! Prints, from one run:
+//! 1. single-session durable append latency (p50/p99), ours vs a raw
+//!    rusqlite insert+commit of an equally sized row with the same pragmas;
+//! 2. aggregate durable appends/s at 1, 8 and 64 concurrent sessions, group
+//!    commit vs one transaction per append (the same store, `max_batch = 1`);
+//! 3. `list_sessions` page latency with 1M sessions, and process RSS.
+//!
+//! Databases live in a temp dir on the real disk (`JOURNAL_BENCH_DIR`
+//! overrides). `JOURNAL_BENCH_SCALE` (default 1.0) scales iteration counts,
+//! durations and the session count, e.g. 0.1 for a quick smoke run.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentsessions_proto::v1::{Event, EventKind, Message, Part, TextPart, event, part};
+use agentsessions_shells::journal::encode::encode_event;
+use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions, schema};
+use agentsessions_shells::journal::{AppendBatch, JournalStore, ListSessions, page_token};
+use rusqlite::{Connection, params};
+
+fn scale() -> f64 {
+    std::env::var("JOURNAL_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0)
+}
+
+fn scaled(n: f64) -> usize {
+    ((n * scale()) as usize).max(1)
+}
+
+fn ev(i: usize) -> Event {
+    Event {
+        execution_id: "exec-bench".into(),
+        kind: EventKind::EventOutput as i32,
+        body: Some(event::Body::Message(Message {
+            role: "assistant".into(),
+            parts: vec![Part {
+                part: Some(part::Part::Text(TextPart {
+                    text: format!("{i:08} {}", "y".repeat(200)),
+                })),
+            }],
+        })),
+        ..Default::default()
+    }
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn raw_conn(path: &Path) -> Connection {
+    let c = Connection::open(path).unwrap();
+    schema::configure(&c).unwrap();
+    schema::enable_wal(&c).unwrap();
+    schema::enable_full_sync(&c).unwrap();
+    c.execute_batch(schema::SCHEMA_V1).unwrap();
+    c
+}
+
+fn latency(dir: &Path, rt: &tokio::runtime::Runtime) {
+    let n = scaled(2000.0);
+    let store = SqliteJournal::open(dir.join("latency.db"), SqliteOptions::default()).unwrap();
+    let raw = raw_conn(&dir.join("raw.db"));
+    let blob_len = encode_event(&ev(0)).len();
+    let hash = "a".repeat(64);
+    let mut ours = Vec::with_capacity(n);
+    let mut base = Vec::with_capacity(n);
+    let mut head = 0i64;
+    // Interleave blocks so disk and neighbour noise hit both sides alike.
+    for block in 0..n.div_ceil(50) {
+        for i in 0..50.min(n - block * 50) {
+            let e = ev(block * 50 + i);
+            let t = Instant::now();
+            let recs = rt
+                .block_on(store.append(AppendBatch {
+                    session: "lat".into(),
+                    expected_last_seq: head,
+                    fence: 0,
+                    events: vec![e],
+                    now_unix_nanos: 1,
+                }))
+                .unwrap();
+            ours.push(t.elapsed());
+            head = recs[0].seq;
+        }
+        for i in 0..50.min(n - block * 50) {
+            let seq = (block * 50 + i + 1) as i64;
+            let blob = vec![0x5au8; blob_len];
+            let t = Instant::now();
+            raw.execute_batch("BEGIN IMMEDIATE").unwrap();
+            raw.prepare_cached("INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, 0, ?5)")
+                .unwrap()
+                .execute(params!["lat", seq, hash, hash, blob])
+                .unwrap();
+            raw.execute_batch("COMMIT").unwrap();
+            base.push(t.elapsed());
+        }
+    }
+    ours.sort();
+    base.sort();
+    let (o50, o99, b50, b99) = (
+        pct(&ours, 0.5),
+        pct(&ours, 0.99),
+        pct(&base, 0.5),
+        pct(&base, 0.99),
+    );
+    println!(
+        "## 1. single-session durable append latency ({n} appends each, {blob_len} B event blob)"
+    );
+    println!("| | p50 µs | p99 µs |");
+    println!("|---|---|---|");
+    println!("| journal append | {:.0} | {:.0} |", us(o50), us(o99));
+    println!(
+        "| raw rusqlite insert+commit | {:.0} | {:.0} |",
+        us(b50),
+        us(b99)
+    );
+    println!(
+        "ratio p50 {:.2}x, p99 {:.2}x (goal <= 1.2x)\n",
+        o50.as_secs_f64() / b50.as_secs_f64(),
+        o99.as_secs_f64() / b99.as_secs_f64()
+    );
+}
+
+fn throughput_one(
+    dir: &Path,
+    rt: &tokio::runtime::Runtime,
+    sessions: usize,
+    max_batch: usize,
+    secs: f64,
+) -> f64 {
+    let name = format!("tp-{sessions}-{max_batch}.db");
+    let store = SqliteJournal::open(
+        dir.join(name),
+        SqliteOptions {
+            max_batch,
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let total: usize = rt.block_on(async {
+        let tasks: Vec<_> = (0..sessions)
+            .map(|s| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let session = format!("s{s}");
+                    let mut head = 0;
+                    while Instant::now() < deadline {
+                        let recs = store
+                            .append(AppendBatch {
+                                session: session.clone(),
+                                expected_last_seq: head,
+                                fence: 0,
+                                events: vec![ev(head as usize)],
+                                now_unix_nanos: 1,
+                            })
+                            .await
+                            .unwrap();
+                        head = recs[0].seq;
+                    }
+                    head as usize
+                })
+            })
+            .collect();
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        total
+    });
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+fn throughput(dir: &Path, rt: &tokio::runtime::Runtime) {
+    let secs = 3.0 * scale();
+    println!("## 2. aggregate durable appends/s ({secs:.1} s per cell)");
+    println!("| concurrent sessions | group commit | txn per append | ratio |");
+    println!("|---|---|---|---|");
+    for sessions in [1, 8, 64] {
+        let grouped = throughput_one(dir, rt, sessions, 512, secs);
+        let single = throughput_one(dir, rt, sessions, 1, secs);
+        println!(
+            "| {sessions} | {grouped:.0} | {single:.0} | {:.1}x |",
+            grouped / single
+        );
+    }
+    println!("(goal: >= 10x at 64)\n");
+}
+
+fn uid_of(i: usize) -> String {
+    // Multiplying by an odd constant is a bijection on u64: unique, unordered.
+    format!(
+        "sess-{:016x}",
+        (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    )
+}
+
+fn ts_of(i: usize) -> i64 {
+    1_700_000_000_000_000_000 + (i / 3) as i64 * 1000
+}
+
+fn listing(dir: &Path, rt: &tokio::runtime::Runtime) {
+    let n = scaled(1_000_000.0);
+    let path = dir.join("list.db");
+    drop(SqliteJournal::open(&path, SqliteOptions::default()).unwrap());
+    let load = Instant::now();
+    {
+        // Bulk load directly: the benchmark is about reading, not writing.
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA synchronous=OFF; BEGIN").unwrap();
+        let mut stmt = c
+            .prepare("INSERT INTO sessions(session, fence, project, name, compute_state, created_at, updated_at) VALUES (?1, 0, ?2, 'n', 'NONE', ?3, ?3)")
+            .unwrap();
+        for i in 0..n {
+            // Three sessions per timestamp, so ties exercise the uid order;
+            // one in ten in another project.
+            let project = if i % 10 == 0 { "other" } else { "bench" };
+            stmt.execute(params![uid_of(i), project, ts_of(i)]).unwrap();
+        }
+        drop(stmt);
+        c.execute_batch("COMMIT").unwrap();
+    }
+    let load = load.elapsed();
+    let store = SqliteJournal::open(&path, SqliteOptions::default()).unwrap();
+    let list = |token: String| {
+        rt.block_on(store.list_sessions(ListSessions {
+            project: "bench".into(),
+            page_size: 50,
+            page_token: token,
+        }))
+        .unwrap()
+    };
+    // Resume tokens at random rows across the whole keyspace (built from the
+    // same formulas as the load), so deep pages are as deep as they get.
+    let mut rng = fastrand::Rng::with_seed(7);
+    let tokens: Vec<String> = (0..256)
+        .map(|_| {
+            loop {
+                let i = rng.usize(..n);
+                if i % 10 != 0 {
+                    break page_token::encode(ts_of(i), &uid_of(i));
+                }
+            }
+        })
+        .collect();
+    let _ = list(String::new());
+    let rss_before = rss_kib();
+    let mut first = Vec::new();
+    let mut deep = Vec::new();
+    let rounds = scaled(400.0);
+    for i in 0..rounds {
+        let t = Instant::now();
+        let p = list(String::new());
+        first.push(t.elapsed());
+        assert_eq!(p.sessions.len(), 50);
+        let tok = tokens[i % tokens.len()].clone();
+        let t = Instant::now();
+        let p = list(tok);
+        deep.push(t.elapsed());
+        assert!(!p.sessions.is_empty());
+    }
+    let rss_after = rss_kib();
+    first.sort();
+    deep.sort();
+    println!("## 3. list_sessions with {n} sessions (bulk load {load:.1?})");
+    println!("| page | p50 µs | p99 µs |");
+    println!("|---|---|---|");
+    println!(
+        "| first page (50) | {:.0} | {:.0} |",
+        us(pct(&first, 0.5)),
+        us(pct(&first, 0.99))
+    );
+    println!(
+        "| resumed deep page (50) | {:.0} | {:.0} |",
+        us(pct(&deep, 0.5)),
+        us(pct(&deep, 0.99))
+    );
+    println!(
+        "RSS before listing {rss_before} KiB, after {} pages {rss_after} KiB (delta {} KiB); goal p50 <= 5 ms\n",
+        rounds * 2,
+        rss_after as i64 - rss_before as i64
+    );
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument, if any, is ignored.
+    let base = std::env::var_os("JOURNAL_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("journal-bench-")
+        .tempdir_in(base)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "# journal bench (scale {}, dir {})\n",
+        scale(),
+        dir.path().display()
+    );
+    println!("RSS at start {} KiB\n", rss_kib());
+    let t = Instant::now();
+    latency(dir.path(), &rt);
+    throughput(dir.path(), &rt);
+    listing(dir.path(), &rt);
+    println!("total {:.1?}", t.elapsed());
+}
