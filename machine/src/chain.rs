@@ -156,7 +156,11 @@ pub fn verify(records: &[LogRecord]) -> Result<(), ChainError> {
 
 /// Verifies a range of a chain whose first record must be `first_seq` and
 /// link to `prev_hash`.
-pub fn verify_from(prev_hash: &str, first_seq: i64, records: &[LogRecord]) -> Result<(), ChainError> {
+pub fn verify_from(
+    prev_hash: &str,
+    first_seq: i64,
+    records: &[LogRecord],
+) -> Result<(), ChainError> {
     let mut v = ChainVerifier::resume(prev_hash, first_seq);
     records.iter().try_for_each(|r| v.push(r))
 }

@@ -8,8 +8,8 @@ use agentsessions_machine::canon::{self, CanonError};
 use agentsessions_proto::v1::{Event, ToolCall, event};
 use pbjson_types::value::Kind;
 use pbjson_types::{Struct, Value};
-use prost::Message as _;
 use proptest::prelude::*;
+use prost::Message as _;
 use support::{arb, oracle};
 
 fn config() -> ProptestConfig {
@@ -124,6 +124,36 @@ proptest! {
         }
         expected.push('}');
         prop_assert_eq!(oracle::show(&bytes), expected);
+    }
+}
+
+/// Calendar edges: every 37th day across years 1..=9999 plus fixed corners
+/// (leap days, century rules, the range ends) format like the wkt type.
+#[test]
+fn timestamp_sweep_matches_wkt() {
+    use agentsessions_proto::wkt::{MAX_SECONDS, MIN_SECONDS, Timestamp};
+    let corners = [
+        (MIN_SECONDS, 0),
+        (MAX_SECONDS, 999_999_999),
+        (0, 0),
+        (-1, 999_999_999),
+        (951_782_400, 1_000_000), // 2000-02-29
+        (-2_203_891_200, 1_000),  // 1900-03-01
+        (1_709_164_800, 1),       // 2024-02-29
+    ];
+    let sweep = (0..)
+        .map(|i: i64| MIN_SECONDS + i * (37 * 86_400 + 3_607))
+        .take_while(|s| *s <= MAX_SECONDS)
+        .map(|s| (s, (s.rem_euclid(4) * 250_000_000) as i32));
+    for (s, n) in corners.into_iter().chain(sweep) {
+        let ts = Timestamp::new(s, n);
+        let ev = Event {
+            ts: Some(ts),
+            ..Default::default()
+        };
+        let got = canon::canonical_event(&ev).unwrap();
+        let want = format!("{{\"ts\":\"{}\"}}", ts.to_rfc3339().unwrap());
+        assert_eq!(oracle::show(&got), want, "{s} {n}");
     }
 }
 

@@ -6,10 +6,10 @@ mod support;
 
 use agentsessions_machine::canon::{self, CanonError};
 use agentsessions_proto::v1::{
-    ApprovalResult, Capabilities, DataPart, Event, EventKind, ExecutionStart, FilePart,
-    HarnessEnd, HarnessSpec, IdentityRef, Lifecycle, Message, ModelCall, Part, ReasoningPart,
-    RemotePlacement, Resumability, TextPart, ToolCall, ToolResult, event, file_part,
-    harness_spec, lifecycle, part, reasoning_part, tool_result,
+    ApprovalResult, Capabilities, DataPart, Event, EventKind, ExecutionStart, FilePart, HarnessEnd,
+    HarnessSpec, IdentityRef, Lifecycle, Message, ModelCall, Part, ReasoningPart, RemotePlacement,
+    Resumability, TextPart, ToolCall, ToolResult, event, file_part, harness_spec, lifecycle, part,
+    reasoning_part, tool_result,
 };
 use agentsessions_proto::wkt::Timestamp;
 use pbjson_types::value::Kind;
@@ -240,7 +240,10 @@ fn fixture_completed_json_records() {
     let mut prev = String::new();
     for (i, ev) in events.iter().enumerate() {
         let seq = i as i64 + 1;
-        let bytes = format!(r#"{{"event":{},"prev_hash":"{prev}","seq":"{seq}"}}"#, bodies[i]);
+        let bytes = format!(
+            r#"{{"event":{},"prev_hash":"{prev}","seq":"{seq}"}}"#,
+            bodies[i]
+        );
         check(&prev, seq, ev, &bytes, COMPLETED_HASHES[i]);
         prev = COMPLETED_HASHES[i].to_owned();
     }
@@ -384,7 +387,10 @@ fn wire_event_only_forms() {
 /// Go byte-wise; these single-body vectors are not affected.
 #[test]
 fn wire_binary_protobuf_vectors() {
-    assert_eq!(hex::encode(tool_result_c1().encode_to_vec()), "38055a040a026331");
+    assert_eq!(
+        hex::encode(tool_result_c1().encode_to_vec()),
+        "38055a040a026331"
+    );
     assert_eq!(
         hex::encode(approval_result_c1().encode_to_vec()),
         "38076a080a0263311a026e6f"
@@ -447,7 +453,10 @@ fn jcs_edge_cases_in_struct_values() {
         body: Some(event::Body::Result(ToolResult {
             id: "edge".into(),
             output: Some(Struct {
-                fields: fields.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                fields: fields
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
             }),
             ..Default::default()
         })),
@@ -542,10 +551,15 @@ fn unknown_enum_numbers_are_written_as_numbers() {
 fn string_map_keys_sorted_by_utf16() {
     let ev = Event {
         body: Some(event::Body::Model(ModelCall {
-            params: [("\u{e000}", "pua"), ("😀", "astral"), ("a", "x"), ("B", "y")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
+            params: [
+                ("\u{e000}", "pua"),
+                ("😀", "astral"),
+                ("a", "x"),
+                ("B", "y"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
             ..Default::default()
         })),
         ..Default::default()
@@ -612,7 +626,13 @@ fn deterministic_over_200_runs() {
     for _ in 0..200 {
         // A fresh clone rebuilds the HashMap with a new random iteration order.
         let again = ev.clone();
-        assert_eq!(canon::canonical_record(GOLDEN_HASH, 2, &again).unwrap(), first);
-        assert_eq!(canon::content_hash(GOLDEN_HASH, 2, &again).unwrap(), first_hash);
+        assert_eq!(
+            canon::canonical_record(GOLDEN_HASH, 2, &again).unwrap(),
+            first
+        );
+        assert_eq!(
+            canon::content_hash(GOLDEN_HASH, 2, &again).unwrap(),
+            first_hash
+        );
     }
 }

@@ -95,8 +95,7 @@ fn go_written_chain_verifies() {
 #[test]
 fn tampered_body_is_a_content_mismatch_at_that_seq() {
     let mut recs = completed_chain();
-    if let Some(event::Body::Message(m)) = recs[2].event.as_mut().and_then(|e| e.body.as_mut())
-    {
+    if let Some(event::Body::Message(m)) = recs[2].event.as_mut().and_then(|e| e.body.as_mut()) {
         m.role = "user".into();
     }
     match chain::verify(&recs) {
@@ -136,16 +135,10 @@ fn tampered_stored_hash_is_detected_where_it_sits() {
 fn broken_link_names_the_seq() {
     let mut recs = completed_chain();
     recs[3].prev_hash = recs[1].content_hash.clone();
-    assert_eq!(
-        chain::verify(&recs),
-        Err(ChainError::BrokenLink { seq: 4 })
-    );
+    assert_eq!(chain::verify(&recs), Err(ChainError::BrokenLink { seq: 4 }));
     let mut recs = completed_chain();
     recs[0].prev_hash = "0".repeat(64);
-    assert_eq!(
-        chain::verify(&recs),
-        Err(ChainError::BrokenLink { seq: 1 })
-    );
+    assert_eq!(chain::verify(&recs), Err(ChainError::BrokenLink { seq: 1 }));
 }
 
 #[test]

@@ -224,12 +224,12 @@ pub(crate) fn write_event(out: &mut Vec<u8>, ev: &Event) -> Result<(), CanonErro
     // before the first fixed field whose name sorts after it.
     let mut body = ev.body.as_ref().map(|b| (body_key(b), b));
     let mut body_before = |o: &mut Obj<'_>, next: &str| -> Result<(), CanonError> {
-        if let Some((k, b)) = body {
-            if k < next {
-                body = None;
-                let out = o.key(k);
-                write_body(out, b, depth + 1).map_err(|e| e.at_key(k))?;
-            }
+        if let Some((k, b)) = body
+            && k < next
+        {
+            body = None;
+            let out = o.key(k);
+            write_body(out, b, depth + 1).map_err(|e| e.at_key(k))?;
         }
         Ok(())
     };
@@ -258,17 +258,79 @@ pub(crate) fn write_event(out: &mut Vec<u8>, ev: &Event) -> Result<(), CanonErro
     Ok(())
 }
 
+/// RFC 3339 in UTC with a `Z` suffix and 0, 3, 6 or 9 fraction digits, the
+/// form protojson writes (same output as `wkt::Timestamp::to_rfc3339`, which
+/// a property test checks). Formatted by hand because this runs once per
+/// hashed record and the general-purpose path allocates.
 fn write_timestamp(out: &mut Vec<u8>, ts: &Timestamp) -> Result<(), CanonError> {
-    let s = ts
-        .to_rfc3339()
-        .map_err(|_| CanonError::TimestampOutOfRange {
+    if ts.validate().is_err() {
+        return Err(CanonError::TimestampOutOfRange {
             seconds: ts.seconds,
             nanos: ts.nanos,
-        })?;
+        });
+    }
+    let days = ts.seconds.div_euclid(86_400);
+    let secs_of_day = ts.seconds.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    let mut b = [0u8; 32];
+    // validate() bounds the year to 1..=9999, so four digits suffice.
+    put_digits(&mut b[0..4], year as u64);
+    b[4] = b'-';
+    put_digits(&mut b[5..7], month);
+    b[7] = b'-';
+    put_digits(&mut b[8..10], day);
+    b[10] = b'T';
+    put_digits(&mut b[11..13], (secs_of_day / 3600) as u64);
+    b[13] = b':';
+    put_digits(&mut b[14..16], (secs_of_day / 60 % 60) as u64);
+    b[16] = b':';
+    put_digits(&mut b[17..19], (secs_of_day % 60) as u64);
+    let mut n = 19;
+    // Fraction digits come in groups of three, trailing zero groups dropped.
+    let nanos = ts.nanos as u64; // validate() guarantees 0..1e9
+    let (frac, width) = if nanos == 0 {
+        (0, 0)
+    } else if nanos.is_multiple_of(1_000_000) {
+        (nanos / 1_000_000, 3)
+    } else if nanos.is_multiple_of(1_000) {
+        (nanos / 1_000, 6)
+    } else {
+        (nanos, 9)
+    };
+    if width > 0 {
+        b[n] = b'.';
+        put_digits(&mut b[n + 1..n + 1 + width], frac);
+        n += 1 + width;
+    }
+    b[n] = b'Z';
+    n += 1;
     out.push(b'"');
-    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(&b[..n]);
     out.push(b'"');
     Ok(())
+}
+
+/// Writes `v` as exactly `dst.len()` decimal digits, zero-padded.
+fn put_digits(dst: &mut [u8], mut v: u64) {
+    for d in dst.iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+}
+
+/// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01,
+/// by the era-based method of H. Hinnant's `civil_from_days`.
+fn civil_from_days(days: i64) -> (i64, u64, u64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of era, 0..=146096
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // 0..=365
+    let mp = (5 * doy + 2) / 153; // March-based month, 0..=11
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u64;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u64;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 fn write_identity(out: &mut Vec<u8>, a: &IdentityRef) {
@@ -300,8 +362,14 @@ fn write_part(out: &mut Vec<u8>, p: &Part, depth: usize) -> Result<(), CanonErro
                 "data",
                 write_data(o.key("data"), d.data.as_ref(), depth + 1),
             ),
-            P::Reasoning(r) => ("reasoning", write_reasoning(o.key("reasoning"), r, depth + 1)),
-            P::ToolCall(t) => ("tool_call", write_tool_call(o.key("tool_call"), t, depth + 1)),
+            P::Reasoning(r) => (
+                "reasoning",
+                write_reasoning(o.key("reasoning"), r, depth + 1),
+            ),
+            P::ToolCall(t) => (
+                "tool_call",
+                write_tool_call(o.key("tool_call"), t, depth + 1),
+            ),
             P::ToolResult(t) => (
                 "tool_result",
                 write_tool_result(o.key("tool_result"), t, depth + 1),

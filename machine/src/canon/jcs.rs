@@ -40,36 +40,63 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let mut i = 0;
+    while i < bytes.len() {
+        // Most text needs no escaping: skip it eight bytes at a time.
+        if let Some(word) = bytes.get(i..i + 8) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(word);
+            if !word_needs_escape(u64::from_le_bytes(w)) {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
         let class = ESCAPE[b as usize];
-        if class == 0 {
-            continue;
+        if class != 0 {
+            out.extend_from_slice(&bytes[start..i]);
+            start = i + 1;
+            write_escape(out, b, class);
         }
-        out.extend_from_slice(&bytes[start..i]);
-        start = i + 1;
-        if class == 1 {
-            let c = match b {
-                0x08 => b'b',
-                0x09 => b't',
-                0x0a => b'n',
-                0x0c => b'f',
-                0x0d => b'r',
-                other => other, // '"' and '\\' escape as themselves
-            };
-            out.extend_from_slice(&[b'\\', c]);
-        } else {
-            out.extend_from_slice(&[
-                b'\\',
-                b'u',
-                b'0',
-                b'0',
-                HEX_LOWER[(b >> 4) as usize],
-                HEX_LOWER[(b & 0xf) as usize],
-            ]);
-        }
+        i += 1;
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+}
+
+/// Whether any of the eight bytes in `w` is `"`, `\` or below 0x20, by the
+/// usual SWAR tests (exact for existence; which byte is not needed).
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+    (below_space | quote | backslash) != 0
+}
+
+fn write_escape(out: &mut Vec<u8>, b: u8, class: u8) {
+    if class == 1 {
+        let c = match b {
+            0x08 => b'b',
+            0x09 => b't',
+            0x0a => b'n',
+            0x0c => b'f',
+            0x0d => b'r',
+            other => other, // '"' and '\\' escape as themselves
+        };
+        out.extend_from_slice(&[b'\\', c]);
+    } else {
+        out.extend_from_slice(&[
+            b'\\',
+            b'u',
+            b'0',
+            b'0',
+            HEX_LOWER[(b >> 4) as usize],
+            HEX_LOWER[(b & 0xf) as usize],
+        ]);
+    }
 }
 
 /// Appends a decimal integer (no quotes).
@@ -265,6 +292,30 @@ mod tests {
     }
 
     #[test]
+    fn word_check_agrees_with_table() {
+        for b in 0..=255u8 {
+            for pos in 0..8 {
+                let mut w = [b'a'; 8];
+                w[pos] = b;
+                let want = ESCAPE[b as usize] != 0;
+                assert_eq!(
+                    word_needs_escape(u64::from_le_bytes(w)),
+                    want,
+                    "{b} at {pos}"
+                );
+            }
+        }
+        // Bytes just around the thresholds, all eight set.
+        for b in [
+            0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c, 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff,
+        ] {
+            let want = ESCAPE[b as usize] != 0;
+            assert_eq!(word_needs_escape(u64::from_le_bytes([b; 8])), want, "{b}");
+        }
+        assert_eq!(s("0123456789abcdef\"x"), r#""0123456789abcdef\"x""#);
+    }
+
+    #[test]
     fn numbers_in_ecmascript_form() {
         assert_eq!(f(1.0), "1");
         assert_eq!(f(-0.0), "0");
@@ -296,8 +347,21 @@ mod tests {
     #[test]
     fn utf16_order_matches_encode_utf16() {
         let keys = [
-            "", "a", "ab", "b", "é", "\u{e000}", "\u{ffff}", "😀", "😀a", "\u{10000}", "\u{d7ff}",
-            "\u{7f}", "\u{80}", "z\u{e000}", "z😀",
+            "",
+            "a",
+            "ab",
+            "b",
+            "é",
+            "\u{e000}",
+            "\u{ffff}",
+            "😀",
+            "😀a",
+            "\u{10000}",
+            "\u{d7ff}",
+            "\u{7f}",
+            "\u{80}",
+            "z\u{e000}",
+            "z😀",
         ];
         for a in keys {
             for b in keys {

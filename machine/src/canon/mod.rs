@@ -54,8 +54,8 @@ impl CanonError {
     /// stays unambiguous.
     pub(crate) fn at_key(self, key: &str) -> Self {
         self.map_path(|p| {
-            let plain = !key.is_empty()
-                && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let plain =
+                !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             let seg = if plain {
                 key.to_owned()
             } else {
@@ -140,8 +140,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 /// Registration is rare, so this goes through the pbjson serializer and the
 /// generic JCS writer rather than a dedicated fast path.
 pub fn spec_digest(spec: &HarnessSpec) -> Result<String, CanonError> {
-    let value =
-        serde_json::to_value(spec).map_err(|e| CanonError::Proto3Json(e.to_string()))?;
+    let value = serde_json::to_value(spec).map_err(|e| CanonError::Proto3Json(e.to_string()))?;
     let bytes = canonical_json_value(&value)?;
     Ok(format!("sha256:{}", sha256_hex(&bytes)))
 }

@@ -7,10 +7,10 @@
 //! for no-panic tests.
 
 use agentsessions_proto::v1::{
-    ApprovalRef, ApprovalRequest, ApprovalResult, DataPart, Error, Event, ExecutionStart,
-    FilePart, HarnessEnd, IdentityRef, Lifecycle, LogRecord, Message, ModelCall, Part,
-    ReasoningPart, TextPart, ToolCall, ToolChoice, ToolDefinition, ToolResult, Usage, event,
-    file_part, part, reasoning_part,
+    ApprovalRef, ApprovalRequest, ApprovalResult, DataPart, Error, Event, ExecutionStart, FilePart,
+    HarnessEnd, IdentityRef, Lifecycle, LogRecord, Message, ModelCall, Part, ReasoningPart,
+    TextPart, ToolCall, ToolChoice, ToolDefinition, ToolResult, Usage, event, file_part, part,
+    reasoning_part,
 };
 use agentsessions_proto::wkt::{MAX_SECONDS, MIN_SECONDS, Timestamp};
 use pbjson_types::value::Kind;
@@ -21,9 +21,33 @@ use proptest::prelude::*;
 /// Characters that stress JCS: escapes, controls, DEL, separators, the
 /// private-use block that sorts differently in UTF-16, astral characters.
 const SPECIAL: &[char] = &[
-    '"', '\\', '/', '\u{0}', '\u{1}', '\u{8}', '\t', '\n', '\u{b}', '\u{c}', '\r', '\u{1f}',
-    '\u{7f}', '\u{80}', '\u{2028}', '\u{2029}', 'é', '\u{d7ff}', '\u{e000}', '\u{fffd}',
-    '\u{ffff}', '😀', '\u{10000}', '\u{10ffff}', '<', '>', '&',
+    '"',
+    '\\',
+    '/',
+    '\u{0}',
+    '\u{1}',
+    '\u{8}',
+    '\t',
+    '\n',
+    '\u{b}',
+    '\u{c}',
+    '\r',
+    '\u{1f}',
+    '\u{7f}',
+    '\u{80}',
+    '\u{2028}',
+    '\u{2029}',
+    'é',
+    '\u{d7ff}',
+    '\u{e000}',
+    '\u{fffd}',
+    '\u{ffff}',
+    '😀',
+    '\u{10000}',
+    '\u{10ffff}',
+    '<',
+    '>',
+    '&',
 ];
 
 pub fn any_char() -> impl Strategy<Value = char> {
@@ -151,7 +175,13 @@ pub fn identity() -> impl Strategy<Value = IdentityRef> {
 }
 
 pub fn tool_call(wild: bool) -> BoxedStrategy<ToolCall> {
-    (text(), text(), opt_struct(wild), enumeration(3, wild), text())
+    (
+        text(),
+        text(),
+        opt_struct(wild),
+        enumeration(3, wild),
+        text(),
+    )
         .prop_map(|(id, tool, args, mediation, idempotency_key)| ToolCall {
             id,
             tool,
@@ -257,13 +287,12 @@ pub fn message(wild: bool) -> BoxedStrategy<Message> {
 }
 
 pub fn model_call(wild: bool) -> BoxedStrategy<ModelCall> {
-    let tool_def = (text(), text(), opt_struct(wild)).prop_map(|(name, description, s)| {
-        ToolDefinition {
+    let tool_def =
+        (text(), text(), opt_struct(wild)).prop_map(|(name, description, s)| ToolDefinition {
             name,
             description,
             input_schema: s,
-        }
-    });
+        });
     let choice = (enumeration(3, wild), text()).prop_map(|(mode, name)| ToolChoice { mode, name });
     (
         (text(), btree_map(text(), text(), 0..4), text(), text()),
@@ -331,12 +360,12 @@ pub fn body(wild: bool) -> BoxedStrategy<Option<event::Body>> {
         model_call(wild).prop_map(|m| Some(Body::Model(m))),
         tool_call(wild).prop_map(|t| Some(Body::Tool(t))),
         tool_result(wild).prop_map(|r| Some(Body::Result(r))),
-        (text(), text()).prop_map(|(tool_call_id, reason)| Some(Body::Approval(
-            ApprovalRequest {
+        (text(), text()).prop_map(
+            |(tool_call_id, reason)| Some(Body::Approval(ApprovalRequest {
                 tool_call_id,
                 reason
-            }
-        ))),
+            }))
+        ),
         (text(), any::<bool>(), text(), int64()).prop_map(
             |(tool_call_id, approved, reason, request_seq)| Some(Body::ApprovalResult(
                 ApprovalResult {
@@ -347,14 +376,12 @@ pub fn body(wild: bool) -> BoxedStrategy<Option<event::Body>> {
                 }
             ))
         ),
-        (text(), int64(), int64(), int64()).prop_map(|(model, i, o, r)| Some(Body::Usage(
-            Usage {
-                model,
-                input_tokens: i,
-                output_tokens: o,
-                reasoning_tokens: r
-            }
-        ))),
+        (text(), int64(), int64(), int64()).prop_map(|(model, i, o, r)| Some(Body::Usage(Usage {
+            model,
+            input_tokens: i,
+            output_tokens: o,
+            reasoning_tokens: r
+        }))),
         lifecycle.prop_map(|l| Some(Body::Lifecycle(l))),
         (text(), proptest::option::of(error()))
             .prop_map(|(state, error)| Some(Body::End(HarnessEnd { state, error }))),
@@ -396,11 +423,7 @@ pub fn event(wild: bool) -> BoxedStrategy<Event> {
 
 /// A prev_hash as it may appear in a record (usually hex, sometimes odd).
 pub fn prev_hash() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just(String::new()),
-        "[0-9a-f]{64}",
-        text(),
-    ]
+    prop_oneof![Just(String::new()), "[0-9a-f]{64}", text(),]
 }
 
 /// A valid chain of `1..max` records built from arbitrary valid events.
