@@ -25,7 +25,7 @@ fn make_event(i: usize) -> Event {
     let text = format!(
         "Step {i}: found {n} matching files under \"src/\"; reviewing the \
          largest first.\nNext: run the test suite again and report any \
-         failures with file names and line numbers.",
+         failures by file.",
         n = i % 97
     );
     Event {
