@@ -32,7 +32,14 @@ pub enum InputHashError {
     /// The Go host rejects a tool choice mode it does not know.
     #[error("unknown tool choice mode {mode}")]
     UnknownToolChoiceMode { mode: i32 },
+    /// Only hand-built values get this deep; decoded protobuf stops at 100.
+    #[error("request nests deeper than {limit}")]
+    TooDeep { limit: usize },
 }
+
+/// Deepest part or Struct nesting encoded; it keeps a hand-built value from
+/// exhausting the stack.
+pub const MAX_DEPTH: usize = 512;
 
 /// The fields of Go's `api.ModelRequest`, borrowed from proto values.
 #[derive(Debug, Clone, Copy)]
@@ -115,9 +122,18 @@ pub fn encode_go_json(req: &ModelRequest<'_>) -> Result<Vec<u8>, InputHashError>
 #[derive(Default)]
 struct GoJson {
     out: String,
+    depth: usize,
 }
 
 impl GoJson {
+    fn enter(&mut self) -> Result<(), InputHashError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(InputHashError::TooDeep { limit: MAX_DEPTH });
+        }
+        Ok(())
+    }
+
     fn raw(&mut self, s: &str) {
         self.out.push_str(s);
     }
@@ -237,6 +253,13 @@ impl GoJson {
     /// The first four members are always written (null when unset); the
     /// tool members are omitempty.
     fn part(&mut self, p: &Part) -> Result<(), InputHashError> {
+        self.enter()?;
+        self.part_members(p)?;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn part_members(&mut self, p: &Part) -> Result<(), InputHashError> {
         let member = p.part.as_ref();
         self.raw("{\"Text\":");
         match member {
@@ -441,6 +464,13 @@ impl GoJson {
     }
 
     fn value(&mut self, v: &pbjson_types::Value) -> Result<(), InputHashError> {
+        self.enter()?;
+        self.value_inner(v)?;
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn value_inner(&mut self, v: &pbjson_types::Value) -> Result<(), InputHashError> {
         use pbjson_types::value::Kind;
         match &v.kind {
             None | Some(Kind::NullValue(_)) => self.raw("null"),

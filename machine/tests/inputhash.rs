@@ -616,3 +616,41 @@ fn bytes_are_padded_base64_and_uri_is_the_alternative() {
     }
     assert_eq!(s.matches(r#""Bytes":null,"URI":"""#).count(), 2, "{s}");
 }
+
+#[test]
+fn hand_built_nesting_is_bounded() {
+    let nest = |depth: usize| {
+        let mut v = num(1.0);
+        for _ in 0..depth {
+            v = Value {
+                kind: Some(Kind::ListValue(ListValue { values: vec![v] })),
+            };
+        }
+        v
+    };
+    let params = BTreeMap::new();
+    let ok = [msg("u", vec![data(obj(vec![("v", nest(500))]))])];
+    assert!(input_hash(&req(&ok, &params)).is_ok());
+    let deep = [msg("u", vec![data(obj(vec![("v", nest(2_000))]))])];
+    assert_eq!(
+        input_hash(&req(&deep, &params)),
+        Err(InputHashError::TooDeep {
+            limit: agentsessions_machine::inputhash::MAX_DEPTH
+        })
+    );
+    // Parts nest through reasoning summaries too.
+    let mut p = text("x");
+    for _ in 0..600 {
+        p = Part {
+            part: Some(part::Part::Reasoning(ReasoningPart {
+                summary: vec![p],
+                ..ReasoningPart::default()
+            })),
+        };
+    }
+    let m = [msg("u", vec![p])];
+    assert!(matches!(
+        input_hash(&req(&m, &params)),
+        Err(InputHashError::TooDeep { .. })
+    ));
+}
