@@ -13,6 +13,11 @@
 //!   approval gate, session status).
 //! - [`error`]: the error catalog.
 
+// Effects, outcomes and operation stages are moved once through a queue or
+// a state slot; boxing their large variants would add an allocation per
+// message for no measurable gain.
+#![allow(clippy::large_enum_variant)]
+
 pub mod canon;
 pub mod chain;
 pub mod error;
@@ -22,3 +27,5 @@ pub mod inputhash;
 pub mod interop;
 pub mod invocation;
 pub mod journal;
+mod ops;
+pub mod testkit;

@@ -411,6 +411,8 @@ pub enum Effect {
         id: EffectId,
         /// Route (registry name) to describe.
         harness: String,
+        /// The route's backend.
+        backend: super::config::Backend,
         /// Describe the harness behind this connection instead.
         conn: Option<ConnId>,
         /// Upper bound; the shell reports [`HarnessFailure::Timeout`].
@@ -422,6 +424,8 @@ pub enum Effect {
         id: EffectId,
         /// Route (registry name).
         harness: String,
+        /// The route's backend.
+        backend: super::config::Backend,
         /// The call.
         op: RuntimeOp,
     },
@@ -431,6 +435,8 @@ pub enum Effect {
         id: EffectId,
         /// Route (registry name).
         harness: String,
+        /// The route's backend.
+        backend: super::config::Backend,
         /// Harness address from the runtime.
         address: String,
         /// The connection's id for later frames and events.

@@ -229,6 +229,7 @@ pub struct Invocation {
     model_calls: usize,
     tool_calls: usize,
     closed: bool,
+    aborting: Option<TurnError>,
 }
 
 /// Most harness events the inbox holds before the run is failed; a harness
@@ -256,6 +257,7 @@ impl Invocation {
             model_calls: 0,
             tool_calls: 0,
             closed: false,
+            aborting: None,
         }
     }
 
@@ -280,6 +282,35 @@ impl Invocation {
             session: self.setup.session.clone(),
             execution_id: self.setup.wire_id.clone(),
             frame: Some(frame),
+        }
+    }
+
+    /// Ends the run from outside (deadline, cancellation): the connection
+    /// closes now; the audit ERROR is written once the outstanding action,
+    /// if any, has completed (its result is then ignored).
+    pub fn abort(&mut self, err: TurnError, out: &mut Vec<Action>) {
+        if self.finish.is_some() || self.aborting.is_some() {
+            return;
+        }
+        self.inbox.clear();
+        self.park = None;
+        if self.wait == Wait::Idle {
+            self.fail(err, out);
+        } else {
+            self.close(out);
+            self.aborting = Some(err);
+        }
+    }
+
+    /// After an outstanding action completes during an abort.
+    fn resolve_abort(&mut self, out: &mut Vec<Action>) -> bool {
+        match self.aborting.take() {
+            Some(err) => {
+                self.wait = Wait::Idle;
+                self.fail(err, out);
+                true
+            }
+            None => false,
         }
     }
 
@@ -314,6 +345,15 @@ impl Invocation {
         out: &mut Vec<Action>,
     ) {
         let wait = std::mem::replace(&mut self.wait, Wait::Idle);
+        if self.aborting.is_some() {
+            if let (Ok(records), Wait::Append(_)) = (&result, &wait) {
+                self.note_appended(records, out);
+            }
+            if !matches!(wait, Wait::ErrorRecord(_)) {
+                self.resolve_abort(out);
+                return;
+            }
+        }
         let records = match (result, wait) {
             (result, Wait::ErrorRecord(err)) => {
                 // Best effort: the run failed already, whatever happened here.
@@ -394,6 +434,9 @@ impl Invocation {
         let Wait::Model { reply_to } = std::mem::replace(&mut self.wait, Wait::Idle) else {
             panic!("model completion without an outstanding model call");
         };
+        if self.resolve_abort(out) {
+            return;
+        }
         match result {
             Err(e) => self.fail(TurnError::Model(e), out),
             Ok(reply) => {
@@ -421,6 +464,9 @@ impl Invocation {
         let Wait::Tool { call, gate } = std::mem::replace(&mut self.wait, Wait::Idle) else {
             panic!("tool completion without an outstanding tool call");
         };
+        if self.resolve_abort(out) {
+            return;
+        }
         match gate {
             None => match result {
                 // An ordinary executor failure writes no result; the intent

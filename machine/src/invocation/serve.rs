@@ -163,10 +163,11 @@ impl Invocation {
             .and_then(body::tool)
         {
             let next_gated = mediation_of(next) == Mediation::RequiresApproval;
-            if next.id != tc.id && !next_gated {
-                if let Some(rejection) = pre_intent_rejection(mediation) {
-                    return Err(rejection.into());
-                }
+            if next.id != tc.id
+                && !next_gated
+                && let Some(rejection) = pre_intent_rejection(mediation)
+            {
+                return Err(rejection.into());
             }
         }
         let Some(intent) = self.next_of(EventKind::EventToolCall) else {

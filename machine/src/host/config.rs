@@ -1,0 +1,112 @@
+//! Host configuration and the harness routing table.
+//!
+//! A route names a harness the host can serve and says where its runtime
+//! backend is. Static routes come from configuration (built-ins and
+//! `--harness name=address`); registered routes are added at run time by
+//! the HarnessRegistry service. The shells hold no routing state of their
+//! own: every Runtime, Describe and Dial effect carries the route's
+//! [`Backend`].
+
+use std::collections::BTreeMap;
+
+use agentsessions_proto::v1::HarnessSpec;
+
+/// Where a harness runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// A built-in harness served in process by the local runtime
+    /// (filesystem-only: snapshots are journal handles).
+    Local {
+        /// Built-in harness kind (`echo`, `chat`, `counter`, …).
+        kind: String,
+    },
+    /// A harness already running at an address (STATELESS_REPLAY only).
+    Remote {
+        /// `host:port`, `dns:///…` or `unix://path`.
+        address: String,
+    },
+    /// A backend whose runtime captures memory (for example a VM snapshot
+    /// service); the shell maps `kind` to it.
+    Memory {
+        /// Backend kind understood by the shell.
+        kind: String,
+    },
+}
+
+impl Backend {
+    /// Whether the runtime can snapshot memory (the CanPlace rule).
+    pub fn memory_snapshot(&self) -> bool {
+        matches!(self, Self::Memory { .. })
+    }
+
+    /// Whether the turn's own connection must be re-described before the
+    /// fence is minted (the address may serve a different harness than the
+    /// one admission described).
+    pub fn describes_live_harness(&self) -> bool {
+        matches!(self, Self::Remote { .. })
+    }
+}
+
+/// One servable harness.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Where it runs.
+    pub backend: Backend,
+    /// When non-empty, Describe must report this id.
+    pub descriptor_id: String,
+    /// Static (configured) or registered.
+    pub registered: bool,
+    /// The registered spec, if any.
+    pub spec: Option<HarnessSpec>,
+}
+
+/// Static configuration of one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostConfig {
+    /// Project for sessions created without one.
+    pub default_project: String,
+    /// Harness for sessions created without one.
+    pub default_harness: String,
+    /// Static routes by name.
+    pub harnesses: BTreeMap<String, Route>,
+    /// Names that are permanently reserved besides the static ones.
+    pub reserved: Vec<String>,
+    /// Bound on every Describe.
+    pub describe_timeout_ms: u64,
+    /// Whether a tool executor is configured.
+    pub has_executor: bool,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        let mut harnesses = BTreeMap::new();
+        harnesses.insert(
+            "echo".to_owned(),
+            Route {
+                backend: Backend::Local {
+                    kind: "echo".to_owned(),
+                },
+                descriptor_id: String::new(),
+                registered: false,
+                spec: None,
+            },
+        );
+        Self {
+            default_project: "default".to_owned(),
+            default_harness: "echo".to_owned(),
+            harnesses,
+            reserved: Vec::new(),
+            describe_timeout_ms: 10_000,
+            has_executor: true,
+        }
+    }
+}
+
+/// Most children one Fork may create.
+pub const MAX_FORK_CHILDREN: i32 = 128;
+/// Default page size of ListSessions and ListHarnesses.
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+/// Largest page size; larger requests are clamped.
+pub const MAX_PAGE_SIZE: usize = 500;
+/// Records read per ReadLog effect when streaming a Replay.
+pub const REPLAY_PAGE: i64 = 1024;

@@ -1,0 +1,62 @@
+//! Rendering a stored session as the wire `Session`.
+
+use agentsessions_proto::v1::{ComputeState, ExecState, LogRecord, ResourceMetadata, Session};
+use agentsessions_proto::wkt::Timestamp;
+
+use super::io::{Nanos, SessionRow};
+use super::status::Status;
+use crate::journal::projection::session_status;
+
+/// Unix nanos as a Timestamp; `None` for 0 (unset).
+pub fn timestamp(nanos: Nanos) -> Option<Timestamp> {
+    (nanos != 0).then(|| {
+        Timestamp::new(
+            nanos.div_euclid(1_000_000_000),
+            nanos.rem_euclid(1_000_000_000) as i32,
+        )
+    })
+}
+
+/// Renders `row` with the approval projection over `records` (the journal
+/// through at least `row.last_seq`; records past it are ignored, so a
+/// decision that landed after the row was read does not show).
+pub fn session(row: &SessionRow, records: &[LogRecord]) -> Result<Session, Status> {
+    let status = session_status(records, row.last_seq)
+        .map_err(|e| Status::internal(format!("session {:?} approval projection: {e}", row.uid)))?;
+    let compute = if row.compute_state == ComputeState::Unspecified {
+        ComputeState::ComputeNone
+    } else {
+        row.compute_state
+    };
+    Ok(Session {
+        metadata: Some(ResourceMetadata {
+            project: row.project.clone(),
+            name: row.name.clone(),
+            uid: row.uid.clone(),
+            version: 0,
+            create_time: timestamp(row.created_at),
+            update_time: timestamp(row.updated_at),
+        }),
+        harness: row.harness.clone(),
+        model: row.model.clone(),
+        exec_state: status.exec_state as i32,
+        compute_state: compute as i32,
+        pending_approval: status.pending_approval,
+        last_seq: row.last_seq,
+        parent_uid: row.parent_uid.clone(),
+        fork_seq: row.fork_seq,
+        identity: row.identity.clone(),
+        compute: None,
+        origin: row.origin.clone(),
+        labels: row.labels.clone(),
+        annotations: row.annotations.clone(),
+    })
+}
+
+/// A session that has never been run: no journal to inspect.
+pub fn fresh_session(row: &SessionRow) -> Session {
+    debug_assert_eq!(row.last_seq, 0);
+    let mut s = session(row, &[]).expect("an empty journal always projects");
+    s.exec_state = ExecState::ExecPending as i32;
+    s
+}

@@ -1,0 +1,228 @@
+//! Approve: the only writer of APPROVAL_RESULT.
+//!
+//! It decides, it never resumes: no harness, no compute. An exact retry
+//! (same tuple, verdict, reason and identity) returns the committed record
+//! without fencing anyone; any other decision on a decided request is
+//! refused. A new decision mints a fence and appends at the head its scan
+//! saw, so a racing writer turns it into ABORTED.
+
+use agentsessions_proto::v1::{
+    ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
+};
+
+use super::routing::mapping;
+use super::session::{Render, Rendered};
+use super::{Flow, unexpected};
+use crate::events;
+use crate::host::{Cx, Effect, EffectId, Outcome, RequestId, Response, Status, render::timestamp};
+use crate::journal::approval;
+
+enum Stage {
+    Row(EffectId),
+    Log(EffectId),
+    Fence(EffectId, i64),
+    Append(EffectId),
+    Final(Render, LogRecord),
+    Over,
+}
+
+pub(crate) struct ApproveOp {
+    request: RequestId,
+    req: ApproveRequest,
+    stage: Stage,
+}
+
+fn same_identity(a: Option<&IdentityRef>, b: Option<&IdentityRef>) -> bool {
+    let empty = IdentityRef::default();
+    a.unwrap_or(&empty) == b.unwrap_or(&empty)
+}
+
+impl ApproveOp {
+    pub(crate) fn new(request: RequestId, req: ApproveRequest) -> Self {
+        Self {
+            request,
+            req,
+            stage: Stage::Over,
+        }
+    }
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = Stage::Over;
+        cx.reply(self.request, Err(status));
+        Flow::Done
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let r = &self.req;
+        let invalid = if r.session.is_empty() {
+            Some("session is required")
+        } else if r.execution_id.is_empty() {
+            Some("execution_id is required")
+        } else if r.tool_call_id.is_empty() {
+            Some("tool_call_id is required")
+        } else if r.request_seq <= 0 {
+            Some("request_seq must be positive")
+        } else if r.approved.is_none() {
+            Some("approved is required (false denies)")
+        } else {
+            None
+        };
+        if let Some(msg) = invalid {
+            return self.fail(cx, Status::invalid_argument(msg));
+        }
+        // Look the session up before anything that could create it.
+        let session = self.req.session.clone();
+        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        Flow::Continue
+    }
+
+    /// The decision rules over the scanned journal.
+    fn decide(&mut self, cx: &mut Cx<'_>, log: &[LogRecord]) -> Flow {
+        let scan = match approval::scan(log, 0) {
+            Ok(s) => s,
+            Err(e) => return self.fail(cx, Status::failed_precondition(format!("approve: {e}"))),
+        };
+        let r = &self.req;
+        let Some(index) = scan.states.iter().position(|s| {
+            s.execution_id == r.execution_id
+                && s.call.id == r.tool_call_id
+                && s.request_seq() == Some(r.request_seq)
+        }) else {
+            return self.fail(
+                cx,
+                Status::failed_precondition("approve: request is not owned by this session"),
+            );
+        };
+        let target = &scan.states[index];
+        if target.inherited {
+            return self.fail(
+                cx,
+                Status::failed_precondition(
+                    "approve: request is not owned by this session (inherited through fork)",
+                ),
+            );
+        }
+        let approved = r.approved.expect("validated");
+        if let Some(decision) = &target.decision {
+            let body = target.decision_body().cloned().unwrap_or_default();
+            let actor = decision.event.as_ref().and_then(|e| e.actor.as_ref());
+            if body.approved == approved
+                && body.reason == r.reason
+                && same_identity(actor, r.identity.as_ref())
+            {
+                let record = decision.clone();
+                self.stage = Stage::Final(Render::start(cx, &self.req.session), record);
+                return Flow::Continue;
+            }
+            return self.fail(
+                cx,
+                Status::failed_precondition("approve: request already has a different decision"),
+            );
+        }
+        if scan.selected != Some(index) || target.completed || target.has_receipt() {
+            return self.fail(
+                cx,
+                Status::failed_precondition("approve: request is superseded or completed"),
+            );
+        }
+        let head = scan.head;
+        let session = self.req.session.clone();
+        self.stage = Stage::Fence(cx.request(|id| Effect::MintFence { id, session }), head);
+        Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
+            (Stage::Row(want), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(Some(_)) => {
+                        if !cx.try_guard(&self.req.session) {
+                            let msg = format!("session {:?} is busy", self.req.session);
+                            return self.fail(cx, Status::aborted(msg));
+                        }
+                        let session = self.req.session.clone();
+                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
+                            id,
+                            session,
+                            from_seq: 1,
+                            to_seq: 0,
+                        }));
+                        Flow::Continue
+                    }
+                    Ok(None) => {
+                        let msg = format!("session {:?} not found", self.req.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Err(e) => self.fail(cx, Status::internal(format!("approve: {e}"))),
+                }
+            }
+            (Stage::Log(want), Outcome::Log(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(log) => self.decide(cx, &log),
+                    Err(e) => self.fail(cx, Status::internal(format!("approve: read: {e}"))),
+                }
+            }
+            (Stage::Fence(want, head), Outcome::Fence(r)) => {
+                assert_eq!(want, id);
+                let fence = match r {
+                    Ok(f) => f,
+                    Err(e) => {
+                        return self.fail(cx, Status::internal(format!("approve: fence: {e}")));
+                    }
+                };
+                let r = &self.req;
+                let decision = ApprovalResult {
+                    tool_call_id: r.tool_call_id.clone(),
+                    approved: r.approved.expect("validated"),
+                    reason: r.reason.clone(),
+                    request_seq: r.request_seq,
+                };
+                let now = timestamp(cx.now()).unwrap_or_default();
+                let event =
+                    events::approval_result(&r.execution_id, decision, r.identity.clone(), now);
+                let session = r.session.clone();
+                self.stage = Stage::Append(cx.request(|id| Effect::Append {
+                    id,
+                    session,
+                    expected_last_seq: head,
+                    fence,
+                    events: vec![event],
+                }));
+                Flow::Continue
+            }
+            (Stage::Append(want), Outcome::Appended(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(mut records) => {
+                        let record = records.pop().expect("one decision appended");
+                        self.stage = Stage::Final(Render::start(cx, &self.req.session), record);
+                        Flow::Continue
+                    }
+                    Err(e) => self.fail(cx, mapping::append(&e, "approve")),
+                }
+            }
+            (Stage::Final(mut render, record), outcome) => match render.on_outcome(cx, id, outcome)
+            {
+                Rendered::Pending => {
+                    self.stage = Stage::Final(render, record);
+                    Flow::Continue
+                }
+                Rendered::Done(s) => {
+                    cx.reply(
+                        self.request,
+                        Ok(Response::Approve(ApproveResponse {
+                            session: Some(*s),
+                            decision: Some(record),
+                        })),
+                    );
+                    Flow::Done
+                }
+                Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
+                Rendered::Failed(status) => self.fail(cx, status),
+            },
+            (_, other) => unexpected("approve", &other),
+        }
+    }
+}

@@ -1,0 +1,460 @@
+//! Exec: run one turn and stream it.
+//!
+//! Order (errors before the first frame come back as a plain status):
+//! auto-create or load the session; take the overlap guard; read the
+//! journal; the approval preflight (new inputs wait while an owned gated
+//! call lacks its receipt; no inputs recover it instead, see [`ResumeOp`]);
+//! route the harness; send the Session frame; check the legacy boundary;
+//! place (admit, provision, dial, fence); append EXECUTION_START and the
+//! inputs in one transaction; run the harness; on a park, hand off.
+
+use agentsessions_proto::v1::{
+    ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start, controller_frame::Frame,
+};
+
+use super::placement::{Placed, Placement, Provision};
+use super::resume::ResumeOp;
+use super::routing::{for_turn, mapping, resolve};
+use super::run::{Handed, Handoff, Run};
+use super::session::{Render, Rendered, new_row, put_error};
+use super::{Flow, unexpected};
+use crate::error::TurnError;
+use crate::events;
+use crate::host::{
+    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
+    SessionRow, Status, StreamItem, render,
+};
+use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::journal::{approval, legacy};
+
+enum Stage {
+    Creating(EffectId, Box<SessionRow>),
+    Row(EffectId),
+    Log(EffectId),
+    Place(Box<Placement>),
+    Starting(EffectId, Box<Placement>),
+    Running(Box<Run>),
+    Handoff(Box<Handoff>),
+    Final(Render),
+    Recovery(Box<ResumeOp>),
+    Over,
+}
+
+/// One Exec call. See the module docs.
+pub(crate) struct ExecOp {
+    request: RequestId,
+    req: ExecRequest,
+    session: String,
+    row: Option<SessionRow>,
+    log: Vec<LogRecord>,
+    harness: String,
+    route: Option<Route>,
+    stage: Stage,
+    execution_id: String,
+    deadline: Option<Status>,
+}
+
+impl ExecOp {
+    pub(crate) fn new(request: RequestId, req: ExecRequest) -> Self {
+        Self {
+            request,
+            session: req.session.clone(),
+            req,
+            row: None,
+            log: Vec::new(),
+            harness: String::new(),
+            route: None,
+            stage: Stage::Over,
+            execution_id: String::new(),
+            deadline: None,
+        }
+    }
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = Stage::Over;
+        cx.reply(self.request, Err(status));
+        Flow::Done
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if self.req.deadline_unix > 0 {
+            cx.set_deadline(self.req.deadline_unix.saturating_mul(1_000_000_000));
+        }
+        if self.session.is_empty() {
+            let row = SessionRow {
+                harness: self.req.harness.clone(),
+                ..SessionRow::default()
+            };
+            let uid = cx.ids().session_uid();
+            return match new_row(cx, uid, row) {
+                Err(status) => self.fail(cx, status),
+                Ok((row, check)) => {
+                    self.session = row.uid.clone();
+                    let put = row.clone();
+                    let id = cx.request(|id| Effect::PutSession {
+                        id,
+                        row: put,
+                        check: Some(check),
+                    });
+                    self.stage = Stage::Creating(id, Box::new(row));
+                    Flow::Continue
+                }
+            };
+        }
+        if !cx.try_guard(&self.session) {
+            return self.fail(
+                cx,
+                Status::aborted(format!("session {:?} is busy", self.session)),
+            );
+        }
+        let session = self.session.clone();
+        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Creating(want, row) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Put(Ok(())) => {
+                        let took = cx.try_guard(&self.session);
+                        assert!(took, "a new session is free");
+                        self.row = Some(*row);
+                        self.routed(cx)
+                    }
+                    Outcome::Put(Err(e)) => {
+                        let status = put_error(&e, &row.harness);
+                        self.fail(cx, status)
+                    }
+                    other => unexpected("exec", &other),
+                }
+            }
+            Stage::Row(want) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Session(Ok(Some(row))) => {
+                        self.row = Some(row);
+                        let session = self.session.clone();
+                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
+                            id,
+                            session,
+                            from_seq: 1,
+                            to_seq: 0,
+                        }));
+                        Flow::Continue
+                    }
+                    Outcome::Session(Ok(None)) => {
+                        // An unknown override is the caller's first mistake.
+                        if !self.req.harness.is_empty()
+                            && let Err(status) = resolve(cx, &self.req.harness)
+                        {
+                            return self.fail(cx, status);
+                        }
+                        let msg = format!("session {:?} not found", self.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Outcome::Session(Err(e)) => {
+                        self.fail(cx, Status::internal(format!("session: {e}")))
+                    }
+                    other => unexpected("exec", &other),
+                }
+            }
+            Stage::Log(want) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Log(Ok(records)) => {
+                        self.log = records;
+                        self.preflight(cx)
+                    }
+                    Outcome::Log(Err(e)) => self.fail(cx, Status::internal(format!("read: {e}"))),
+                    other => unexpected("exec", &other),
+                }
+            }
+            Stage::Place(mut placement) => match placement.on_outcome(cx, id, outcome) {
+                Placed::Pending => {
+                    self.stage = Stage::Place(placement);
+                    Flow::Continue
+                }
+                Placed::Failed(status) => self.fail(cx, status),
+                Placed::Ready => self.begin_turn(cx, *placement),
+            },
+            Stage::Starting(want, placement) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Appended(Ok(records)) => self.run_turn(cx, *placement, records),
+                    Outcome::Appended(Err(e)) => {
+                        if let Some(conn) = placement.conn {
+                            cx.close(conn);
+                        }
+                        self.fail(cx, mapping::append(&e, "exec"))
+                    }
+                    other => unexpected("exec", &other),
+                }
+            }
+            Stage::Running(mut run) => {
+                run.on_outcome(cx, id, outcome);
+                self.after_run(cx, run)
+            }
+            Stage::Handoff(mut handoff) => match handoff.on_outcome(cx, id, outcome) {
+                Handed::Pending => {
+                    self.stage = Stage::Handoff(handoff);
+                    Flow::Continue
+                }
+                Handed::Failed(e) => self.fail(cx, mapping::exec(&e)),
+                Handed::Done(records) => {
+                    for r in records {
+                        self.log.push(r.record().clone());
+                        cx.stream(self.request, StreamItem::Record(r));
+                    }
+                    self.stage = Stage::Final(Render::start(cx, &self.session));
+                    Flow::Continue
+                }
+            },
+            Stage::Final(mut render) => match render.on_outcome(cx, id, outcome) {
+                Rendered::Pending => {
+                    self.stage = Stage::Final(render);
+                    Flow::Continue
+                }
+                Rendered::Done(s) => {
+                    cx.stream(self.request, StreamItem::Session(*s));
+                    cx.reply(self.request, Ok(Response::StreamEnd));
+                    Flow::Done
+                }
+                Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
+                Rendered::Failed(status) => self.fail(cx, status),
+            },
+            Stage::Recovery(mut op) => {
+                let flow = op.on_outcome(cx, id, outcome);
+                self.stage = Stage::Recovery(op);
+                flow
+            }
+            Stage::Over => Flow::Continue,
+        }
+    }
+
+    /// The approval preflight and routing, then the first frame.
+    fn preflight(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let scan = match approval::scan(&self.log, 0) {
+            Ok(s) => s,
+            Err(e) => return self.fail(cx, mapping::exec(&e.into())),
+        };
+        if let Some(state) = scan.selected().filter(|s| !s.completed) {
+            if self.req.inputs.is_empty() {
+                // An inputless Exec on an approval-bearing turn recovers it.
+                let mut op = ResumeOp::exec_recovery(
+                    self.request,
+                    self.session.clone(),
+                    self.req.expected_last_seq,
+                );
+                let flow = op.start(cx);
+                self.stage = Stage::Recovery(Box::new(op));
+                return flow;
+            }
+            if !state.inherited && !state.has_receipt() {
+                return self.fail(cx, mapping::exec(&TurnError::ApprovalBlocked));
+            }
+        }
+        self.routed(cx)
+    }
+
+    fn routed(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let row = self.row.clone().expect("row loaded");
+        let (harness, route) = match for_turn(cx, &self.session, &row.harness, &self.req.harness) {
+            Ok(r) => r,
+            Err(status) => return self.fail(cx, status),
+        };
+        self.harness = harness;
+        self.route = Some(route.clone());
+        let session = if self.log.is_empty() {
+            render::session(&row, &[])
+        } else {
+            render::session(&row, &self.log)
+        };
+        match session {
+            Ok(s) => cx.stream(self.request, StreamItem::Session(s)),
+            Err(status) => return self.fail(cx, status),
+        }
+        // An ambiguous legacy boundary is refused before any harness work.
+        if let Err(e) = legacy::legacy_prefix(&self.log) {
+            return self.fail(cx, mapping::exec(&e.into()));
+        }
+        let placement = Placement::start(
+            cx,
+            self.harness.clone(),
+            route,
+            &self.session,
+            Provision::Create,
+            true,
+        );
+        self.stage = Stage::Place(Box::new(placement));
+        Flow::Continue
+    }
+
+    /// Placement is ready: write the turn's header and inputs, then run.
+    fn begin_turn(&mut self, cx: &mut Cx<'_>, placement: Placement) -> Flow {
+        let head = self.log.last().map_or(0, |r| r.seq);
+        let expected = self.req.expected_last_seq.unwrap_or(head);
+        let descriptor = placement.descriptor.clone().expect("placement described");
+        self.execution_id = cx.ids().execution_id();
+        let start = ExecutionStart {
+            config: self.req.config.clone(),
+            resume_from_seq: self.req.resume_from_seq,
+            input_count: Some(self.req.inputs.len() as i64),
+            harness: self.harness.clone(),
+            harness_version: descriptor.version.clone(),
+        };
+        let mut batch = vec![events::execution_start(&self.execution_id, start)];
+        batch.extend(
+            self.req
+                .inputs
+                .iter()
+                .map(|m| events::input(&self.execution_id, m.clone())),
+        );
+        let (session, fence) = (self.session.clone(), placement.fence);
+        let id = cx.request(|id| Effect::Append {
+            id,
+            session,
+            expected_last_seq: expected,
+            fence,
+            events: batch,
+        });
+        self.stage = Stage::Starting(id, Box::new(placement));
+        Flow::Continue
+    }
+
+    /// The header and inputs are durable: send Start and serve the harness.
+    fn run_turn(&mut self, cx: &mut Cx<'_>, placement: Placement, records: Vec<LogRecord>) -> Flow {
+        let history = self
+            .log
+            .iter()
+            .filter_map(|r| r.event.clone())
+            .collect::<Vec<_>>();
+        let head = records.last().map_or(0, |r| r.seq);
+        for r in records {
+            self.log.push(r.clone());
+            cx.stream(self.request, StreamItem::Record(Committed::new(r)));
+        }
+        let conn = placement.conn.expect("placement dialed");
+        let setup = Setup {
+            session: self.session.clone(),
+            execution_id: self.execution_id.clone(),
+            wire_id: self.execution_id.clone(),
+            mode: Mode::Live,
+            legacy: false,
+            stream: Vec::new(),
+            approvals: Vec::new(),
+            descriptor: placement.descriptor.clone(),
+            fence: placement.fence,
+            head,
+            has_executor: cx.config().has_executor,
+        };
+        let start = ControllerFrame {
+            session: self.session.clone(),
+            execution_id: self.execution_id.clone(),
+            frame: Some(Frame::Start(Start {
+                config: self.req.config.clone(),
+                history,
+                inputs: self.req.inputs.clone(),
+                identity: None,
+                resume_from_seq: self.req.resume_from_seq,
+            })),
+        };
+        let run = Run::start(cx, Invocation::new(setup), conn, start, Some(self.request));
+        self.stage = Stage::Running(Box::new(run));
+        Flow::Continue
+    }
+
+    /// After any step of the run: finish when the invocation is over.
+    fn after_run(&mut self, cx: &mut Cx<'_>, run: Box<Run>) -> Flow {
+        let Some(finish) = run.finished().cloned() else {
+            self.stage = Stage::Running(run);
+            return Flow::Continue;
+        };
+        match finish.ending {
+            Ending::Completed => {
+                cx.reply(self.request, Ok(Response::StreamEnd));
+                Flow::Done
+            }
+            Ending::Failed(e) => {
+                let status = self.deadline.take().unwrap_or_else(|| mapping::exec(&e));
+                self.fail(cx, status)
+            }
+            Ending::Parked(park) => {
+                let route = self.route.clone().expect("routed");
+                let handoff = Handoff::start(
+                    cx,
+                    &self.session,
+                    &self.harness,
+                    &route,
+                    park,
+                    run.inv.setup().fence,
+                );
+                self.stage = Stage::Handoff(Box::new(handoff));
+                Flow::Continue
+            }
+        }
+    }
+
+    pub(crate) fn on_harness(
+        &mut self,
+        cx: &mut Cx<'_>,
+        conn: ConnId,
+        input: HarnessInput,
+    ) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Running(mut run) => {
+                run.on_harness(cx, input);
+                self.after_run(cx, run)
+            }
+            Stage::Recovery(mut op) => {
+                let flow = op.on_harness(cx, conn, input);
+                self.stage = Stage::Recovery(op);
+                flow
+            }
+            // Input before Start was sent, or after the run ended, is noise.
+            other => {
+                self.stage = other;
+                Flow::Continue
+            }
+        }
+    }
+
+    pub(crate) fn on_chunk(&mut self, cx: &mut Cx<'_>, id: EffectId, chunk: String) -> Flow {
+        match &mut self.stage {
+            Stage::Running(run) if run.owns(id) => run.on_chunk(cx, chunk),
+            Stage::Recovery(op) => return op.on_chunk(cx, id, chunk),
+            _ => {}
+        }
+        Flow::Continue
+    }
+
+    /// The caller's deadline passed or it went away.
+    pub(crate) fn on_deadline(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Running(mut run) => {
+                let err = if status.code == crate::host::Code::DeadlineExceeded {
+                    TurnError::DeadlineExceeded
+                } else {
+                    TurnError::Harness("client cancelled".into())
+                };
+                run.abort(cx, err);
+                self.deadline = Some(status);
+                self.after_run(cx, run)
+            }
+            Stage::Recovery(mut op) => {
+                let flow = op.on_deadline(cx, status);
+                self.stage = Stage::Recovery(op);
+                flow
+            }
+            Stage::Place(p) => {
+                if let Some(conn) = p.conn {
+                    cx.close(conn);
+                }
+                self.fail(cx, status)
+            }
+            Stage::Over => Flow::Continue,
+            _ => self.fail(cx, status),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! Operations: one state machine per client request in flight.
+//!
+//! Each operation issues effects through its [`Cx`] and advances when their
+//! outcomes come back. The host routes outcomes, harness input, model chunks,
+//! deadlines and cancellation to the operation that owns them; an operation
+//! returns [`Flow::Done`] once it has replied.
+
+mod approve;
+mod exec;
+mod fork;
+mod placement;
+mod registry;
+mod replay;
+mod resume;
+mod routing;
+mod run;
+mod session;
+mod suspend;
+
+use crate::host::{ConnId, Cx, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
+
+/// Whether an operation is still running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Waiting for more input.
+    Continue,
+    /// Replied; the host drops it.
+    Done,
+}
+
+/// One operation in flight.
+pub(crate) enum Op {
+    Create(session::CreateOp),
+    Get(session::GetOp),
+    List(session::ListOp),
+    Replay(replay::ReplayOp),
+    Exec(exec::ExecOp),
+    Resume(resume::ResumeOp),
+    Suspend(suspend::SuspendOp),
+    Approve(approve::ApproveOp),
+    Fork(fork::ForkOp),
+    ReplayHarness(replay::ReplayHarnessOp),
+    Registry(registry::RegistryOp),
+    Refused(RequestId, Status),
+}
+
+impl Op {
+    /// The operation for a client call.
+    pub(crate) fn new(request: RequestId, call: Request) -> Self {
+        match call {
+            Request::CreateSession(r) => Self::Create(session::CreateOp::new(request, r)),
+            Request::GetSession(r) => Self::Get(session::GetOp::new(request, r.uid)),
+            Request::ListSessions(r) => Self::List(session::ListOp::new(request, r)),
+            Request::Replay(r) => Self::Replay(replay::ReplayOp::new(request, r)),
+            Request::Exec(r) => Self::Exec(exec::ExecOp::new(request, r)),
+            Request::Resume(r) => Self::Resume(resume::ResumeOp::unary(request, r.session)),
+            Request::Suspend(r) => Self::Suspend(suspend::SuspendOp::new(request, r.session)),
+            Request::Approve(r) => Self::Approve(approve::ApproveOp::new(request, r)),
+            Request::Fork(r) => Self::Fork(fork::ForkOp::new(request, r)),
+            Request::ReplayHarness { session } => {
+                Self::ReplayHarness(replay::ReplayHarnessOp::new(request, session))
+            }
+            Request::RegisterHarness(r) => {
+                Self::Registry(registry::RegistryOp::register(request, r))
+            }
+            Request::GetHarness(r) => Self::Registry(registry::RegistryOp::get(request, r)),
+            Request::ListHarnesses(r) => Self::Registry(registry::RegistryOp::list(request, r)),
+            Request::RetireHarness(r) => Self::Registry(registry::RegistryOp::retire(request, r)),
+            Request::DeleteSession(_) => Self::Refused(
+                request,
+                Status::unimplemented("DeleteSession is not implemented"),
+            ),
+            Request::Cancel(_) => {
+                Self::Refused(request, Status::unimplemented("Cancel is not implemented"))
+            }
+        }
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        match self {
+            Self::Create(op) => op.start(cx),
+            Self::Get(op) => op.start(cx),
+            Self::List(op) => op.start(cx),
+            Self::Replay(op) => op.start(cx),
+            Self::Exec(op) => op.start(cx),
+            Self::Resume(op) => op.start(cx),
+            Self::Suspend(op) => op.start(cx),
+            Self::Approve(op) => op.start(cx),
+            Self::Fork(op) => op.start(cx),
+            Self::ReplayHarness(op) => op.start(cx),
+            Self::Registry(op) => op.start(cx),
+            Self::Refused(request, status) => {
+                cx.reply(*request, Err(status.clone()));
+                Flow::Done
+            }
+        }
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match self {
+            Self::Create(op) => op.on_outcome(cx, id, outcome),
+            Self::Get(op) => op.on_outcome(cx, id, outcome),
+            Self::List(op) => op.on_outcome(cx, id, outcome),
+            Self::Replay(op) => op.on_outcome(cx, id, outcome),
+            Self::Exec(op) => op.on_outcome(cx, id, outcome),
+            Self::Resume(op) => op.on_outcome(cx, id, outcome),
+            Self::Suspend(op) => op.on_outcome(cx, id, outcome),
+            Self::Approve(op) => op.on_outcome(cx, id, outcome),
+            Self::Fork(op) => op.on_outcome(cx, id, outcome),
+            Self::ReplayHarness(op) => op.on_outcome(cx, id, outcome),
+            Self::Registry(op) => op.on_outcome(cx, id, outcome),
+            Self::Refused(..) => Flow::Done,
+        }
+    }
+
+    pub(crate) fn on_harness(
+        &mut self,
+        cx: &mut Cx<'_>,
+        conn: ConnId,
+        input: HarnessInput,
+    ) -> Flow {
+        match self {
+            Self::Exec(op) => op.on_harness(cx, conn, input),
+            Self::Resume(op) => op.on_harness(cx, conn, input),
+            Self::ReplayHarness(op) => op.on_harness(cx, conn, input),
+            _ => Flow::Continue,
+        }
+    }
+
+    pub(crate) fn on_chunk(&mut self, cx: &mut Cx<'_>, id: EffectId, chunk: String) -> Flow {
+        match self {
+            Self::Exec(op) => op.on_chunk(cx, id, chunk),
+            Self::Resume(op) => op.on_chunk(cx, id, chunk),
+            _ => Flow::Continue,
+        }
+    }
+
+    pub(crate) fn on_cancel(&mut self, cx: &mut Cx<'_>) -> Flow {
+        match self {
+            Self::Exec(op) => op.on_deadline(
+                cx,
+                Status::new(crate::host::Code::Cancelled, "client cancelled"),
+            ),
+            _ => Flow::Continue,
+        }
+    }
+
+    pub(crate) fn on_deadline(&mut self, cx: &mut Cx<'_>) -> Flow {
+        match self {
+            Self::Exec(op) => op.on_deadline(
+                cx,
+                Status::new(crate::host::Code::DeadlineExceeded, "deadline exceeded"),
+            ),
+            _ => Flow::Continue,
+        }
+    }
+}
+
+/// Panics with a clear message when an outcome does not match the effect an
+/// operation is waiting for: the shell answered the wrong effect.
+#[track_caller]
+pub(crate) fn unexpected(op: &str, outcome: &Outcome) -> ! {
+    panic!("{op}: unexpected outcome {outcome:?}")
+}

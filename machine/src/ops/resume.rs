@@ -1,0 +1,594 @@
+//! Resume: recover the latest execution of a session.
+//!
+//! Every check that depends only on the journal runs before any side
+//! effect: the approval gate (an inherited unreceipted gate is refused; an
+//! undecided request parks with no runtime IO; a call without its request is
+//! repaired and parks), input completeness, and the fork-inherited tool
+//! intent guard. Then the recorded harness is placed (restored from the
+//! session's own latest SUSPEND), its identity and version are checked, and
+//! the pending execution runs in Resume mode. Success appends RESUME.
+//!
+//! The same operation serves an inputless Exec on an approval-bearing turn;
+//! it then streams like Exec (Session frame first, records, a final Session
+//! frame) and honours Exec's `expected_last_seq`.
+
+use agentsessions_proto::v1::{
+    ControllerFrame, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
+};
+
+use super::placement::{Placed, Placement, Provision, needs_memory};
+use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
+use super::run::{Handed, Handoff, Run};
+use super::session::{Render, Rendered};
+use super::{Flow, unexpected};
+use crate::error::{LogError, TurnError};
+use crate::events::{self, body};
+use crate::host::{
+    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
+    SessionRow, Status, StreamItem, render,
+};
+use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::journal::approval::{self, ApprovalScan};
+use crate::journal::executions::{self, ExecKind, Execution};
+use crate::journal::legacy;
+
+/// How the caller is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    /// Sessions.Resume: one Session.
+    Unary,
+    /// Exec recovery: frames, then a final Session frame.
+    ExecStream { expected: Option<i64> },
+}
+
+enum Stage {
+    Row(EffectId),
+    Log(EffectId),
+    Repair {
+        fence: Option<EffectId>,
+        append: Option<EffectId>,
+        call_id: String,
+        exec_id: String,
+        head: i64,
+    },
+    Place(Box<Placement>, Option<Execution>),
+    Marker(EffectId),
+    Running(Box<Run>),
+    Handoff(Box<Handoff>),
+    Final(Render),
+    Over,
+}
+
+/// One recovery. See the module docs.
+pub(crate) struct ResumeOp {
+    request: RequestId,
+    style: Style,
+    session: String,
+    row: Option<SessionRow>,
+    log: Vec<LogRecord>,
+    scan: ApprovalScan,
+    harness: String,
+    route: Option<Route>,
+    stage: Stage,
+    deadline: Option<Status>,
+}
+
+/// The session's own latest snapshot; a ref copied from a fork parent names
+/// another session and is skipped.
+pub(crate) fn last_suspend_ref(log: &[LogRecord], uid: &str) -> SnapshotRef {
+    log.iter()
+        .rev()
+        .filter_map(|r| r.event.as_ref().and_then(body::lifecycle))
+        .find(|l| l.kind == lifecycle::Kind::LifecycleSuspend as i32 && l.snapshot_local == uid)
+        .map(|l| SnapshotRef {
+            local: l.snapshot_local.clone(),
+            external_uri: l.snapshot_external_uri.clone(),
+            memory: l.snapshot_memory,
+            sealed: l.snapshot_sealed,
+        })
+        .unwrap_or_else(|| SnapshotRef {
+            local: uid.to_owned(),
+            ..SnapshotRef::default()
+        })
+}
+
+impl ResumeOp {
+    pub(crate) fn unary(request: RequestId, session: String) -> Self {
+        Self::new(request, session, Style::Unary)
+    }
+
+    pub(crate) fn exec_recovery(
+        request: RequestId,
+        session: String,
+        expected: Option<i64>,
+    ) -> Self {
+        Self::new(request, session, Style::ExecStream { expected })
+    }
+
+    fn new(request: RequestId, session: String, style: Style) -> Self {
+        Self {
+            request,
+            style,
+            session,
+            row: None,
+            log: Vec::new(),
+            scan: ApprovalScan::default(),
+            harness: String::new(),
+            route: None,
+            stage: Stage::Over,
+            deadline: None,
+        }
+    }
+
+    fn head(&self) -> i64 {
+        self.log.last().map_or(0, |r| r.seq)
+    }
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = Stage::Over;
+        cx.reply(self.request, Err(status));
+        Flow::Done
+    }
+
+    fn fail_turn(&mut self, cx: &mut Cx<'_>, e: &TurnError) -> Flow {
+        let status = self.deadline.take().unwrap_or_else(|| mapping::resume(e));
+        self.fail(cx, status)
+    }
+
+    fn stream(&self, cx: &mut Cx<'_>, record: Committed) {
+        if matches!(self.style, Style::ExecStream { .. }) {
+            cx.stream(self.request, StreamItem::Record(record));
+        }
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if self.session.is_empty() {
+            return self.fail(cx, Status::invalid_argument("session is required"));
+        }
+        if !cx.try_guard(&self.session) {
+            let msg = format!("session {:?} is busy", self.session);
+            return self.fail(cx, Status::aborted(msg));
+        }
+        let session = self.session.clone();
+        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Row(want) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Session(Ok(Some(row))) => {
+                        self.row = Some(row);
+                        let session = self.session.clone();
+                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
+                            id,
+                            session,
+                            from_seq: 1,
+                            to_seq: 0,
+                        }));
+                        Flow::Continue
+                    }
+                    Outcome::Session(Ok(None)) => {
+                        let msg = format!("session {:?} not found", self.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Outcome::Session(Err(e)) => {
+                        self.fail(cx, Status::internal(format!("session: {e}")))
+                    }
+                    other => unexpected("resume", &other),
+                }
+            }
+            Stage::Log(want) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Log(Ok(records)) => {
+                        self.log = records;
+                        self.decide(cx)
+                    }
+                    Outcome::Log(Err(e)) => self.fail(cx, Status::internal(format!("read: {e}"))),
+                    other => unexpected("resume", &other),
+                }
+            }
+            Stage::Repair {
+                fence,
+                append,
+                call_id,
+                exec_id,
+                head,
+            } => self.on_repair(cx, id, outcome, fence, append, call_id, exec_id, head),
+            Stage::Place(mut placement, pending) => match placement.on_outcome(cx, id, outcome) {
+                Placed::Pending => {
+                    self.stage = Stage::Place(placement, pending);
+                    Flow::Continue
+                }
+                Placed::Failed(status) => self.fail(cx, status),
+                Placed::Ready => self.placed(cx, *placement, pending),
+            },
+            Stage::Marker(want) => {
+                assert_eq!(want, id);
+                match outcome {
+                    Outcome::Appended(Ok(records)) => {
+                        for r in records {
+                            self.log.push(r.clone());
+                            self.stream(cx, Committed::new(r));
+                        }
+                        self.reply_session(cx)
+                    }
+                    Outcome::Appended(Err(e)) => self.fail(cx, mapping::append(&e, "resume")),
+                    other => unexpected("resume", &other),
+                }
+            }
+            Stage::Running(mut run) => {
+                run.on_outcome(cx, id, outcome);
+                self.after_run(cx, run)
+            }
+            Stage::Handoff(mut handoff) => match handoff.on_outcome(cx, id, outcome) {
+                Handed::Pending => {
+                    self.stage = Stage::Handoff(handoff);
+                    Flow::Continue
+                }
+                Handed::Failed(e) => self.fail_turn(cx, &e),
+                Handed::Done(records) => {
+                    for r in records {
+                        self.log.push(r.record().clone());
+                        self.stream(cx, r);
+                    }
+                    self.reply_session(cx)
+                }
+            },
+            Stage::Final(mut render) => match render.on_outcome(cx, id, outcome) {
+                Rendered::Pending => {
+                    self.stage = Stage::Final(render);
+                    Flow::Continue
+                }
+                Rendered::Done(s) => {
+                    match self.style {
+                        Style::Unary => cx.reply(self.request, Ok(Response::Session(*s))),
+                        Style::ExecStream { .. } => {
+                            cx.stream(self.request, StreamItem::Session(*s));
+                            cx.reply(self.request, Ok(Response::StreamEnd));
+                        }
+                    }
+                    Flow::Done
+                }
+                Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
+                Rendered::Failed(status) => self.fail(cx, status),
+            },
+            Stage::Over => Flow::Continue,
+        }
+    }
+
+    /// Everything decided from the journal alone.
+    fn decide(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let row = self.row.clone().expect("row loaded");
+        if let Style::ExecStream { .. } = self.style {
+            match render::session(&row, &self.log) {
+                Ok(s) => cx.stream(self.request, StreamItem::Session(s)),
+                Err(status) => return self.fail(cx, status),
+            }
+        }
+        let scan = match approval::scan(&self.log, 0) {
+            Ok(s) => s,
+            Err(e) => return self.fail_turn(cx, &e.into()),
+        };
+        let gate = scan.selected().filter(|s| !s.has_receipt()).cloned();
+        self.scan = scan;
+        if gate.as_ref().is_some_and(|g| g.inherited) {
+            return self.fail_turn(cx, &LogError::InheritedToolIntent(String::new()).into());
+        }
+        let marker = match executions::resume_invocation(&self.log) {
+            Ok(m) => m,
+            Err(e) => return self.fail_turn(cx, &e.into()),
+        };
+        let recorded = marker
+            .as_ref()
+            .map(|m| m.harness.clone())
+            .unwrap_or_default();
+        let routed = if recorded.is_empty() {
+            resolve(cx, &row.harness)
+        } else {
+            resolve_recorded(cx, &recorded)
+        };
+        let (harness, route) = match routed {
+            Ok(r) => r,
+            Err(status) => return self.fail(cx, status),
+        };
+        if let Style::ExecStream {
+            expected: Some(expected),
+        } = self.style
+            && expected != self.head()
+        {
+            let msg = format!("resume: seq conflict (journal head is {})", self.head());
+            return self.fail(cx, Status::aborted(msg));
+        }
+        if let Err(status) = check_resumed(cx, &self.session, &row.harness, &harness) {
+            return self.fail(cx, status);
+        }
+        self.harness = harness.clone();
+        self.route = Some(route.clone());
+        if let Some(g) = gate {
+            if g.request.is_none() {
+                // A call-only cut: write the missing request, then park.
+                let session = self.session.clone();
+                let fence = cx.request(|id| Effect::MintFence { id, session });
+                self.stage = Stage::Repair {
+                    fence: Some(fence),
+                    append: None,
+                    call_id: g.call.id.clone(),
+                    exec_id: g.execution_id.clone(),
+                    head: g.head,
+                };
+                return Flow::Continue;
+            }
+            if g.decision.is_none() {
+                // Waiting for a human: nothing to run, nothing to write.
+                return self.reply_session(cx);
+            }
+        }
+        let projection = match executions::project(&self.log) {
+            Ok(p) => p,
+            Err(e) => return self.fail_turn(cx, &e.into()),
+        };
+        let pending = match executions::select_pending(&self.log, &projection) {
+            Ok(p) => p,
+            Err(e) => return self.fail_turn(cx, &e.into()),
+        };
+        if let Some(exec) = &pending {
+            if let Err(e) = executions::check_inherited_intent(&self.log, exec) {
+                return self.fail_turn(cx, &e.into());
+            }
+            if exec.kind == ExecKind::Legacy && self.session.is_empty() {
+                return self.fail_turn(cx, &LogError::MissingSessionUid.into());
+            }
+        }
+        let snapshot = last_suspend_ref(&self.log, &self.session);
+        let placement = Placement::start(
+            cx,
+            harness,
+            route,
+            &self.session,
+            Provision::Restore(snapshot),
+            true,
+        );
+        self.stage = Stage::Place(Box::new(placement), pending);
+        Flow::Continue
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_repair(
+        &mut self,
+        cx: &mut Cx<'_>,
+        id: EffectId,
+        outcome: Outcome,
+        fence: Option<EffectId>,
+        append: Option<EffectId>,
+        call_id: String,
+        exec_id: String,
+        head: i64,
+    ) -> Flow {
+        if fence == Some(id) {
+            let fence = match outcome {
+                Outcome::Fence(Ok(f)) => f,
+                Outcome::Fence(Err(e)) => {
+                    return self.fail(cx, Status::internal(format!("mint fence: {e}")));
+                }
+                other => unexpected("resume repair", &other),
+            };
+            let session = self.session.clone();
+            let event = events::approval_request(&exec_id, &call_id);
+            let append = cx.request(|id| Effect::Append {
+                id,
+                session,
+                expected_last_seq: head,
+                fence,
+                events: vec![event],
+            });
+            self.stage = Stage::Repair {
+                fence: None,
+                append: Some(append),
+                call_id,
+                exec_id,
+                head,
+            };
+            return Flow::Continue;
+        }
+        assert_eq!(append, Some(id));
+        match outcome {
+            Outcome::Appended(Ok(records)) => {
+                for r in records {
+                    self.log.push(r.clone());
+                    self.stream(cx, Committed::new(r));
+                }
+                self.reply_session(cx)
+            }
+            Outcome::Appended(Err(e)) => self.fail(cx, mapping::append(&e, "resume")),
+            other => unexpected("resume repair", &other),
+        }
+    }
+
+    /// Placed and fenced: run the pending execution, or just mark RESUME.
+    fn placed(
+        &mut self,
+        cx: &mut Cx<'_>,
+        placement: Placement,
+        pending: Option<Execution>,
+    ) -> Flow {
+        let conn = placement.conn.expect("placement dialed");
+        let Some(exec) = pending else {
+            cx.close(conn);
+            return self.append_resume(cx, placement.fence, self.head());
+        };
+        let descriptor = placement.descriptor.clone().expect("described");
+        if let Some(marker) = &exec.marker {
+            let check = if !marker.harness.is_empty() && marker.harness != self.harness {
+                Some(TurnError::HarnessMismatch {
+                    recorded: marker.harness.clone(),
+                    serving: self.harness.clone(),
+                })
+            } else if !marker.harness_version.is_empty()
+                && marker.harness_version != descriptor.version
+            {
+                Some(TurnError::HarnessVersionMismatch {
+                    recorded: marker.harness_version.clone(),
+                    serving: descriptor.version.clone(),
+                })
+            } else {
+                None
+            };
+            if let Some(e) = check {
+                cx.close(conn);
+                return self.fail_turn(cx, &e);
+            }
+        }
+        let approvals: Vec<_> = self.scan.for_execution(&exec.id).cloned().collect();
+        if !approvals.is_empty() && needs_memory(&descriptor) {
+            cx.close(conn);
+            return self.fail_turn(cx, &TurnError::ApprovalUnavailable);
+        }
+        let legacy_turn = exec.kind == ExecKind::Legacy;
+        let wire_id = if legacy_turn {
+            let anchor = exec.anchor.and_then(|i| self.log.get(i));
+            match anchor.map(|r| legacy::compat_invocation_id(&self.session, r)) {
+                Some(Ok(id)) => id,
+                Some(Err(e)) => {
+                    cx.close(conn);
+                    return self.fail_turn(cx, &e.into());
+                }
+                None => {
+                    cx.close(conn);
+                    return self
+                        .fail_turn(cx, &LogError::invalid("legacy turn has no anchor").into());
+                }
+            }
+        } else {
+            exec.id.clone()
+        };
+        let marker = exec.marker.clone().unwrap_or_default();
+        let history = self.log[..exec.start]
+            .iter()
+            .filter_map(|r| r.event.clone())
+            .collect();
+        let stream = exec.stream.iter().map(|&i| self.log[i].clone()).collect();
+        let setup = Setup {
+            session: self.session.clone(),
+            execution_id: exec.id.clone(),
+            wire_id: wire_id.clone(),
+            mode: Mode::Resume,
+            legacy: legacy_turn,
+            stream,
+            approvals,
+            descriptor: Some(descriptor),
+            fence: placement.fence,
+            head: self.head(),
+            has_executor: cx.config().has_executor,
+        };
+        let start = ControllerFrame {
+            session: self.session.clone(),
+            execution_id: wire_id,
+            frame: Some(Frame::Start(Start {
+                config: marker.config,
+                history,
+                inputs: exec.inputs.clone(),
+                identity: None,
+                resume_from_seq: marker.resume_from_seq,
+            })),
+        };
+        let stream_to = match self.style {
+            Style::ExecStream { .. } => Some(self.request),
+            Style::Unary => None,
+        };
+        let run = Run::start(cx, Invocation::new(setup), conn, start, stream_to);
+        self.stage = Stage::Running(Box::new(run));
+        Flow::Continue
+    }
+
+    fn append_resume(&mut self, cx: &mut Cx<'_>, fence: i64, head: i64) -> Flow {
+        let session = self.session.clone();
+        let event = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
+        self.stage = Stage::Marker(cx.request(|id| Effect::Append {
+            id,
+            session,
+            expected_last_seq: head,
+            fence,
+            events: vec![event],
+        }));
+        Flow::Continue
+    }
+
+    fn after_run(&mut self, cx: &mut Cx<'_>, run: Box<Run>) -> Flow {
+        let Some(finish) = run.finished().cloned() else {
+            self.stage = Stage::Running(run);
+            return Flow::Continue;
+        };
+        match finish.ending {
+            Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),
+            Ending::Failed(e) => self.fail_turn(cx, &e),
+            Ending::Parked(park) => {
+                let route = self.route.clone().expect("routed");
+                let handoff = Handoff::start(
+                    cx,
+                    &self.session,
+                    &self.harness,
+                    &route,
+                    park,
+                    run.inv.setup().fence,
+                );
+                self.stage = Stage::Handoff(Box::new(handoff));
+                Flow::Continue
+            }
+        }
+    }
+
+    /// Replies with the session as it is now (unary), or the final frame.
+    fn reply_session(&mut self, cx: &mut Cx<'_>) -> Flow {
+        self.stage = Stage::Final(Render::start(cx, &self.session));
+        Flow::Continue
+    }
+
+    pub(crate) fn on_harness(
+        &mut self,
+        cx: &mut Cx<'_>,
+        _conn: ConnId,
+        input: HarnessInput,
+    ) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Running(mut run) => {
+                run.on_harness(cx, input);
+                self.after_run(cx, run)
+            }
+            other => {
+                self.stage = other;
+                Flow::Continue
+            }
+        }
+    }
+
+    pub(crate) fn on_chunk(&mut self, cx: &mut Cx<'_>, id: EffectId, chunk: String) -> Flow {
+        if let Stage::Running(run) = &mut self.stage
+            && run.owns(id)
+        {
+            run.on_chunk(cx, chunk);
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn on_deadline(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        match std::mem::replace(&mut self.stage, Stage::Over) {
+            Stage::Running(mut run) => {
+                run.abort(cx, TurnError::DeadlineExceeded);
+                self.deadline = Some(status);
+                self.after_run(cx, run)
+            }
+            Stage::Place(p, _) => {
+                if let Some(conn) = p.conn {
+                    cx.close(conn);
+                }
+                self.fail(cx, status)
+            }
+            Stage::Over => Flow::Continue,
+            _ => self.fail(cx, status),
+        }
+    }
+}

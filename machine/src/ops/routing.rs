@@ -1,0 +1,158 @@
+//! Which harness serves a session, and how failures map to status codes.
+
+use crate::error::{LogError, TurnError};
+use crate::host::{AppendError, Cx, Route, Status};
+
+/// Resolves a harness name ("" = the host default) to its route.
+pub(crate) fn resolve(cx: &Cx<'_>, name: &str) -> Result<(String, Route), Status> {
+    let name = if name.is_empty() {
+        cx.config().default_harness.clone()
+    } else {
+        name.to_owned()
+    };
+    if let Some(reason) = cx.core.unservable.get(&name) {
+        return Err(Status::failed_precondition(format!(
+            "harness {name:?} is unservable on this host: {reason}"
+        )));
+    }
+    match cx.route(&name) {
+        Some(route) => Ok((name, route.clone())),
+        None => Err(Status::invalid_argument(format!(
+            "unknown harness {name:?} (registered: {:?})",
+            cx.core.routes.keys().collect::<Vec<_>>()
+        ))),
+    }
+}
+
+/// True when `name` is a registered (not static) harness on this host.
+pub(crate) fn is_registered(cx: &Cx<'_>, name: &str) -> bool {
+    cx.core.unservable.contains_key(name) || cx.route(name).is_some_and(|r| r.registered)
+}
+
+/// The harness a new turn runs on: the session's, or a one-turn override.
+/// A session pinned to a registered harness refuses any override, and no
+/// session may move onto a registered one.
+pub(crate) fn for_turn(
+    cx: &Cx<'_>,
+    uid: &str,
+    stored: &str,
+    override_name: &str,
+) -> Result<(String, Route), Status> {
+    let stored_name = if stored.is_empty() {
+        cx.config().default_harness.clone()
+    } else {
+        stored.to_owned()
+    };
+    if !override_name.is_empty() && override_name != stored_name {
+        if is_registered(cx, &stored_name) || is_registered(cx, override_name) {
+            return Err(Status::failed_precondition(format!(
+                "session {uid:?} is pinned to harness {stored_name:?}; a turn cannot run on {override_name:?}"
+            )));
+        }
+        return resolve(cx, override_name);
+    }
+    resolve(cx, &stored_name)
+}
+
+/// Checks that a recovery may run on `name` when the session's harness is
+/// `stored` (a turn recorded on a different static harness still recovers).
+pub(crate) fn check_resumed(
+    cx: &Cx<'_>,
+    uid: &str,
+    stored: &str,
+    name: &str,
+) -> Result<(), Status> {
+    let stored_name = if stored.is_empty() {
+        cx.config().default_harness.as_str()
+    } else {
+        stored
+    };
+    if name == stored_name {
+        return Ok(());
+    }
+    if is_registered(cx, stored_name) || is_registered(cx, name) {
+        return Err(Status::failed_precondition(format!(
+            "session {uid:?} is pinned to harness {stored_name:?}; its pending turn was recorded on {name:?} and cannot resume there"
+        )));
+    }
+    Ok(())
+}
+
+/// Resolves the harness a pending turn recorded (no fallback when this host
+/// does not serve it).
+pub(crate) fn resolve_recorded(cx: &Cx<'_>, name: &str) -> Result<(String, Route), Status> {
+    resolve(cx, name).map_err(|s| {
+        if s.code == crate::host::Code::InvalidArgument {
+            Status::failed_precondition(format!(
+                "recorded harness {name:?} is not served by this host"
+            ))
+        } else {
+            s
+        }
+    })
+}
+
+/// Status mappings, one per RPC family, in the reference's precedence.
+pub(crate) mod mapping {
+    use super::*;
+
+    /// CAS and fence refusals are contention; anything else is internal.
+    pub(crate) fn append(e: &AppendError, what: &str) -> Status {
+        match e {
+            AppendError::Conflict { head } => {
+                Status::aborted(format!("{what}: seq conflict (journal head is {head})"))
+            }
+            AppendError::Fenced { .. } => Status::aborted(format!(
+                "{what}: stale fencing token (incarnation superseded)"
+            )),
+            AppendError::Failed(m) => Status::internal(format!("{what}: {m}")),
+        }
+    }
+
+    /// Failures the session's state explains (the caller can fix them).
+    fn precondition(e: &TurnError) -> bool {
+        match e {
+            TurnError::Log(l) => l.is_invalid_log(),
+            TurnError::ApprovalBlocked
+            | TurnError::ApprovalUnavailable
+            | TurnError::MissingToolExecutor
+            | TurnError::InvalidApprovalCall(_)
+            | TurnError::ApprovalReceiptReport
+            | TurnError::HarnessMismatch { .. }
+            | TurnError::HarnessVersionMismatch { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Exec.
+    pub(crate) fn exec(e: &TurnError) -> Status {
+        match e {
+            TurnError::Append(a) => append(a, "exec"),
+            TurnError::DeadlineExceeded => {
+                Status::new(crate::host::Code::DeadlineExceeded, e.to_string())
+            }
+            _ if precondition(e) => Status::failed_precondition(e.to_string()),
+            _ => Status::internal(e.to_string()),
+        }
+    }
+
+    /// Resume (and Exec recovery), with its hints.
+    pub(crate) fn resume(e: &TurnError) -> Status {
+        match e {
+            TurnError::Append(a) => append(a, "resume"),
+            TurnError::DeadlineExceeded => {
+                Status::new(crate::host::Code::DeadlineExceeded, e.to_string())
+            }
+            TurnError::Log(LogError::InheritedToolIntent(_)) => Status::failed_precondition(
+                format!("resume: {e}; fork at or after the TOOL_RESULT, or Exec a new turn"),
+            ),
+            TurnError::Log(LogError::IncompleteInvocation(_)) => {
+                Status::failed_precondition(format!(
+                    "resume: {e}; the incomplete turn never reached the harness and you should call Exec again with all inputs"
+                ))
+            }
+            _ if precondition(e) => Status::failed_precondition(format!("resume: {e}")),
+            _ => Status::internal(format!("resume: {e}")),
+        }
+    }
+}

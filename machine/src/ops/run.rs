@@ -1,0 +1,333 @@
+//! Driving an [`Invocation`] with real effects, and the park handoff.
+
+use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, SnapshotRef};
+
+use super::unexpected;
+use crate::error::{LogError, TurnError};
+use crate::events;
+use crate::host::{
+    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Route, RuntimeOp,
+    RuntimeReply, StreamItem,
+};
+use crate::invocation::{Action, Finish, Invocation};
+use crate::journal::approval;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    Append,
+    Model,
+    Tool,
+}
+
+/// An invocation bound to a connection and a fence.
+pub(crate) struct Run {
+    pub(crate) inv: Invocation,
+    conn: ConnId,
+    fence: i64,
+    stream_to: Option<RequestId>,
+    pending: Option<(EffectId, Pending)>,
+}
+
+impl Run {
+    /// Sends `start` on `conn` and begins serving the harness.
+    pub(crate) fn start(
+        cx: &mut Cx<'_>,
+        inv: Invocation,
+        conn: ConnId,
+        start: ControllerFrame,
+        stream_to: Option<RequestId>,
+    ) -> Self {
+        cx.emit(Effect::Send { conn, frame: start });
+        let fence = inv.setup().fence;
+        Self {
+            inv,
+            conn,
+            fence,
+            stream_to,
+            pending: None,
+        }
+    }
+
+    /// The final report, once the run is over.
+    pub(crate) fn finished(&self) -> Option<&Finish> {
+        // A run is over only when nothing of it is outstanding.
+        self.inv.finished().filter(|_| self.pending.is_none())
+    }
+
+    /// True when `id` is this run's outstanding effect.
+    pub(crate) fn owns(&self, id: EffectId) -> bool {
+        self.pending.is_some_and(|(p, _)| p == id)
+    }
+
+    /// Input from the harness connection.
+    pub(crate) fn on_harness(&mut self, cx: &mut Cx<'_>, input: HarnessInput) {
+        let mut out = Vec::new();
+        self.inv.on_harness(input, cx.ids(), &mut out);
+        self.apply(cx, out);
+    }
+
+    /// A streamed model chunk: forwarded to the client as a delta.
+    pub(crate) fn on_chunk(&mut self, cx: &mut Cx<'_>, chunk: String) {
+        if chunk.is_empty() {
+            return;
+        }
+        if let Some(request) = self.stream_to {
+            let execution_id = self.inv.setup().wire_id.clone();
+            cx.stream(
+                request,
+                StreamItem::Delta(Delta {
+                    execution_id,
+                    part_index: 0,
+                    chunk,
+                    done: false,
+                }),
+            );
+        }
+    }
+
+    /// Ends the run from outside (deadline, cancellation).
+    pub(crate) fn abort(&mut self, cx: &mut Cx<'_>, err: TurnError) {
+        let mut out = Vec::new();
+        self.inv.abort(err, &mut out);
+        self.apply(cx, out);
+    }
+
+    /// The outcome of this run's outstanding effect.
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) {
+        let (want, kind) = self
+            .pending
+            .take()
+            .expect("an outcome needs an outstanding effect");
+        assert_eq!(want, id);
+        let mut out = Vec::new();
+        match (kind, outcome) {
+            (Pending::Append, Outcome::Appended(r)) => self.inv.on_appended(r, cx.ids(), &mut out),
+            (Pending::Model, Outcome::Model(r)) => {
+                if r.is_ok()
+                    && let Some(request) = self.stream_to
+                {
+                    let execution_id = self.inv.setup().wire_id.clone();
+                    cx.stream(
+                        request,
+                        StreamItem::Delta(Delta {
+                            execution_id,
+                            part_index: 0,
+                            chunk: String::new(),
+                            done: true,
+                        }),
+                    );
+                }
+                self.inv.on_model(r, cx.ids(), &mut out)
+            }
+            (Pending::Tool, Outcome::Tool(r)) => self.inv.on_tool(r, cx.ids(), &mut out),
+            (_, other) => unexpected("run", &other),
+        }
+        self.apply(cx, out);
+    }
+
+    fn apply(&mut self, cx: &mut Cx<'_>, actions: Vec<Action>) {
+        let session = self.inv.setup().session.clone();
+        for action in actions {
+            match action {
+                Action::Append {
+                    expected_last_seq,
+                    events,
+                } => {
+                    let (session, fence) = (session.clone(), self.fence);
+                    let id = cx.request(|id| Effect::Append {
+                        id,
+                        session,
+                        expected_last_seq,
+                        fence,
+                        events,
+                    });
+                    self.set_pending(id, Pending::Append);
+                }
+                Action::InvokeModel(request) => {
+                    let (session, execution_id) =
+                        (session.clone(), self.inv.setup().wire_id.clone());
+                    let id = cx.request(|id| Effect::InvokeModel {
+                        id,
+                        session,
+                        execution_id,
+                        request,
+                    });
+                    if self.stream_to.is_some() {
+                        cx.want_chunks(id);
+                    }
+                    self.set_pending(id, Pending::Model);
+                }
+                Action::ExecuteTool { intent, call } => {
+                    let session = session.clone();
+                    let id = cx.request(|id| Effect::ExecuteTool {
+                        id,
+                        session,
+                        intent,
+                        call,
+                    });
+                    self.set_pending(id, Pending::Tool);
+                }
+                Action::Send(frame) => cx.emit(Effect::Send {
+                    conn: self.conn,
+                    frame,
+                }),
+                Action::Close => cx.close(self.conn),
+                Action::Recorded(record) => {
+                    if let Some(request) = self.stream_to {
+                        cx.stream(request, StreamItem::Record(record));
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_pending(&mut self, id: EffectId, kind: Pending) {
+        assert!(self.pending.is_none(), "one outstanding effect per run");
+        self.pending = Some((id, kind));
+    }
+}
+
+/// After a park: confirm the request is still the owned pending one, take
+/// the session cold, and record SUSPEND with the invocation's fence at the
+/// head the check saw. Any failure reports its own cause and leaves the
+/// committed request in place (a later Resume parks again).
+pub(crate) struct Handoff {
+    session: String,
+    harness: String,
+    route: Route,
+    park: ApprovalRef,
+    fence: i64,
+    step: HandoffStep,
+    head: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HandoffStep {
+    Read(EffectId),
+    Snapshot(EffectId),
+    Append(EffectId),
+}
+
+/// Progress of a handoff.
+pub(crate) enum Handed {
+    Pending,
+    /// SUSPEND is durable.
+    Done(Vec<Committed>),
+    Failed(TurnError),
+}
+
+impl Handoff {
+    pub(crate) fn start(
+        cx: &mut Cx<'_>,
+        session: &str,
+        harness: &str,
+        route: &Route,
+        park: ApprovalRef,
+        fence: i64,
+    ) -> Self {
+        let s = session.to_owned();
+        let id = cx.request(|id| Effect::ReadLog {
+            id,
+            session: s,
+            from_seq: 1,
+            to_seq: 0,
+        });
+        Self {
+            session: session.to_owned(),
+            harness: harness.to_owned(),
+            route: route.clone(),
+            park,
+            fence,
+            step: HandoffStep::Read(id),
+            head: 0,
+        }
+    }
+
+    pub(crate) fn owns(&self, id: EffectId) -> bool {
+        matches!(self.step,
+            HandoffStep::Read(x) | HandoffStep::Snapshot(x) | HandoffStep::Append(x) if x == id)
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Handed {
+        assert!(self.owns(id));
+        match (self.step, outcome) {
+            (HandoffStep::Read(_), Outcome::Log(r)) => {
+                let records: Vec<LogRecord> = match r {
+                    Ok(r) => r,
+                    Err(e) => return Handed::Failed(TurnError::Sink(format!("read: {e}"))),
+                };
+                let scan = match approval::scan(&records, 0) {
+                    Ok(s) => s,
+                    Err(e) => return Handed::Failed(e.into()),
+                };
+                let owned = scan.selected().filter(|s| {
+                    !s.inherited
+                        && !s.has_receipt()
+                        && s.is_pending_request()
+                        && s.call.id == self.park.tool_call_id
+                        && s.request_seq() == Some(self.park.request_seq)
+                });
+                let Some(state) = owned else {
+                    return Handed::Failed(
+                        LogError::diverged("park does not match the pending approval request")
+                            .into(),
+                    );
+                };
+                self.head = state.head;
+                let (harness, backend, session) = (
+                    self.harness.clone(),
+                    self.route.backend.clone(),
+                    self.session.clone(),
+                );
+                self.step = HandoffStep::Snapshot(cx.request(|id| Effect::Runtime {
+                    id,
+                    harness,
+                    backend,
+                    op: RuntimeOp::Snapshot { session },
+                }));
+                Handed::Pending
+            }
+            (HandoffStep::Snapshot(_), Outcome::Runtime(r)) => {
+                let snapshot = match r {
+                    Ok(RuntimeReply::Snapshot(s)) => s,
+                    Ok(other) => {
+                        return Handed::Failed(TurnError::Sink(format!(
+                            "runtime returned {other:?} where a snapshot was expected"
+                        )));
+                    }
+                    Err(e) => return Handed::Failed(TurnError::Sink(format!("snapshot: {e}"))),
+                };
+                let (session, fence, head) = (self.session.clone(), self.fence, self.head);
+                let event = suspend_event(&snapshot);
+                self.step = HandoffStep::Append(cx.request(|id| Effect::Append {
+                    id,
+                    session,
+                    expected_last_seq: head,
+                    fence,
+                    events: vec![event],
+                }));
+                Handed::Pending
+            }
+            (HandoffStep::Append(_), Outcome::Appended(r)) => match r {
+                Ok(records) => Handed::Done(records.into_iter().map(Committed::new).collect()),
+                Err(e) => Handed::Failed(TurnError::Append(e)),
+            },
+            (_, other) => unexpected("handoff", &other),
+        }
+    }
+}
+
+/// LIFECYCLE{SUSPEND} carrying the snapshot inline, so the chain covers it.
+pub(crate) fn suspend_event(snapshot: &SnapshotRef) -> agentsessions_proto::v1::Event {
+    let mut ev = events::lifecycle(
+        agentsessions_proto::v1::lifecycle::Kind::LifecycleSuspend,
+        "",
+    );
+    if let Some(agentsessions_proto::v1::event::Body::Lifecycle(l)) = &mut ev.body {
+        l.snapshot_local = snapshot.local.clone();
+        l.snapshot_external_uri = snapshot.external_uri.clone();
+        l.snapshot_memory = snapshot.memory;
+        l.snapshot_sealed = snapshot.sealed;
+    }
+    ev
+}

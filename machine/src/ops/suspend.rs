@@ -1,0 +1,210 @@
+//! Suspend: take the session cold and record where its state went.
+//!
+//! Snapshot(EXTERNAL) owns the cold transition; then a fresh fence, the
+//! current head, and LIFECYCLE{SUSPEND} carrying the snapshot. A session
+//! parked on an unreceipted approval is routed to the harness its turn
+//! recorded, with no fallback.
+
+use agentsessions_proto::v1::{LogRecord, SnapshotRef};
+
+use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
+use super::run::suspend_event;
+use super::session::{Render, Rendered};
+use super::{Flow, unexpected};
+use crate::host::{
+    Cx, Effect, EffectId, Outcome, RequestId, Response, RuntimeOp, RuntimeReply, Status,
+};
+use crate::journal::approval;
+
+enum Stage {
+    Row(EffectId),
+    Log(EffectId),
+    Snapshot(EffectId),
+    Fence(EffectId, SnapshotRef),
+    Head(EffectId, SnapshotRef, i64),
+    Append(EffectId),
+    Final(Render),
+    Over,
+}
+
+pub(crate) struct SuspendOp {
+    request: RequestId,
+    session: String,
+    stored: String,
+    stage: Stage,
+}
+
+impl SuspendOp {
+    pub(crate) fn new(request: RequestId, session: String) -> Self {
+        Self {
+            request,
+            session,
+            stored: String::new(),
+            stage: Stage::Over,
+        }
+    }
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = Stage::Over;
+        cx.reply(self.request, Err(status));
+        Flow::Done
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if self.session.is_empty() {
+            return self.fail(cx, Status::invalid_argument("session is required"));
+        }
+        if !cx.try_guard(&self.session) {
+            let msg = format!("session {:?} is busy", self.session);
+            return self.fail(cx, Status::aborted(msg));
+        }
+        let session = self.session.clone();
+        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        Flow::Continue
+    }
+
+    fn route(&mut self, cx: &mut Cx<'_>, log: &[LogRecord]) -> Flow {
+        let scan = match approval::scan(log, 0) {
+            Ok(s) => s,
+            Err(e) => {
+                return self.fail(cx, Status::failed_precondition(format!("suspend: {e}")));
+            }
+        };
+        let recorded = scan
+            .selected()
+            .filter(|s| !s.has_receipt())
+            .and_then(|s| s.invocation.as_ref())
+            .map(|m| m.harness.clone())
+            .filter(|h| !h.is_empty());
+        let routed = match &recorded {
+            Some(name) => resolve_recorded(cx, name),
+            None => resolve(cx, &self.stored),
+        };
+        let (harness, route) = match routed {
+            Ok(r) => r,
+            Err(status) => return self.fail(cx, status),
+        };
+        if let Err(status) = check_resumed(cx, &self.session, &self.stored, &harness) {
+            return self.fail(cx, status);
+        }
+        let session = self.session.clone();
+        self.stage = Stage::Snapshot(cx.request(|id| Effect::Runtime {
+            id,
+            harness,
+            backend: route.backend,
+            op: RuntimeOp::Snapshot { session },
+        }));
+        Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
+            (Stage::Row(want), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(Some(row)) => {
+                        self.stored = row.harness;
+                        let session = self.session.clone();
+                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
+                            id,
+                            session,
+                            from_seq: 1,
+                            to_seq: 0,
+                        }));
+                        Flow::Continue
+                    }
+                    Ok(None) => {
+                        let msg = format!("session {:?} not found", self.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Err(e) => self.fail(cx, Status::internal(format!("session: {e}"))),
+                }
+            }
+            (Stage::Log(want), Outcome::Log(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(log) => self.route(cx, &log),
+                    Err(e) => self.fail(cx, Status::internal(format!("suspend: read: {e}"))),
+                }
+            }
+            (Stage::Snapshot(want), Outcome::Runtime(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(RuntimeReply::Snapshot(snapshot)) => {
+                        let session = self.session.clone();
+                        self.stage = Stage::Fence(
+                            cx.request(|id| Effect::MintFence { id, session }),
+                            snapshot,
+                        );
+                        Flow::Continue
+                    }
+                    Ok(other) => self.fail(
+                        cx,
+                        Status::internal(format!("suspend: runtime returned {other:?}")),
+                    ),
+                    Err(e) => self.fail(cx, Status::internal(format!("suspend: {e}"))),
+                }
+            }
+            (Stage::Fence(want, snapshot), Outcome::Fence(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(fence) => {
+                        // Read the head after the fence: anything appended
+                        // before it is accepted; anything after is fenced.
+                        let session = self.session.clone();
+                        self.stage = Stage::Head(
+                            cx.request(|id| Effect::GetSession { id, session }),
+                            snapshot,
+                            fence,
+                        );
+                        Flow::Continue
+                    }
+                    Err(e) => self.fail(cx, Status::internal(format!("suspend: mint fence: {e}"))),
+                }
+            }
+            (Stage::Head(want, snapshot, fence), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                let head = match r {
+                    Ok(Some(row)) => row.last_seq,
+                    Ok(None) => 0,
+                    Err(e) => {
+                        return self.fail(cx, Status::internal(format!("suspend: head: {e}")));
+                    }
+                };
+                let session = self.session.clone();
+                let event = suspend_event(&snapshot);
+                self.stage = Stage::Append(cx.request(|id| Effect::Append {
+                    id,
+                    session,
+                    expected_last_seq: head,
+                    fence,
+                    events: vec![event],
+                }));
+                Flow::Continue
+            }
+            (Stage::Append(want), Outcome::Appended(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(_) => {
+                        self.stage = Stage::Final(Render::start(cx, &self.session));
+                        Flow::Continue
+                    }
+                    Err(e) => self.fail(cx, mapping::append(&e, "suspend")),
+                }
+            }
+            (Stage::Final(mut render), outcome) => match render.on_outcome(cx, id, outcome) {
+                Rendered::Pending => {
+                    self.stage = Stage::Final(render);
+                    Flow::Continue
+                }
+                Rendered::Done(s) => {
+                    cx.reply(self.request, Ok(Response::Session(*s)));
+                    Flow::Done
+                }
+                Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
+                Rendered::Failed(status) => self.fail(cx, status),
+            },
+            (_, other) => unexpected("suspend", &other),
+        }
+    }
+}

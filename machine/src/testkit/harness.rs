@@ -1,0 +1,227 @@
+//! Scripted harnesses: the harness side of `Harness.Connect` as small state
+//! machines (frames in, events out), for tests and simulation.
+
+use agentsessions_proto::v1::{
+    Capabilities, ControllerFrame, Event, EventKind, HarnessDescriptor, HarnessEnd, Mediation,
+    Message, ModelCall, Resumability, ToolCall, controller_frame::Frame, event::Body,
+};
+
+use crate::events;
+
+/// What a harness sends in answer to one frame.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reply {
+    /// Events to send, in order.
+    pub events: Vec<Event>,
+    /// Close the send side after them.
+    pub close: bool,
+}
+
+/// A harness's side of one connection.
+pub trait Script: Send {
+    /// The harness's static contract.
+    fn descriptor(&self) -> HarnessDescriptor;
+    /// Answers one controller frame.
+    fn on_frame(&mut self, frame: &ControllerFrame) -> Reply;
+}
+
+/// A descriptor with `id`, version "1" and `resumability`.
+pub fn descriptor(id: &str, resumability: Resumability) -> HarnessDescriptor {
+    HarnessDescriptor {
+        id: id.into(),
+        version: "1".into(),
+        models: vec!["echo".into()],
+        tools: Vec::new(),
+        capabilities: Some(Capabilities {
+            resumability: resumability as i32,
+            fork_safe: true,
+            ..Capabilities::default()
+        }),
+    }
+}
+
+fn ev(exec: &str, kind: EventKind, body: Body) -> Event {
+    events::event(exec, kind, body)
+}
+
+fn end(exec: &str) -> Event {
+    ev(
+        exec,
+        EventKind::EventEnd,
+        Body::End(HarnessEnd {
+            state: "COMPLETED".into(),
+            error: None,
+        }),
+    )
+}
+
+fn last_input_text(inputs: &[Message]) -> String {
+    inputs.last().map(events::message_text).unwrap_or_default()
+}
+
+/// The reference echo harness: one model call with the last input's text,
+/// then END. The host records MODEL_CALL and the completion as OUTPUT.
+#[derive(Debug, Default)]
+pub struct Echo {
+    exec: String,
+}
+
+impl Script for Echo {
+    fn descriptor(&self) -> HarnessDescriptor {
+        descriptor("echo", Resumability::StatelessReplay)
+    }
+
+    fn on_frame(&mut self, frame: &ControllerFrame) -> Reply {
+        match &frame.frame {
+            Some(Frame::Start(start)) => {
+                self.exec = frame.execution_id.clone();
+                let call = ModelCall {
+                    model: "echo".into(),
+                    id: "m1".into(),
+                    messages: vec![events::text_message(
+                        "user",
+                        &last_input_text(&start.inputs),
+                    )],
+                    ..ModelCall::default()
+                };
+                Reply {
+                    events: vec![ev(&self.exec, EventKind::EventModelCall, Body::Model(call))],
+                    close: false,
+                }
+            }
+            Some(Frame::Model(_)) => Reply {
+                events: vec![end(&self.exec)],
+                close: true,
+            },
+            _ => Reply::default(),
+        }
+    }
+}
+
+/// Calls one tool with the given mediation, then reports the receipt's
+/// outcome as output. Under REQUIRES_APPROVAL it acknowledges a park.
+#[derive(Debug)]
+pub struct ToolUser {
+    exec: String,
+    mediation: Mediation,
+}
+
+impl ToolUser {
+    /// A harness whose tool calls use `mediation`.
+    pub fn new(mediation: Mediation) -> Self {
+        Self {
+            exec: String::new(),
+            mediation,
+        }
+    }
+
+    /// The call this harness makes.
+    pub fn call(&self) -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            tool: "write".into(),
+            args: None,
+            mediation: self.mediation as i32,
+            idempotency_key: "k1".into(),
+        }
+    }
+}
+
+impl Script for ToolUser {
+    fn descriptor(&self) -> HarnessDescriptor {
+        descriptor("tools", Resumability::StatelessReplay)
+    }
+
+    fn on_frame(&mut self, frame: &ControllerFrame) -> Reply {
+        match &frame.frame {
+            Some(Frame::Start(_)) => {
+                self.exec = frame.execution_id.clone();
+                Reply {
+                    events: vec![ev(
+                        &self.exec,
+                        EventKind::EventToolCall,
+                        Body::Tool(self.call()),
+                    )],
+                    close: false,
+                }
+            }
+            Some(Frame::Park(park)) => Reply {
+                events: vec![ev(
+                    &self.exec,
+                    EventKind::EventParked,
+                    Body::Parked(park.clone()),
+                )],
+                close: true,
+            },
+            Some(Frame::Approval(_)) => Reply::default(),
+            Some(Frame::Tool(receipt)) => {
+                let text = if receipt.is_error {
+                    format!("tool failed: {}", receipt.error)
+                } else {
+                    "tool ok".to_owned()
+                };
+                Reply {
+                    events: vec![
+                        ev(
+                            &self.exec,
+                            EventKind::EventOutput,
+                            Body::Message(events::assistant_text(&text)),
+                        ),
+                        end(&self.exec),
+                    ],
+                    close: true,
+                }
+            }
+            _ => Reply::default(),
+        }
+    }
+}
+
+/// A harness that needs memory snapshots: it outputs a counter it keeps in
+/// RAM (`count` is restored by the world from snapshots).
+#[derive(Debug)]
+pub struct Counter {
+    /// The in-memory count.
+    pub count: u64,
+}
+
+impl Script for Counter {
+    fn descriptor(&self) -> HarnessDescriptor {
+        let mut d = descriptor("counter", Resumability::RequiresMemorySnapshot);
+        d.models.clear();
+        d
+    }
+
+    fn on_frame(&mut self, frame: &ControllerFrame) -> Reply {
+        match &frame.frame {
+            Some(Frame::Start(_)) => {
+                self.count += 1;
+                let exec = frame.execution_id.clone();
+                Reply {
+                    events: vec![
+                        ev(
+                            &exec,
+                            EventKind::EventOutput,
+                            Body::Message(events::assistant_text(&self.count.to_string())),
+                        ),
+                        end(&exec),
+                    ],
+                    close: true,
+                }
+            }
+            _ => Reply::default(),
+        }
+    }
+}
+
+/// Builds a script for a backend kind.
+pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
+    Some(match kind {
+        "echo" => Box::new(Echo::default()),
+        "tools" => Box::new(ToolUser::new(Mediation::ControllerMediated)),
+        "approval" => Box::new(ToolUser::new(Mediation::RequiresApproval)),
+        "unmediated" => Box::new(ToolUser::new(Mediation::InHarnessReported)),
+        "counter" => Box::new(Counter { count: 0 }),
+        _ => return None,
+    })
+}
