@@ -15,6 +15,27 @@ pub struct Reply {
     pub events: Vec<Event>,
     /// Close the send side after them.
     pub close: bool,
+    /// Fail the stream after them (takes precedence over `close`).
+    pub fail: Option<String>,
+}
+
+impl Reply {
+    /// Sends `events` and keeps the stream open.
+    pub fn send(events: Vec<Event>) -> Self {
+        Self {
+            events,
+            ..Self::default()
+        }
+    }
+
+    /// Sends `events`, then closes cleanly.
+    pub fn finish(events: Vec<Event>) -> Self {
+        Self {
+            events,
+            close: true,
+            fail: None,
+        }
+    }
 }
 
 /// A harness's side of one connection.
@@ -40,11 +61,13 @@ pub fn descriptor(id: &str, resumability: Resumability) -> HarnessDescriptor {
     }
 }
 
-fn ev(exec: &str, kind: EventKind, body: Body) -> Event {
+/// An event of `kind` for execution `exec`.
+pub fn ev(exec: &str, kind: EventKind, body: Body) -> Event {
     events::event(exec, kind, body)
 }
 
-fn end(exec: &str) -> Event {
+/// A COMPLETED end event.
+pub fn end(exec: &str) -> Event {
     ev(
         exec,
         EventKind::EventEnd,
@@ -84,15 +107,13 @@ impl Script for Echo {
                     )],
                     ..ModelCall::default()
                 };
-                Reply {
-                    events: vec![ev(&self.exec, EventKind::EventModelCall, Body::Model(call))],
-                    close: false,
-                }
+                Reply::send(vec![ev(
+                    &self.exec,
+                    EventKind::EventModelCall,
+                    Body::Model(call),
+                )])
             }
-            Some(Frame::Model(_)) => Reply {
-                events: vec![end(&self.exec)],
-                close: true,
-            },
+            Some(Frame::Model(_)) => Reply::finish(vec![end(&self.exec)]),
             _ => Reply::default(),
         }
     }
@@ -136,23 +157,17 @@ impl Script for ToolUser {
         match &frame.frame {
             Some(Frame::Start(_)) => {
                 self.exec = frame.execution_id.clone();
-                Reply {
-                    events: vec![ev(
-                        &self.exec,
-                        EventKind::EventToolCall,
-                        Body::Tool(self.call()),
-                    )],
-                    close: false,
-                }
-            }
-            Some(Frame::Park(park)) => Reply {
-                events: vec![ev(
+                Reply::send(vec![ev(
                     &self.exec,
-                    EventKind::EventParked,
-                    Body::Parked(park.clone()),
-                )],
-                close: true,
-            },
+                    EventKind::EventToolCall,
+                    Body::Tool(self.call()),
+                )])
+            }
+            Some(Frame::Park(park)) => Reply::finish(vec![ev(
+                &self.exec,
+                EventKind::EventParked,
+                Body::Parked(park.clone()),
+            )]),
             Some(Frame::Approval(_)) => Reply::default(),
             Some(Frame::Tool(receipt)) => {
                 let text = if receipt.is_error {
@@ -160,17 +175,14 @@ impl Script for ToolUser {
                 } else {
                     "tool ok".to_owned()
                 };
-                Reply {
-                    events: vec![
-                        ev(
-                            &self.exec,
-                            EventKind::EventOutput,
-                            Body::Message(events::assistant_text(&text)),
-                        ),
-                        end(&self.exec),
-                    ],
-                    close: true,
-                }
+                Reply::finish(vec![
+                    ev(
+                        &self.exec,
+                        EventKind::EventOutput,
+                        Body::Message(events::assistant_text(&text)),
+                    ),
+                    end(&self.exec),
+                ])
             }
             _ => Reply::default(),
         }
@@ -197,20 +209,106 @@ impl Script for Counter {
             Some(Frame::Start(_)) => {
                 self.count += 1;
                 let exec = frame.execution_id.clone();
-                Reply {
-                    events: vec![
-                        ev(
-                            &exec,
-                            EventKind::EventOutput,
-                            Body::Message(events::assistant_text(&self.count.to_string())),
-                        ),
-                        end(&exec),
-                    ],
-                    close: true,
-                }
+                Reply::finish(vec![
+                    ev(
+                        &exec,
+                        EventKind::EventOutput,
+                        Body::Message(events::assistant_text(&self.count.to_string())),
+                    ),
+                    end(&exec),
+                ])
             }
             _ => Reply::default(),
         }
+    }
+}
+
+/// A script written as a closure over each frame, with a fixed descriptor;
+/// the closure may keep state across frames.
+pub struct FnScript<F> {
+    descriptor: HarnessDescriptor,
+    on_frame: F,
+}
+
+impl<F> FnScript<F>
+where
+    F: FnMut(&ControllerFrame) -> Reply + Send + 'static,
+{
+    /// A stateless-replay script with descriptor id `id`.
+    pub fn new(id: &str, on_frame: F) -> Self {
+        Self::with_descriptor(descriptor(id, Resumability::StatelessReplay), on_frame)
+    }
+
+    /// A script with an explicit descriptor.
+    pub fn with_descriptor(descriptor: HarnessDescriptor, on_frame: F) -> Self {
+        Self {
+            descriptor,
+            on_frame,
+        }
+    }
+}
+
+impl<F> Script for FnScript<F>
+where
+    F: FnMut(&ControllerFrame) -> Reply + Send,
+{
+    fn descriptor(&self) -> HarnessDescriptor {
+        self.descriptor.clone()
+    }
+
+    fn on_frame(&mut self, frame: &ControllerFrame) -> Reply {
+        (self.on_frame)(frame)
+    }
+}
+
+/// A keyed call `id` with `mediation` (key `k-<id>`).
+pub fn keyed_call(id: &str, mediation: Mediation) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        tool: "write".into(),
+        args: None,
+        mediation: mediation as i32,
+        idempotency_key: format!("k-{id}"),
+    }
+}
+
+/// Makes gated calls `ids` one after another: each next call follows the
+/// previous call's receipt, and after the last receipt it outputs the
+/// receipts' outcomes and ends. Acknowledges parks.
+pub fn gates(ids: &'static [&'static str]) -> impl FnMut(&ControllerFrame) -> Reply + Send {
+    let mut exec = String::new();
+    let mut next = 0usize;
+    let mut seen = Vec::new();
+    move |frame| match &frame.frame {
+        Some(Frame::Start(_)) => {
+            exec = frame.execution_id.clone();
+            next = 1;
+            let call = keyed_call(ids[0], Mediation::RequiresApproval);
+            Reply::send(vec![ev(&exec, EventKind::EventToolCall, Body::Tool(call))])
+        }
+        Some(Frame::Park(park)) => Reply::finish(vec![ev(
+            &exec,
+            EventKind::EventParked,
+            Body::Parked(park.clone()),
+        )]),
+        Some(Frame::Tool(receipt)) => {
+            seen.push(if receipt.is_error { "denied" } else { "ok" });
+            if next < ids.len() {
+                let call = keyed_call(ids[next], Mediation::RequiresApproval);
+                next += 1;
+                return Reply::send(vec![ev(&exec, EventKind::EventToolCall, Body::Tool(call))]);
+            }
+            let text = seen.join(",");
+            Reply::finish(vec![
+                ev(
+                    &exec,
+                    EventKind::EventOutput,
+                    Body::Message(events::assistant_text(&text)),
+                ),
+                end(&exec),
+            ])
+        }
+        _ => Reply::default(),
     }
 }
 

@@ -5,15 +5,15 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use agentsessions_proto::v1::{SnapshotRef, ToolResult};
+use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef, ToolResult};
 
 use super::harness::{self, Script};
 use super::store::MemStore;
 use crate::events;
 use crate::host::{
-    Backend, ConnId, CountingIds, Effect, EffectId, HarnessFailure, HarnessInput, Host, HostConfig,
-    ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeOp, RuntimeReply,
-    Status, StreamItem,
+    AppendError, Backend, ConnId, CountingIds, Effect, EffectId, HarnessFailure, HarnessInput,
+    Host, HostConfig, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeOp,
+    RuntimeReply, Status, StreamItem,
 };
 
 /// The end of one client call.
@@ -73,7 +73,39 @@ pub struct Executor {
     pub effects: usize,
     /// When set, the next attempt fails with this text.
     pub fail_next: Option<String>,
+    /// When set, the next attempt performs its effect and then reports this
+    /// failure, as an executor whose answer was lost would.
+    pub lose_next: Option<String>,
 }
+
+/// One-shot failures injected into effects the world performs. Each knob
+/// fires once and then clears, so a retry sees a healthy world.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Fail an append after letting this many more succeed: `(skip, error)`.
+    pub append: Option<(usize, AppendError)>,
+    /// Fail the next MintFence.
+    pub fence: Option<String>,
+    /// Fail a ReadLog after letting this many more succeed.
+    pub read: Option<(usize, String)>,
+    /// Fail the next GetSession.
+    pub get: Option<String>,
+    /// Fail the next Runtime Snapshot.
+    pub snapshot: Option<String>,
+    /// Fail the next Runtime Create or Restore.
+    pub provision: Option<String>,
+    /// Fail the next Dial.
+    pub dial: Option<HarnessFailure>,
+    /// Fail the next Describe of an open connection (the live recheck).
+    pub recheck: Option<HarnessFailure>,
+}
+
+/// A hook run just before the world performs an effect, with the store;
+/// tests use it to race another writer against a step of an operation.
+pub type BeforeEffect = Box<dyn FnMut(&Effect, &mut MemStore) + Send>;
+
+/// Builds a fresh script for each connection to a harness kind.
+pub type ScriptFactory = Box<dyn Fn() -> Box<dyn Script> + Send>;
 
 /// The world. See the module docs.
 pub struct World {
@@ -83,12 +115,15 @@ pub struct World {
     pub store: MemStore,
     /// Virtual time (unix nanos).
     pub now: Nanos,
+    config: HostConfig,
     /// Live harness connections.
     conns: BTreeMap<ConnId, (String, Box<dyn Script>)>,
     /// Remote addresses and the script kind behind each.
     pub remote: BTreeMap<String, String>,
-    /// Per-session RAM of memory harnesses (the counter).
-    ram: BTreeMap<String, u64>,
+    /// Scripts for harness kinds beyond the built-in ones (checked first).
+    pub scripts: BTreeMap<String, ScriptFactory>,
+    /// Descriptor answers overriding a kind's own, by kind.
+    pub descriptors: BTreeMap<String, HarnessDescriptor>,
     /// Live model invocations.
     pub model_calls: usize,
     /// When set, the next model call fails with this text.
@@ -97,13 +132,22 @@ pub struct World {
     pub executor: Executor,
     /// Describe answers to fail, by route name.
     pub describe_fail: BTreeMap<String, HarnessFailure>,
+    /// One-shot failures.
+    pub faults: Faults,
+    /// Runs before every effect is performed.
+    pub before_effect: Option<BeforeEffect>,
+    /// While set, events harnesses send are held back (see [`World::release`]).
+    pub hold: bool,
+    held: VecDeque<Input>,
     /// Every effect the host emitted, in order.
     pub trace: Vec<Effect>,
+    /// Runtime calls performed, in order (`create`, `restore`, `snapshot`, …).
+    pub runtime_calls: Vec<String>,
     queue: VecDeque<Input>,
-    replies: BTreeMap<RequestId, Call>,
+    replies: BTreeMap<RequestId, (Vec<StreamItem>, Option<Result<Response, Status>>)>,
     next_request: u64,
+    generation: u64,
 }
-
 /// A host config with the test harness kinds as static local routes.
 pub fn config() -> HostConfig {
     let mut config = HostConfig::default();
@@ -141,47 +185,123 @@ impl Default for World {
 impl World {
     /// A world around a host with `config`.
     pub fn new(config: HostConfig) -> Self {
+        Self::with_store(config, MemStore::new())
+    }
+
+    /// A world around a fresh host with `config` over an existing journal,
+    /// as a restarted daemon finds it.
+    pub fn with_store(config: HostConfig, store: MemStore) -> Self {
         Self {
-            host: Host::new(config, Box::new(CountingIds::default())),
-            store: MemStore::new(),
+            host: Host::new(config.clone(), Box::new(CountingIds::default())),
+            store,
             now: 1_700_000_000_000_000_000,
+            config,
             conns: BTreeMap::new(),
             remote: BTreeMap::new(),
-            ram: BTreeMap::new(),
+            scripts: BTreeMap::new(),
+            descriptors: BTreeMap::new(),
             model_calls: 0,
             model_fail_next: None,
             executor: Executor::default(),
             describe_fail: BTreeMap::new(),
+            faults: Faults::default(),
+            before_effect: None,
+            hold: false,
+            held: VecDeque::new(),
             trace: Vec::new(),
+            runtime_calls: Vec::new(),
             queue: VecDeque::new(),
             replies: BTreeMap::new(),
             next_request: 0,
+            generation: 0,
         }
     }
 
-    /// Makes one call and runs the world until it is idle.
+    /// Crashes the host and starts a fresh one over the same journal (and
+    /// the same external executor, whose dedup rows survive a crash). Calls
+    /// in flight, connections and undelivered inputs are lost. Ids continue
+    /// from a new range so the new host never reuses the old one's.
+    pub fn restart(&mut self) {
+        self.generation += 1;
+        let ids = CountingIds::starting_at(self.generation << 40);
+        self.host = Host::new(self.config.clone(), Box::new(ids));
+        self.conns.clear();
+        self.queue.clear();
+        self.held.clear();
+        self.replies.clear();
+        self.hold = false;
+    }
+
+    /// The config the host runs with.
+    pub fn config(&self) -> &HostConfig {
+        &self.config
+    }
+
+    /// Adds a route served by script kind `kind` (a local backend).
+    pub fn add_local(&mut self, name: &str, kind: &str) {
+        let route = Route {
+            backend: Backend::Local { kind: kind.into() },
+            descriptor_id: String::new(),
+            registered: false,
+            spec: None,
+        };
+        self.config.harnesses.insert(name.into(), route.clone());
+        self.host.add_route(name, route);
+    }
+
+    /// Makes one call and runs the world until it is idle; the call must
+    /// have replied by then.
     pub fn call(&mut self, request: Request) -> Call {
+        let id = self.start(request);
+        let call = self.take(id);
+        assert_eq!(
+            self.host.in_flight(),
+            self.replies.len(),
+            "the world is idle only when every call has replied or is held"
+        );
+        call
+    }
+
+    /// Starts a call and runs the world until it is idle, without requiring
+    /// a reply (a call waiting on held harness events stays open).
+    pub fn start(&mut self, request: Request) -> RequestId {
         self.next_request += 1;
         let id = RequestId(self.next_request);
-        self.replies.insert(
-            id,
-            Call {
-                items: Vec::new(),
-                reply: Err(Status::internal("no reply")),
-            },
-        );
+        self.replies.insert(id, (Vec::new(), None));
         self.now += 1_000_000;
         self.host
             .handle_request(self.now, id, request)
             .expect("drained");
         self.run();
-        let call = self.replies.remove(&id).expect("registered above");
-        assert_eq!(
-            self.host.in_flight(),
-            0,
-            "the world is idle only when every call has replied"
-        );
-        call
+        id
+    }
+
+    /// True once call `id` has replied.
+    pub fn replied(&self, id: RequestId) -> bool {
+        self.replies.get(&id).is_some_and(|(_, r)| r.is_some())
+    }
+
+    /// Takes the finished call `id`. Panics if it has not replied.
+    pub fn take(&mut self, id: RequestId) -> Call {
+        let (items, reply) = self.replies.remove(&id).expect("a call started here");
+        let Some(reply) = reply else {
+            panic!("call {id:?} has not replied (held harness events?)");
+        };
+        Call { items, reply }
+    }
+
+    /// Cancels call `id` (the client went away) and runs until idle.
+    pub fn cancel(&mut self, id: RequestId) {
+        self.now += 1_000;
+        self.host.handle_cancel(self.now, id).expect("drained");
+        self.run();
+    }
+
+    /// Stops holding harness events and delivers the held ones.
+    pub fn release(&mut self) {
+        self.hold = false;
+        self.queue.extend(self.held.drain(..));
+        self.run();
     }
 
     /// Delivers queued inputs until nothing is left.
@@ -201,7 +321,47 @@ impl World {
     fn drain(&mut self) {
         while let Some(effect) = self.host.poll_effect() {
             self.trace.push(effect.clone());
+            if let Some(hook) = self.before_effect.as_mut() {
+                hook(&effect, &mut self.store);
+            }
             self.perform(effect);
+        }
+    }
+
+    fn script(&self, kind: &str) -> Option<Box<dyn Script>> {
+        match self.scripts.get(kind) {
+            Some(make) => Some(make()),
+            None => harness::by_kind(kind),
+        }
+    }
+
+    fn describe(&self, kind: &str) -> Result<HarnessDescriptor, HarnessFailure> {
+        if let Some(d) = self.descriptors.get(kind) {
+            return Ok(d.clone());
+        }
+        self.script(kind)
+            .map(|s| s.descriptor())
+            .ok_or_else(|| HarnessFailure::Unavailable(format!("no harness {kind}")))
+    }
+
+    fn harness_input(&mut self, conn: ConnId, input: HarnessInput) {
+        let input = Input::Harness(conn, input);
+        if self.hold {
+            self.held.push_back(input);
+        } else {
+            self.queue.push_back(input);
+        }
+    }
+
+    /// Fires a counted one-shot fault: true when it fires now.
+    fn countdown<T>(slot: &mut Option<(usize, T)>) -> Option<T> {
+        match slot.take() {
+            Some((0, v)) => Some(v),
+            Some((n, v)) => {
+                *slot = Some((n - 1, v));
+                None
+            }
+            None => None,
         }
     }
 
@@ -212,7 +372,27 @@ impl World {
         }
     }
 
+    /// A store effect's injected failure, if one fires for it.
+    fn store_fault(&mut self, effect: &Effect) -> Option<Outcome> {
+        match effect {
+            Effect::Append { .. } => {
+                Self::countdown(&mut self.faults.append).map(|e| Outcome::Appended(Err(e)))
+            }
+            Effect::MintFence { .. } => self.faults.fence.take().map(|e| Outcome::Fence(Err(e))),
+            Effect::ReadLog { .. } => {
+                Self::countdown(&mut self.faults.read).map(|e| Outcome::Log(Err(e)))
+            }
+            Effect::GetSession { .. } => self.faults.get.take().map(|e| Outcome::Session(Err(e))),
+            _ => None,
+        }
+    }
+
     fn perform(&mut self, effect: Effect) {
+        if let Some(outcome) = self.store_fault(&effect) {
+            let id = effect.id().expect("store effects expect outcomes");
+            self.queue.push_back(Input::Outcome(id, outcome));
+            return;
+        }
         if let Some(outcome) = self.store.perform(&effect, self.now) {
             let id = effect.id().expect("store effects expect outcomes");
             self.queue.push_back(Input::Outcome(id, outcome));
@@ -223,18 +403,13 @@ impl World {
                 id,
                 harness,
                 backend,
+                conn,
                 ..
             } => {
-                let outcome = match self.describe_fail.get(&harness) {
-                    Some(f) => Err(f.clone()),
-                    None => {
-                        let kind = Self::script_kind(&backend, &self.remote);
-                        harness::by_kind(&kind)
-                            .map(|s| s.descriptor())
-                            .ok_or_else(|| {
-                                HarnessFailure::Unavailable(format!("no harness {kind}"))
-                            })
-                    }
+                let recheck = conn.and_then(|_| self.faults.recheck.take());
+                let outcome = match (recheck, self.describe_fail.get(&harness).cloned()) {
+                    (Some(f), _) | (None, Some(f)) => Err(f),
+                    (None, None) => self.describe(&Self::script_kind(&backend, &self.remote)),
                 };
                 self.queue
                     .push_back(Input::Outcome(id, Outcome::Described(outcome)));
@@ -244,36 +419,61 @@ impl World {
             } => {
                 let kind = Self::script_kind(&backend, &self.remote);
                 let reply = match op {
-                    RuntimeOp::Create { .. }
-                    | RuntimeOp::Restore { .. }
-                    | RuntimeOp::Fork { .. } => RuntimeReply::Incarnation {
-                        address: format!("local://{kind}"),
-                    },
-                    RuntimeOp::Snapshot { session } => RuntimeReply::Snapshot(SnapshotRef {
-                        external_uri: if backend.memory_snapshot() {
-                            format!("snap://{session}")
+                    RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } => {
+                        let name = if matches!(op, RuntimeOp::Create { .. }) {
+                            "create"
                         } else {
-                            String::new()
-                        },
-                        local: session,
-                        memory: backend.memory_snapshot(),
-                        sealed: false,
-                    }),
-                    RuntimeOp::Stop { .. } => RuntimeReply::Done,
+                            "restore"
+                        };
+                        self.runtime_calls.push(name.into());
+                        match self.faults.provision.take() {
+                            Some(e) => Err(e),
+                            None => Ok(RuntimeReply::Incarnation {
+                                address: format!("local://{kind}"),
+                            }),
+                        }
+                    }
+                    RuntimeOp::Fork { .. } => {
+                        self.runtime_calls.push("fork".into());
+                        Ok(RuntimeReply::Incarnation {
+                            address: format!("local://{kind}"),
+                        })
+                    }
+                    RuntimeOp::Snapshot { session } => {
+                        self.runtime_calls.push("snapshot".into());
+                        match self.faults.snapshot.take() {
+                            Some(e) => Err(e),
+                            None => Ok(RuntimeReply::Snapshot(SnapshotRef {
+                                external_uri: if backend.memory_snapshot() {
+                                    format!("snap://{session}")
+                                } else {
+                                    String::new()
+                                },
+                                local: session,
+                                memory: backend.memory_snapshot(),
+                                sealed: false,
+                            })),
+                        }
+                    }
+                    RuntimeOp::Stop { .. } => {
+                        self.runtime_calls.push("stop".into());
+                        Ok(RuntimeReply::Done)
+                    }
                 };
                 self.queue
-                    .push_back(Input::Outcome(id, Outcome::Runtime(Ok(reply))));
+                    .push_back(Input::Outcome(id, Outcome::Runtime(reply)));
             }
             Effect::Dial {
                 id, backend, conn, ..
             } => {
                 let kind = Self::script_kind(&backend, &self.remote);
-                let outcome = match harness::by_kind(&kind) {
-                    Some(script) => {
+                let outcome = match (self.faults.dial.take(), self.script(&kind)) {
+                    (Some(f), _) => Err(f),
+                    (None, Some(script)) => {
                         self.conns.insert(conn, (kind, script));
                         Ok(())
                     }
-                    None => Err(HarnessFailure::Unavailable(format!("no harness {kind}"))),
+                    (None, None) => Err(HarnessFailure::Unavailable(format!("no harness {kind}"))),
                 };
                 self.queue
                     .push_back(Input::Outcome(id, Outcome::Dialed(outcome)));
@@ -282,12 +482,12 @@ impl World {
                 if let Some((_, script)) = self.conns.get_mut(&conn) {
                     let reply = script.on_frame(&frame);
                     for ev in reply.events {
-                        self.queue
-                            .push_back(Input::Harness(conn, HarnessInput::Event(ev)));
+                        self.harness_input(conn, HarnessInput::Event(ev));
                     }
-                    if reply.close {
-                        self.queue
-                            .push_back(Input::Harness(conn, HarnessInput::Closed));
+                    if let Some(e) = reply.fail {
+                        self.harness_input(conn, HarnessInput::Failed(e));
+                    } else if reply.close {
+                        self.harness_input(conn, HarnessInput::Closed);
                     }
                 }
             }
@@ -329,24 +529,27 @@ impl World {
                                 ..ToolResult::default()
                             }
                         });
-                        Ok(result.clone())
+                        match ex.lose_next.take() {
+                            Some(e) => Err(e),
+                            None => Ok(result.clone()),
+                        }
                     }
                 };
                 self.queue
                     .push_back(Input::Outcome(id, Outcome::Tool(outcome)));
             }
             Effect::Stream { request, item } => {
-                if let Some(call) = self.replies.get_mut(&request) {
-                    call.items.push(item);
+                if let Some((items, _)) = self.replies.get_mut(&request) {
+                    items.push(item);
                 }
             }
             Effect::Reply { request, result } => {
-                if let Some(call) = self.replies.get_mut(&request) {
-                    call.reply = result;
+                if let Some((_, reply)) = self.replies.get_mut(&request) {
+                    assert!(reply.is_none(), "a call replies once");
+                    *reply = Some(result);
                 }
             }
             other => panic!("world cannot perform {other:?}"),
         }
-        let _ = &self.ram;
     }
 }
