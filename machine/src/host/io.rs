@@ -356,8 +356,8 @@ pub enum Effect {
         id: EffectId,
         /// Exact project.
         project: String,
-        /// Rows wanted (the machine asks for one more to detect a next page).
-        limit: usize,
+        /// Rows wanted (1..=500); the store reports whether more follow.
+        page_size: usize,
         /// Resume after this (created_at, uid), exclusive.
         after: Option<(Nanos, String)>,
     },
@@ -602,8 +602,8 @@ pub enum Outcome {
     Session(Result<Option<SessionRow>, String>),
     /// For [`Effect::PutSession`].
     Put(Result<(), PutError>),
-    /// For [`Effect::ListSessions`].
-    SessionPage(Result<Vec<SessionRow>, String>),
+    /// For [`Effect::ListSessions`]: the rows, and whether more follow.
+    SessionPage(Result<(Vec<SessionRow>, bool), String>),
     /// For [`Effect::GetHarnessRow`].
     HarnessRow(Result<Option<HarnessRow>, String>),
     /// For [`Effect::ListHarnessRows`].

@@ -323,11 +323,11 @@ impl ListOp {
                 }
             }
         };
-        let limit = self.size + 1;
+        let page_size = self.size;
         self.page = Some(cx.request(|id| Effect::ListSessions {
             id,
             project,
-            limit,
+            page_size,
             after,
         }));
         Flow::Continue
@@ -336,8 +336,8 @@ impl ListOp {
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         if self.page == Some(id) {
             self.page = None;
-            let mut rows = match outcome {
-                Outcome::SessionPage(Ok(rows)) => rows,
+            let (rows, more) = match outcome {
+                Outcome::SessionPage(Ok(page)) => page,
                 Outcome::SessionPage(Err(e)) => {
                     cx.reply(
                         self.request,
@@ -347,9 +347,8 @@ impl ListOp {
                 }
                 other => unexpected("list", &other),
             };
-            if rows.len() > self.size {
-                rows.truncate(self.size);
-                let last = rows.last().expect("a full page has a last row");
+            assert!(rows.len() <= self.size, "the store honours the page size");
+            if more && let Some(last) = rows.last() {
                 self.next_token = encode_page_token(last.created_at, &last.uid);
             }
             self.rows = rows;

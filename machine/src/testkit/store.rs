@@ -178,7 +178,7 @@ impl MemStore {
             }
             Effect::ListSessions {
                 project,
-                limit,
+                page_size,
                 after,
                 ..
             } => {
@@ -193,8 +193,9 @@ impl MemStore {
                     })
                     .collect();
                 rows.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.uid.cmp(&b.uid)));
-                rows.truncate(*limit);
-                Outcome::SessionPage(Ok(rows))
+                let more = rows.len() > *page_size;
+                rows.truncate(*page_size);
+                Outcome::SessionPage(Ok((rows, more)))
             }
             Effect::GetHarnessRow { name, .. } => {
                 Outcome::HarnessRow(Ok(self.harnesses.get(name).cloned()))
