@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod io;
+pub mod registry;
 pub mod render;
 pub mod status;
 
@@ -55,6 +56,26 @@ pub(crate) struct Core {
     conns: BTreeMap<ConnId, OpId>,
     guards: BTreeMap<String, OpId>,
     timers: BTreeSet<(Nanos, OpId)>,
+}
+
+impl Core {
+    fn add_route(&mut self, name: &str, route: Route) -> bool {
+        if self.routes.contains_key(name) || self.unservable.contains_key(name) {
+            return false;
+        }
+        self.routes.insert(name.to_owned(), route);
+        true
+    }
+
+    /// True for a configured (not registered) harness name.
+    pub(crate) fn is_static(&self, name: &str) -> bool {
+        self.routes.get(name).is_some_and(|r| !r.registered)
+    }
+
+    /// True for a name registration can never take: static or reserved.
+    pub(crate) fn is_reserved(&self, name: &str) -> bool {
+        self.is_static(name) || self.config.reserved.iter().any(|r| r == name)
+    }
 }
 
 /// An operation's handle on the host while it runs.
@@ -135,6 +156,13 @@ impl Cx<'_> {
     /// The route of a harness name, if this host serves it.
     pub(crate) fn route(&self, name: &str) -> Option<&Route> {
         self.core.routes.get(name)
+    }
+
+    /// Adds a route for a harness registered while the host runs; false
+    /// (and no change) when the name is already served or unservable, so a
+    /// concurrent identical registration keeps the first route.
+    pub(crate) fn add_route(&mut self, name: &str, route: Route) -> bool {
+        self.core.add_route(name, route)
     }
 
     /// Streams a frame to the client.
@@ -312,11 +340,34 @@ impl Host {
     /// Registers a harness route at run time (startup loading of stored
     /// registrations goes through here too).
     pub fn add_route(&mut self, name: &str, route: Route) -> bool {
-        if self.core.routes.contains_key(name) || self.core.unservable.contains_key(name) {
-            return false;
-        }
-        self.core.routes.insert(name.to_owned(), route);
-        true
+        self.core.add_route(name, route)
+    }
+
+    /// True for a configured (not registered) harness name.
+    pub fn is_static(&self, name: &str) -> bool {
+        self.core.is_static(name)
+    }
+
+    /// The names to reserve in the store at boot: every static route name
+    /// and `config.reserved`, sorted and de-duplicated. See
+    /// [`registry`] for why a collision must fail startup.
+    pub fn reserved_names(&self) -> Vec<String> {
+        let statics = self
+            .core
+            .routes
+            .iter()
+            .filter(|(_, r)| !r.registered)
+            .map(|(n, _)| n.clone());
+        let all: BTreeSet<String> = statics
+            .chain(self.core.config.reserved.iter().cloned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        all.into_iter().collect()
+    }
+
+    /// Why this host cannot serve a stored registration, if it was marked.
+    pub fn unservable_reason(&self, name: &str) -> Option<&str> {
+        self.core.unservable.get(name).map(String::as_str)
     }
 
     /// Marks a stored registration this host cannot serve.
