@@ -104,6 +104,9 @@ pub struct Faults {
 /// tests use it to race another writer against a step of an operation.
 pub type BeforeEffect = Box<dyn FnMut(&Effect, &mut MemStore) + Send>;
 
+/// Chooses the effect whose answer [`World::pause_on`] holds back.
+pub type PausePredicate = Box<dyn FnMut(&Effect) -> bool + Send>;
+
 /// Builds a fresh script for each connection to a harness kind.
 pub type ScriptFactory = Box<dyn Fn() -> Box<dyn Script> + Send>;
 
@@ -138,6 +141,11 @@ pub struct World {
     pub before_effect: Option<BeforeEffect>,
     /// While set, events harnesses send are held back (see [`World::release`]).
     pub hold: bool,
+    /// One-shot: the first effect matching this predicate has its answer
+    /// (outcome, or the harness's events for a Send) held back until
+    /// [`World::release`], pausing whichever operation waits on it.
+    pub pause_on: Option<PausePredicate>,
+    pausing: bool,
     held: VecDeque<Input>,
     /// Every effect the host emitted, in order.
     pub trace: Vec<Effect>,
@@ -207,6 +215,8 @@ impl World {
             faults: Faults::default(),
             before_effect: None,
             hold: false,
+            pause_on: None,
+            pausing: false,
             held: VecDeque::new(),
             trace: Vec::new(),
             runtime_calls: Vec::new(),
@@ -230,6 +240,7 @@ impl World {
         self.held.clear();
         self.replies.clear();
         self.hold = false;
+        self.pause_on = None;
     }
 
     /// The config the host runs with.
@@ -297,7 +308,12 @@ impl World {
         self.run();
     }
 
-    /// Stops holding harness events and delivers the held ones.
+    /// True while answers are held back.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Stops holding harness events and delivers everything held back.
     pub fn release(&mut self) {
         self.hold = false;
         self.queue.extend(self.held.drain(..));
@@ -324,7 +340,12 @@ impl World {
             if let Some(hook) = self.before_effect.as_mut() {
                 hook(&effect, &mut self.store);
             }
+            if self.pause_on.as_mut().is_some_and(|p| p(&effect)) {
+                self.pause_on = None;
+                self.pausing = true;
+            }
             self.perform(effect);
+            self.pausing = false;
         }
     }
 
@@ -346,7 +367,16 @@ impl World {
 
     fn harness_input(&mut self, conn: ConnId, input: HarnessInput) {
         let input = Input::Harness(conn, input);
-        if self.hold {
+        if self.hold || self.pausing {
+            self.held.push_back(input);
+        } else {
+            self.queue.push_back(input);
+        }
+    }
+
+    fn outcome(&mut self, id: EffectId, outcome: Outcome) {
+        let input = Input::Outcome(id, outcome);
+        if self.pausing {
             self.held.push_back(input);
         } else {
             self.queue.push_back(input);
@@ -390,12 +420,12 @@ impl World {
     fn perform(&mut self, effect: Effect) {
         if let Some(outcome) = self.store_fault(&effect) {
             let id = effect.id().expect("store effects expect outcomes");
-            self.queue.push_back(Input::Outcome(id, outcome));
+            self.outcome(id, outcome);
             return;
         }
         if let Some(outcome) = self.store.perform(&effect, self.now) {
             let id = effect.id().expect("store effects expect outcomes");
-            self.queue.push_back(Input::Outcome(id, outcome));
+            self.outcome(id, outcome);
             return;
         }
         match effect {
@@ -411,8 +441,7 @@ impl World {
                     (Some(f), _) | (None, Some(f)) => Err(f),
                     (None, None) => self.describe(&Self::script_kind(&backend, &self.remote)),
                 };
-                self.queue
-                    .push_back(Input::Outcome(id, Outcome::Described(outcome)));
+                self.outcome(id, Outcome::Described(outcome));
             }
             Effect::Runtime {
                 id, backend, op, ..
@@ -460,8 +489,7 @@ impl World {
                         Ok(RuntimeReply::Done)
                     }
                 };
-                self.queue
-                    .push_back(Input::Outcome(id, Outcome::Runtime(reply)));
+                self.outcome(id, Outcome::Runtime(reply));
             }
             Effect::Dial {
                 id, backend, conn, ..
@@ -475,8 +503,7 @@ impl World {
                     }
                     (None, None) => Err(HarnessFailure::Unavailable(format!("no harness {kind}"))),
                 };
-                self.queue
-                    .push_back(Input::Outcome(id, Outcome::Dialed(outcome)));
+                self.outcome(id, Outcome::Dialed(outcome));
             }
             Effect::Send { conn, frame } => {
                 if let Some((_, script)) = self.conns.get_mut(&conn) {
@@ -510,8 +537,7 @@ impl World {
                         })
                     }
                 };
-                self.queue
-                    .push_back(Input::Outcome(id, Outcome::Model(outcome)));
+                self.outcome(id, Outcome::Model(outcome));
             }
             Effect::ExecuteTool {
                 id, session, call, ..
@@ -535,8 +561,7 @@ impl World {
                         }
                     }
                 };
-                self.queue
-                    .push_back(Input::Outcome(id, Outcome::Tool(outcome)));
+                self.outcome(id, Outcome::Tool(outcome));
             }
             Effect::Stream { request, item } => {
                 if let Some((items, _)) = self.replies.get_mut(&request) {
