@@ -1,25 +1,559 @@
 //! Fork: branch a session at a seq into N children.
+//!
+//! Order: refuse a supplied identity before anything else; validate the
+//! request; read the parent's row and journal; route and admit its harness
+//! (Describe and the gate, nothing provisioned). The source of the clones is
+//! the parent's journal for a stateless-replay harness, and a fresh memory
+//! checkpoint (fence, head re-check, Snapshot, SUSPEND at the fork seq) for
+//! one that needs memory snapshots — only at the head, since memory cannot
+//! be rewound. Then each child in order: clone the snapshot, mint the
+//! child's fence, copy the prefix plus a FORK marker in one append. Any
+//! failure stops every child already provisioned and replies the cause.
+//! Rows are written only once every child exists, so a refused fork leaves
+//! no child a client can list. Fork takes no session guard: it never writes
+//! the parent except for the memory checkpoint, which is fenced.
 
-use agentsessions_proto::v1::ForkRequest;
+use std::collections::BTreeSet;
 
+use agentsessions_proto::v1::{ForkRequest, ForkResponse, LogRecord, Session, SnapshotRef};
+
+use super::placement::{Placed, Placement, Provision, needs_memory};
+use super::routing::{for_turn, mapping};
+use super::run::suspend_event;
+use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
-use crate::host::{Cx, EffectId, Outcome, RequestId, Status};
+use crate::events;
+use crate::host::config::MAX_FORK_CHILDREN;
+use crate::host::{
+    Code, Cx, Effect, EffectId, Outcome, PutError, RequestId, Response, Route, RuntimeOp,
+    RuntimeReply, SessionRow, Status,
+};
 
+/// The fixed refusal for a supplied identity (children would not get their
+/// own principals, so accepting one would be a silent lie).
+pub(crate) const IDENTITY_UNSUPPORTED: &str =
+    "ForkRequest.identity is unsupported: per-child principals are not enforced";
+
+enum Stage {
+    Row(EffectId),
+    Log(EffectId),
+    Admit(Box<Placement>),
+    /// Memory checkpoint: the parent's new fence.
+    Fence(EffectId),
+    /// Memory checkpoint: the head after the fence, which must not move.
+    Head(EffectId, i64),
+    /// Memory checkpoint: the parent's snapshot.
+    Snapshot(EffectId, i64),
+    /// Memory checkpoint: SUSPEND recording the snapshot.
+    Checkpoint(EffectId, SnapshotRef),
+    /// Child `next`: its clone of the snapshot.
+    Clone(EffectId),
+    /// Child `next`: its own fence.
+    ChildFence(EffectId),
+    /// Child `next`: the copied prefix and the FORK marker.
+    Copy(EffectId),
+    /// Stopping provisioned children; the reply waits for every Stop.
+    Rollback(BTreeSet<EffectId>, Status),
+    /// Child `next`: its metadata row.
+    Record(EffectId),
+    /// Child `next`: rendering the reply.
+    Render(Render),
+    Over,
+}
+
+/// One Fork call. See the module docs.
 pub(crate) struct ForkOp {
     request: RequestId,
-    #[allow(dead_code)]
     req: ForkRequest,
+    count: usize,
+    stage: Stage,
+    parent: SessionRow,
+    /// The parent's records with seq ≤ `at_seq`: what every child copies.
+    prefix: Vec<LogRecord>,
+    at_seq: i64,
+    /// The parent's head as the journal read saw it.
+    head: i64,
+    harness: String,
+    route: Option<Route>,
+    snapshot: SnapshotRef,
+    children: Vec<String>,
+    /// Index of the child the current stage works on.
+    next: usize,
+    /// Children whose incarnation exists (they are stopped on failure).
+    provisioned: Vec<String>,
+    rendered: Vec<Session>,
+}
+
+/// Internal failures carry the operation's name, as the reference does.
+fn internal(detail: impl std::fmt::Display) -> Status {
+    Status::internal(format!("fork: {detail}"))
 }
 
 impl ForkOp {
     pub(crate) fn new(request: RequestId, req: ForkRequest) -> Self {
-        Self { request, req }
+        Self {
+            request,
+            req,
+            count: 0,
+            stage: Stage::Over,
+            parent: SessionRow::default(),
+            prefix: Vec::new(),
+            at_seq: 0,
+            head: 0,
+            harness: String::new(),
+            route: None,
+            snapshot: SnapshotRef::default(),
+            children: Vec::new(),
+            next: 0,
+            provisioned: Vec::new(),
+            rendered: Vec::new(),
+        }
     }
-    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
-        cx.reply(self.request, Err(Status::unimplemented("fork: not yet")));
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = Stage::Over;
+        cx.reply(self.request, Err(status));
         Flow::Done
     }
-    pub(crate) fn on_outcome(&mut self, _cx: &mut Cx<'_>, _id: EffectId, outcome: Outcome) -> Flow {
-        unexpected("fork", &outcome)
+
+    /// Checks that need nothing but the request, in the reference's order.
+    fn validate(&mut self) -> Result<(), Status> {
+        if self.req.identity.is_some() {
+            return Err(Status::invalid_argument(IDENTITY_UNSUPPORTED));
+        }
+        if self.req.session.is_empty() {
+            return Err(Status::invalid_argument("session is required"));
+        }
+        let count = self.req.count.max(1);
+        if count > MAX_FORK_CHILDREN {
+            return Err(Status::invalid_argument(format!(
+                "count {count} exceeds the maximum of {MAX_FORK_CHILDREN} children"
+            )));
+        }
+        // Bounded by the check above, so the conversion cannot fail.
+        self.count = usize::try_from(count).unwrap_or(1);
+        let names = self.req.child_names.len();
+        if names != 0 && names != self.count {
+            return Err(Status::invalid_argument(format!(
+                "child_names has {names} entries; it must be empty or have exactly count ({}) names",
+                self.count
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if let Err(status) = self.validate() {
+            return self.fail(cx, status);
+        }
+        let session = self.req.session.clone();
+        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
+            (Stage::Row(want), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(Some(row)) => self.routed(cx, row),
+                    Ok(None) => {
+                        let msg = format!("session {:?} not found", self.req.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Err(e) => self.fail(cx, internal(format!("session: {e}"))),
+                }
+            }
+            (Stage::Log(want), Outcome::Log(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(log) => self.admit(cx, log),
+                    Err(e) => self.fail(cx, internal(format!("read: {e}"))),
+                }
+            }
+            (Stage::Admit(mut placement), outcome) => match placement.on_outcome(cx, id, outcome) {
+                Placed::Pending => {
+                    self.stage = Stage::Admit(placement);
+                    Flow::Continue
+                }
+                Placed::Failed(status) => self.fail(cx, admission_error(status)),
+                Placed::Ready => self.source(cx, &placement),
+            },
+            (Stage::Fence(want), Outcome::Fence(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(fence) => {
+                        // The head is read after the fence: a writer that
+                        // landed before it shows up here, one after it is
+                        // refused by the fence.
+                        let session = self.req.session.clone();
+                        let get = cx.request(|id| Effect::GetSession { id, session });
+                        self.stage = Stage::Head(get, fence);
+                        Flow::Continue
+                    }
+                    Err(e) => self.fail(cx, internal(format!("mint fence: {e}"))),
+                }
+            }
+            (Stage::Head(want, fence), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                let head = match r {
+                    Ok(Some(row)) => row.last_seq,
+                    Ok(None) => 0,
+                    Err(e) => return self.fail(cx, internal(format!("head: {e}"))),
+                };
+                if head != self.at_seq {
+                    let msg = format!("fork: seq conflict (journal head is {head})");
+                    return self.fail(cx, Status::aborted(msg));
+                }
+                let (harness, backend, session) = self.runtime_target(&self.req.session);
+                let snap = cx.request(|id| Effect::Runtime {
+                    id,
+                    harness,
+                    backend,
+                    op: RuntimeOp::Snapshot { session },
+                });
+                self.stage = Stage::Snapshot(snap, fence);
+                Flow::Continue
+            }
+            (Stage::Snapshot(want, fence), Outcome::Runtime(r)) => {
+                assert_eq!(want, id);
+                let snapshot = match r {
+                    Ok(RuntimeReply::Snapshot(s)) => s,
+                    Ok(other) => {
+                        let msg =
+                            format!("runtime returned {other:?} where a snapshot was expected");
+                        return self.fail(cx, internal(msg));
+                    }
+                    Err(e) => return self.fail(cx, internal(format!("snapshot: {e}"))),
+                };
+                let (session, at_seq) = (self.req.session.clone(), self.at_seq);
+                let event = suspend_event(&snapshot);
+                let append = cx.request(|id| Effect::Append {
+                    id,
+                    session,
+                    expected_last_seq: at_seq,
+                    fence,
+                    events: vec![event],
+                });
+                self.stage = Stage::Checkpoint(append, snapshot);
+                Flow::Continue
+            }
+            (Stage::Checkpoint(want, snapshot), Outcome::Appended(r)) => {
+                assert_eq!(want, id);
+                if let Err(e) = r {
+                    return self.fail(cx, mapping::append(&e, "fork"));
+                }
+                // Checked only now, as the reference does: the parent is
+                // already cold and says so; a retry forks at the new head.
+                if snapshot.external_uri.is_empty() {
+                    let msg = format!(
+                        "harness {:?}: snapshot of {:?} produced no external snapshot handle",
+                        self.harness, self.req.session
+                    );
+                    return self.fail(cx, Status::failed_precondition(msg));
+                }
+                self.snapshot = snapshot;
+                self.fan_out(cx)
+            }
+            (Stage::Clone(want), Outcome::Runtime(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(RuntimeReply::Incarnation { .. }) => {
+                        let child = self.children[self.next].clone();
+                        self.provisioned.push(child.clone());
+                        let fence = cx.request(|id| Effect::MintFence { id, session: child });
+                        self.stage = Stage::ChildFence(fence);
+                        Flow::Continue
+                    }
+                    Ok(other) => {
+                        let msg = format!("runtime returned {other:?} where a clone was expected");
+                        self.roll_back(cx, internal(msg))
+                    }
+                    Err(e) => self.roll_back(cx, internal(format!("clone: {e}"))),
+                }
+            }
+            (Stage::ChildFence(want), Outcome::Fence(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(fence) => self.copy(cx, fence),
+                    Err(e) => self.roll_back(cx, internal(format!("mint child fence: {e}"))),
+                }
+            }
+            (Stage::Copy(want), Outcome::Appended(r)) => {
+                assert_eq!(want, id);
+                let records = match r {
+                    Ok(records) => records,
+                    Err(e) => return self.roll_back(cx, mapping::append(&e, "fork")),
+                };
+                if let Err(status) = self.check_copy(&records) {
+                    return self.roll_back(cx, status);
+                }
+                self.next += 1;
+                if self.next < self.children.len() {
+                    self.clone_child(cx)
+                } else {
+                    self.next = 0;
+                    self.record_child(cx)
+                }
+            }
+            (Stage::Rollback(mut pending, status), Outcome::Runtime(_)) => {
+                // Stop errors are ignored: the reply is the original cause.
+                assert!(pending.remove(&id), "a stop this rollback issued");
+                if pending.is_empty() {
+                    return self.fail(cx, status);
+                }
+                self.stage = Stage::Rollback(pending, status);
+                Flow::Continue
+            }
+            (Stage::Record(want), Outcome::Put(r)) => {
+                assert_eq!(want, id);
+                if let Err(e) = r {
+                    let cause = match e {
+                        PutError::Failed(m) => m,
+                        PutError::Refused(why) => format!("refused: {why:?}"),
+                    };
+                    let msg = format!("record child {:?}: {cause}", self.children[self.next]);
+                    return self.fail(cx, internal(msg));
+                }
+                self.next += 1;
+                if self.next < self.children.len() {
+                    self.record_child(cx)
+                } else {
+                    self.next = 0;
+                    self.render_child(cx)
+                }
+            }
+            (Stage::Render(mut render), outcome) => match render.on_outcome(cx, id, outcome) {
+                Rendered::Pending => {
+                    self.stage = Stage::Render(render);
+                    Flow::Continue
+                }
+                Rendered::Done(s) => {
+                    self.rendered.push(*s);
+                    self.next += 1;
+                    if self.next < self.children.len() {
+                        return self.render_child(cx);
+                    }
+                    let children = std::mem::take(&mut self.rendered);
+                    cx.reply(self.request, Ok(Response::Fork(ForkResponse { children })));
+                    Flow::Done
+                }
+                Rendered::NotFound => self.fail(cx, internal("a recorded child vanished")),
+                Rendered::Failed(status) => self.fail(cx, status),
+            },
+            (_, other) => unexpected("fork", &other),
+        }
+    }
+
+    fn runtime_target(&self, session: &str) -> (String, crate::host::Backend, String) {
+        let route = self.route.as_ref().expect("routed before any runtime call");
+        (
+            self.harness.clone(),
+            route.backend.clone(),
+            session.to_owned(),
+        )
+    }
+
+    fn routed(&mut self, cx: &mut Cx<'_>, row: SessionRow) -> Flow {
+        match for_turn(cx, &self.req.session, &row.harness, "") {
+            Ok((harness, route)) => {
+                self.harness = harness;
+                self.route = Some(route);
+            }
+            Err(status) => return self.fail(cx, status),
+        }
+        self.parent = row;
+        let session = self.req.session.clone();
+        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
+            id,
+            session,
+            from_seq: 1,
+            to_seq: 0,
+        }));
+        Flow::Continue
+    }
+
+    fn admit(&mut self, cx: &mut Cx<'_>, mut log: Vec<LogRecord>) -> Flow {
+        let head = log.last().map_or(0, |r| r.seq);
+        self.head = head;
+        self.at_seq = if self.req.at_seq <= 0 {
+            head
+        } else {
+            self.req.at_seq
+        };
+        // A seq past the head is not refused for stateless harnesses: the
+        // child takes every record there is, and its marker names the seq.
+        log.retain(|r| r.seq <= self.at_seq);
+        self.prefix = log;
+        let route = self.route.clone().expect("routed");
+        let placement = Placement::start(
+            cx,
+            self.harness.clone(),
+            route,
+            &self.req.session,
+            Provision::AdmitOnly,
+            false,
+        );
+        self.stage = Stage::Admit(Box::new(placement));
+        Flow::Continue
+    }
+
+    /// Admitted: choose the clone source.
+    fn source(&mut self, cx: &mut Cx<'_>, placement: &Placement) -> Flow {
+        let descriptor = placement.descriptor.as_ref().expect("admission described");
+        if !needs_memory(descriptor) {
+            // A stateless harness is rebuilt from the journal; the parent
+            // keeps running undisturbed.
+            self.snapshot = SnapshotRef {
+                local: self.req.session.clone(),
+                ..SnapshotRef::default()
+            };
+            return self.fan_out(cx);
+        }
+        let head = self.head;
+        if self.at_seq != head {
+            // Refused before any fence: a historical fork of a memory
+            // harness must have no side effects at all.
+            let msg = format!(
+                "harness {:?} can only fork at the log head ({head}), not seq {}",
+                self.harness, self.at_seq
+            );
+            return self.fail(cx, Status::failed_precondition(msg));
+        }
+        let session = self.req.session.clone();
+        self.stage = Stage::Fence(cx.request(|id| Effect::MintFence { id, session }));
+        Flow::Continue
+    }
+
+    fn fan_out(&mut self, cx: &mut Cx<'_>) -> Flow {
+        self.children = (0..self.count).map(|_| cx.ids().session_uid()).collect();
+        self.next = 0;
+        self.clone_child(cx)
+    }
+
+    fn clone_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let child = self.children[self.next].clone();
+        let (harness, backend, _) = self.runtime_target(&child);
+        let snapshot = self.snapshot.clone();
+        self.stage = Stage::Clone(cx.request(|id| Effect::Runtime {
+            id,
+            harness,
+            backend,
+            op: RuntimeOp::Fork { snapshot, child },
+        }));
+        Flow::Continue
+    }
+
+    /// One append: the verbatim prefix, then the FORK marker.
+    fn copy(&mut self, cx: &mut Cx<'_>, fence: i64) -> Flow {
+        let mut batch = Vec::with_capacity(self.prefix.len() + 1);
+        for r in &self.prefix {
+            match &r.event {
+                Some(ev) => batch.push(ev.clone()),
+                None => {
+                    let msg = format!("parent record {} has no event", r.seq);
+                    return self.roll_back(cx, internal(msg));
+                }
+            }
+        }
+        batch.push(events::fork_marker(self.at_seq));
+        let session = self.children[self.next].clone();
+        self.stage = Stage::Copy(cx.request(|id| Effect::Append {
+            id,
+            session,
+            expected_last_seq: 0,
+            fence,
+            events: batch,
+        }));
+        Flow::Continue
+    }
+
+    /// The child's copy must hash exactly like the parent's records; a
+    /// difference means one of the two journals is corrupt.
+    fn check_copy(&self, records: &[LogRecord]) -> Result<(), Status> {
+        let child = &self.children[self.next];
+        if records.len() != self.prefix.len() + 1 {
+            return Err(internal(format!(
+                "child {child:?} committed {} records, expected {}",
+                records.len(),
+                self.prefix.len() + 1
+            )));
+        }
+        for (parent, copy) in self.prefix.iter().zip(records) {
+            if parent.seq != copy.seq || parent.content_hash != copy.content_hash {
+                return Err(internal(format!(
+                    "child {child:?} record {} does not hash like the parent's seq {} (journal corruption)",
+                    copy.seq, parent.seq
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops every provisioned child, then replies `status`.
+    fn roll_back(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        let mut pending = BTreeSet::new();
+        for child in std::mem::take(&mut self.provisioned) {
+            let (harness, backend, session) = self.runtime_target(&child);
+            pending.insert(cx.request(|id| Effect::Runtime {
+                id,
+                harness,
+                backend,
+                op: RuntimeOp::Stop { session },
+            }));
+        }
+        if pending.is_empty() {
+            return self.fail(cx, status);
+        }
+        self.stage = Stage::Rollback(pending, status);
+        Flow::Continue
+    }
+
+    fn record_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let p = &self.parent;
+        let row = SessionRow {
+            uid: self.children[self.next].clone(),
+            project: p.project.clone(),
+            name: self
+                .req
+                .child_names
+                .get(self.next)
+                .cloned()
+                .unwrap_or_default(),
+            harness: p.harness.clone(),
+            model: p.model.clone(),
+            parent_uid: p.uid.clone(),
+            fork_seq: self.at_seq,
+            created_at: cx.now(),
+            updated_at: cx.now(),
+            // The request's labels replace the parent's, never merge.
+            labels: self.req.labels.clone(),
+            annotations: p.annotations.clone(),
+            origin: p.origin.clone(),
+            identity: None,
+            ..SessionRow::default()
+        };
+        self.stage = Stage::Record(cx.request(|id| Effect::PutSession {
+            id,
+            row,
+            check: None,
+        }));
+        Flow::Continue
+    }
+
+    fn render_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let uid = self.children[self.next].clone();
+        self.stage = Stage::Render(Render::start(cx, &uid));
+        Flow::Continue
+    }
+}
+
+/// Admission failures keep their class; anything the gate did not classify
+/// is reported as a fork failure.
+fn admission_error(status: Status) -> Status {
+    if status.code == Code::Internal {
+        internal(status.message)
+    } else {
+        status
     }
 }
