@@ -323,6 +323,7 @@ impl World {
     /// Delivers queued inputs until nothing is left.
     pub fn run(&mut self) {
         self.drain();
+        self.fire_timers();
         while let Some(input) = self.queue.pop_front() {
             self.now += 1_000;
             match input {
@@ -330,6 +331,21 @@ impl World {
                 Input::Harness(conn, input) => self.host.handle_harness(self.now, conn, input),
             }
             .expect("drained");
+            self.drain();
+            self.fire_timers();
+        }
+    }
+
+    /// Moves virtual time forward by `nanos`, firing due deadlines.
+    pub fn advance(&mut self, nanos: Nanos) {
+        self.now += nanos;
+        self.run();
+    }
+
+    /// Fires every deadline that is due at the current time.
+    fn fire_timers(&mut self) {
+        while self.host.poll_timeout().is_some_and(|at| at <= self.now) {
+            self.host.handle_timeout(self.now).expect("drained");
             self.drain();
         }
     }
@@ -439,7 +455,12 @@ impl World {
                 let recheck = conn.and_then(|_| self.faults.recheck.take());
                 let outcome = match (recheck, self.describe_fail.get(&harness).cloned()) {
                     (Some(f), _) | (None, Some(f)) => Err(f),
-                    (None, None) => self.describe(&Self::script_kind(&backend, &self.remote)),
+                    // The turn's own connection answers for the harness
+                    // actually behind it.
+                    (None, None) => match conn.and_then(|c| self.conns.get(&c)) {
+                        Some((_, script)) => Ok(script.descriptor()),
+                        None => self.describe(&Self::script_kind(&backend, &self.remote)),
+                    },
                 };
                 self.outcome(id, Outcome::Described(outcome));
             }
