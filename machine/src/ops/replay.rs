@@ -1,14 +1,24 @@
 //! Replay (read-only record stream) and ReplayHarness (re-run the harness
 //! over the journal with every effect served).
 
-use agentsessions_proto::v1::ReplayRequest;
+use agentsessions_proto::v1::{
+    ControllerFrame, HarnessDescriptor, LogRecord, ReplayRequest, Start, controller_frame::Frame,
+};
 
+use super::placement::{Placed, Placement, Provision, needs_memory};
+use super::routing::resolve;
+use super::run::Run;
 use super::{Flow, unexpected};
+use crate::error::{LogError, TurnError};
 use crate::host::config::REPLAY_PAGE;
 use crate::host::{
-    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Status,
-    StreamItem,
+    Committed, ConnId, Cx, Effect, EffectId, HarnessFailure, HarnessInput, Outcome, ReplayReport,
+    RequestId, Response, Route, RuntimeOp, RuntimeReply, Status, StreamItem,
 };
+use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::journal::approval::{self, ApprovalScan};
+use crate::journal::executions::{self, ExecKind, Execution};
+use crate::journal::legacy;
 
 /// Sessions.Replay: committed records, verbatim, in pages. No validation:
 /// an unknown session is an empty stream.
@@ -78,28 +88,383 @@ impl ReplayOp {
     }
 }
 
-/// Re-runs the harness over every completed execution (not yet served).
+/// ReplayHarness: re-runs the harness over every completed execution with
+/// every recorded effect served back (controller replay, invariants I0–I5).
+///
+/// Everything that depends only on the journal (projection, approval scan,
+/// selection) is decided first; then, when some execution pinned a harness
+/// identity or gates a call, the route is described once and *every*
+/// selected execution is checked before the first one runs, so a mismatch
+/// late in the log leaves nothing half-replayed. Each execution then gets
+/// its own incarnation and connection and runs in [`Mode::Replay`], which
+/// cannot append; no fence is minted, so replay never supersedes a writer.
 pub(crate) struct ReplayHarnessOp {
     request: RequestId,
-    #[allow(dead_code)]
     session: String,
+    stage: HarnessStage,
+    log: Vec<LogRecord>,
+    scan: ApprovalScan,
+    selected: Vec<Execution>,
+    harness: String,
+    route: Option<Route>,
+    descriptor: Option<HarnessDescriptor>,
+    /// Index into `selected` of the execution being replayed.
+    next: usize,
+    outputs: Vec<String>,
+}
+
+enum HarnessStage {
+    Row(EffectId),
+    Log(EffectId),
+    Describe(Box<Placement>),
+    Create(EffectId),
+    Dial(EffectId, ConnId),
+    Running(Box<Run>),
+    Over,
+}
+
+/// How a replay failure reaches the caller: evidence the journal itself
+/// contradicts (or a harness that cannot serve it) is the caller's
+/// precondition; a harness that no longer reproduces its own journal is a
+/// divergence, reported as INTERNAL with its text.
+fn replay_status(e: &TurnError) -> Status {
+    let precondition = match e {
+        TurnError::Log(l) => l.is_invalid_log() || matches!(l, LogError::MissingSessionUid),
+        TurnError::HarnessMismatch { .. }
+        | TurnError::HarnessVersionMismatch { .. }
+        | TurnError::ApprovalUnavailable => true,
+        _ => false,
+    };
+    if precondition {
+        Status::failed_precondition(format!("replay: {e}"))
+    } else {
+        Status::internal(format!("replay: {e}"))
+    }
+}
+
+/// The identity check of one execution against the described harness.
+fn check_identity(
+    exec: &Execution,
+    serving: &str,
+    descriptor: &HarnessDescriptor,
+    gated: bool,
+) -> Result<(), TurnError> {
+    if let Some(marker) = &exec.marker {
+        if !marker.harness.is_empty() && marker.harness != serving {
+            return Err(TurnError::HarnessMismatch {
+                recorded: marker.harness.clone(),
+                serving: serving.to_owned(),
+            });
+        }
+        // Exact comparison: an empty served version mismatches too.
+        if !marker.harness_version.is_empty() && marker.harness_version != descriptor.version {
+            return Err(TurnError::HarnessVersionMismatch {
+                recorded: marker.harness_version.clone(),
+                serving: descriptor.version.clone(),
+            });
+        }
+    }
+    if gated && needs_memory(descriptor) {
+        return Err(TurnError::ApprovalUnavailable);
+    }
+    Ok(())
 }
 
 impl ReplayHarnessOp {
     pub(crate) fn new(request: RequestId, session: String) -> Self {
-        Self { request, session }
+        Self {
+            request,
+            session,
+            stage: HarnessStage::Over,
+            log: Vec::new(),
+            scan: ApprovalScan::default(),
+            selected: Vec::new(),
+            harness: String::new(),
+            route: None,
+            descriptor: None,
+            next: 0,
+            outputs: Vec::new(),
+        }
     }
-    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
-        cx.reply(
-            self.request,
-            Err(Status::unimplemented("replay harness: not yet")),
-        );
+
+    fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        self.stage = HarnessStage::Over;
+        cx.reply(self.request, Err(status));
         Flow::Done
     }
-    pub(crate) fn on_outcome(&mut self, _cx: &mut Cx<'_>, _id: EffectId, outcome: Outcome) -> Flow {
-        unexpected("replay harness", &outcome)
-    }
-    pub(crate) fn on_harness(&mut self, _cx: &mut Cx<'_>, _c: ConnId, _i: HarnessInput) -> Flow {
+
+    pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if self.session.is_empty() {
+            return self.fail(cx, Status::invalid_argument("session is required"));
+        }
+        let session = self.session.clone();
+        self.stage = HarnessStage::Row(cx.request(|id| Effect::GetSession { id, session }));
         Flow::Continue
+    }
+
+    pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
+        match (
+            std::mem::replace(&mut self.stage, HarnessStage::Over),
+            outcome,
+        ) {
+            (HarnessStage::Row(want), Outcome::Session(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(Some(row)) => self.routed(cx, &row.harness),
+                    Ok(None) => {
+                        let msg = format!("session {:?} not found", self.session);
+                        self.fail(cx, Status::not_found(msg))
+                    }
+                    Err(e) => self.fail(cx, Status::internal(format!("session: {e}"))),
+                }
+            }
+            (HarnessStage::Log(want), Outcome::Log(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(log) => self.select(cx, log),
+                    Err(e) => self.fail(cx, Status::internal(format!("replay: read: {e}"))),
+                }
+            }
+            (HarnessStage::Describe(mut placement), outcome) => {
+                match placement.on_outcome(cx, id, outcome) {
+                    Placed::Pending => {
+                        self.stage = HarnessStage::Describe(placement);
+                        Flow::Continue
+                    }
+                    Placed::Failed(status) => self.fail(cx, status),
+                    Placed::Ready => {
+                        let descriptor = placement.descriptor.clone().expect("described");
+                        self.preflight(cx, descriptor)
+                    }
+                }
+            }
+            (HarnessStage::Create(want), Outcome::Runtime(r)) => {
+                assert_eq!(want, id);
+                let address = match r {
+                    Ok(RuntimeReply::Incarnation { address }) => address,
+                    Ok(other) => {
+                        let msg = format!(
+                            "replay: runtime returned {other:?} where an incarnation was expected"
+                        );
+                        return self.fail(cx, Status::internal(msg));
+                    }
+                    Err(e) => return self.fail(cx, Status::internal(format!("replay: {e}"))),
+                };
+                let conn = cx.new_conn();
+                let route = self.route.clone().expect("routed");
+                let harness = self.harness.clone();
+                let dial = cx.request(|id| Effect::Dial {
+                    id,
+                    harness,
+                    backend: route.backend,
+                    address,
+                    conn,
+                });
+                self.stage = HarnessStage::Dial(dial, conn);
+                Flow::Continue
+            }
+            (HarnessStage::Dial(want, conn), Outcome::Dialed(r)) => {
+                assert_eq!(want, id);
+                match r {
+                    Ok(()) => self.run(cx, conn),
+                    Err(e) => {
+                        cx.close(conn);
+                        let status = match e {
+                            HarnessFailure::Unavailable(_) | HarnessFailure::Timeout => {
+                                Status::unavailable(format!("replay: dial harness: {e:?}"))
+                            }
+                            HarnessFailure::Other { .. } => {
+                                Status::internal(format!("replay: dial harness: {e:?}"))
+                            }
+                        };
+                        self.fail(cx, status)
+                    }
+                }
+            }
+            (HarnessStage::Running(mut run), outcome) => {
+                // A replay run issues no effects; only a broken shell lands
+                // here, and `Run` rejects an outcome it did not ask for.
+                run.on_outcome(cx, id, outcome);
+                self.after_run(cx, run)
+            }
+            (_, other) => unexpected("replay harness", &other),
+        }
+    }
+
+    pub(crate) fn on_harness(&mut self, cx: &mut Cx<'_>, _c: ConnId, input: HarnessInput) -> Flow {
+        match std::mem::replace(&mut self.stage, HarnessStage::Over) {
+            HarnessStage::Running(mut run) => {
+                run.on_harness(cx, input);
+                self.after_run(cx, run)
+            }
+            other => {
+                self.stage = other;
+                Flow::Continue
+            }
+        }
+    }
+
+    fn routed(&mut self, cx: &mut Cx<'_>, stored: &str) -> Flow {
+        match resolve(cx, stored) {
+            Ok((harness, route)) => {
+                self.harness = harness;
+                self.route = Some(route);
+            }
+            Err(status) => return self.fail(cx, status),
+        }
+        let session = self.session.clone();
+        self.stage = HarnessStage::Log(cx.request(|id| Effect::ReadLog {
+            id,
+            session,
+            from_seq: 1,
+            to_seq: 0,
+        }));
+        Flow::Continue
+    }
+
+    /// Projection, approval scan and selection: all before any harness IO.
+    fn select(&mut self, cx: &mut Cx<'_>, log: Vec<LogRecord>) -> Flow {
+        let projection = match executions::project(&log) {
+            Ok(p) => p,
+            Err(e) => return self.fail(cx, replay_status(&e.into())),
+        };
+        self.scan = match approval::scan(&log, 0) {
+            Ok(s) => s,
+            Err(e) => return self.fail(cx, replay_status(&e.into())),
+        };
+        let selected = executions::replay_selection(&projection);
+        let describe = executions::needs_describe(&selected, &log);
+        self.selected = selected.into_iter().cloned().collect();
+        self.log = log;
+        if !describe {
+            return self.next_execution(cx);
+        }
+        let route = self.route.clone().expect("routed");
+        let placement = Placement::start(
+            cx,
+            self.harness.clone(),
+            route,
+            &self.session,
+            Provision::AdmitOnly,
+            false,
+        );
+        self.stage = HarnessStage::Describe(Box::new(placement));
+        Flow::Continue
+    }
+
+    /// Checks every selected execution against the one Describe.
+    fn preflight(&mut self, cx: &mut Cx<'_>, descriptor: HarnessDescriptor) -> Flow {
+        for exec in &self.selected {
+            let gated = self.scan.for_execution(&exec.id).next().is_some();
+            if let Err(e) = check_identity(exec, &self.harness, &descriptor, gated) {
+                return self.fail(cx, replay_status(&e));
+            }
+        }
+        self.descriptor = Some(descriptor);
+        self.next_execution(cx)
+    }
+
+    /// Provisions the next execution's incarnation, or replies when all ran.
+    fn next_execution(&mut self, cx: &mut Cx<'_>) -> Flow {
+        if self.next >= self.selected.len() {
+            let report = ReplayReport {
+                executions: self.selected.len(),
+                outputs: std::mem::take(&mut self.outputs),
+            };
+            cx.reply(self.request, Ok(Response::Replayed(report)));
+            return Flow::Done;
+        }
+        let route = self.route.clone().expect("routed");
+        let (harness, session) = (self.harness.clone(), self.session.clone());
+        self.stage = HarnessStage::Create(cx.request(|id| Effect::Runtime {
+            id,
+            harness,
+            backend: route.backend,
+            op: RuntimeOp::Create { session },
+        }));
+        Flow::Continue
+    }
+
+    /// Connected: rebuild the execution's Start and serve it.
+    fn run(&mut self, cx: &mut Cx<'_>, conn: ConnId) -> Flow {
+        let exec = &self.selected[self.next];
+        let legacy_turn = exec.kind == ExecKind::Legacy;
+        let wire_id = if legacy_turn {
+            // A v0.1.2 harness saw no id; replay hands it the same derived
+            // compatibility id a resumed legacy turn gets.
+            let anchor = exec.anchor.and_then(|i| self.log.get(i));
+            match anchor.map(|r| legacy::compat_invocation_id(&self.session, r)) {
+                Some(Ok(id)) => id,
+                Some(Err(e)) => {
+                    cx.close(conn);
+                    return self.fail(cx, replay_status(&e.into()));
+                }
+                None => {
+                    cx.close(conn);
+                    let e = LogError::invalid("legacy turn has no anchor record");
+                    return self.fail(cx, replay_status(&e.into()));
+                }
+            }
+        } else {
+            exec.id.clone()
+        };
+        let marker = exec.marker.clone().unwrap_or_default();
+        // Legacy replay hands over the whole trimmed prefix, turn included
+        // (what the released host did); everything else the records before
+        // the execution. `history_end` encodes both.
+        let history = self.log[..exec.history_end]
+            .iter()
+            .filter_map(|r| r.event.clone())
+            .collect();
+        let stream = exec.stream.iter().map(|&i| self.log[i].clone()).collect();
+        let approvals = self.scan.for_execution(&exec.id).cloned().collect();
+        let setup = Setup {
+            session: self.session.clone(),
+            execution_id: exec.id.clone(),
+            wire_id: wire_id.clone(),
+            mode: Mode::Replay,
+            legacy: legacy_turn,
+            stream,
+            approvals,
+            descriptor: self.descriptor.clone(),
+            fence: 0,
+            head: self.log.last().map_or(0, |r| r.seq),
+            has_executor: cx.config().has_executor,
+        };
+        let start = ControllerFrame {
+            session: self.session.clone(),
+            execution_id: wire_id,
+            frame: Some(Frame::Start(Start {
+                config: marker.config,
+                history,
+                inputs: exec.inputs.clone(),
+                identity: None,
+                resume_from_seq: marker.resume_from_seq,
+            })),
+        };
+        let run = Run::start(cx, Invocation::new(setup), conn, start, None);
+        self.stage = HarnessStage::Running(Box::new(run));
+        Flow::Continue
+    }
+
+    fn after_run(&mut self, cx: &mut Cx<'_>, run: Box<Run>) -> Flow {
+        let Some(finish) = run.finished().cloned() else {
+            self.stage = HarnessStage::Running(run);
+            return Flow::Continue;
+        };
+        match finish.ending {
+            Ending::Completed => {
+                assert_eq!(finish.model_calls, 0, "replay never invokes the model (I1)");
+                assert_eq!(finish.tool_calls, 0, "replay never executes a tool (I3)");
+                self.outputs.extend(finish.outputs);
+                self.next += 1;
+                self.next_execution(cx)
+            }
+            Ending::Failed(e) => self.fail(cx, replay_status(&e)),
+            Ending::Parked(_) => {
+                let msg = "replay: a replayed execution parked; replay serves recorded decisions";
+                self.fail(cx, Status::internal(msg))
+            }
+        }
     }
 }
