@@ -75,6 +75,15 @@ impl MemStore {
         }
     }
 
+    /// Drops every record after the first `keep`, as a crash before the
+    /// later appends committed would have left the journal. The fence and
+    /// compute state stay as they were (a crash does not roll them back).
+    pub fn truncate(&mut self, session: &str, keep: usize) {
+        if let Some(e) = self.sessions.get_mut(session) {
+            e.records.truncate(keep);
+        }
+    }
+
     fn entry(&mut self, session: &str, now: Nanos, project: &str) -> &mut Entry {
         self.sessions
             .entry(session.to_owned())

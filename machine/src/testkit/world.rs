@@ -88,8 +88,8 @@ pub struct Faults {
     pub fence: Option<String>,
     /// Fail a ReadLog after letting this many more succeed.
     pub read: Option<(usize, String)>,
-    /// Fail the next GetSession.
-    pub get: Option<String>,
+    /// Fail a GetSession after letting this many more succeed.
+    pub get: Option<(usize, String)>,
     /// Fail the next Runtime Snapshot.
     pub snapshot: Option<String>,
     /// Fail the next Runtime Create or Restore.
@@ -428,7 +428,9 @@ impl World {
             Effect::ReadLog { .. } => {
                 Self::countdown(&mut self.faults.read).map(|e| Outcome::Log(Err(e)))
             }
-            Effect::GetSession { .. } => self.faults.get.take().map(|e| Outcome::Session(Err(e))),
+            Effect::GetSession { .. } => {
+                Self::countdown(&mut self.faults.get).map(|e| Outcome::Session(Err(e)))
+            }
             _ => None,
         }
     }

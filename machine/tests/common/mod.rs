@@ -344,3 +344,51 @@ fn response_name(r: &Response) -> &'static str {
         Response::Harnesses(_) => "Harnesses",
     }
 }
+
+/// Builds a fork child of `parent` at its first `at` records by hand (the
+/// prefix verbatim plus a FORK marker), on a row with `harness`; returns
+/// the child's uid.
+pub fn fork_child(world: &mut World, parent: &str, at: usize, harness: &str) -> String {
+    use agentsessions_machine::host::{EffectId, SessionRow};
+    let child = format!("{parent}-child{at}");
+    let row = SessionRow {
+        uid: child.clone(),
+        harness: harness.into(),
+        parent_uid: parent.into(),
+        fork_seq: at as i64,
+        created_at: world.now,
+        ..SessionRow::default()
+    };
+    world.store.perform(
+        &Effect::PutSession {
+            id: EffectId(u64::MAX),
+            row,
+            check: None,
+        },
+        world.now,
+    );
+    let prefix = world.store.records(parent)[..at].to_vec();
+    world.store.import(&child, prefix, world.now);
+    let fence = world.store.fence(&child);
+    world
+        .store
+        .append(
+            &child,
+            at as i64,
+            fence,
+            &[events::fork_marker(at as i64)],
+            world.now,
+        )
+        .expect("marker appends at the copied head");
+    child
+}
+
+/// Runs an echo/tools turn to completion and cuts its journal back to the
+/// first `keep` records, as a crash would.
+pub fn crashed_turn(world: &mut World, harness: &str, keep: usize) -> String {
+    let sid = create(world, harness);
+    let call = world.call(exec(&sid, "", "hello"));
+    assert_eq!(call.reply, Ok(Response::StreamEnd), "{call:?}");
+    world.store.truncate(&sid, keep);
+    sid
+}
