@@ -12,7 +12,7 @@ use agentsessions_machine::host::{
     Code, Effect, EffectId, HarnessFailure, HarnessRow, Outcome, PutError, RegistryRefusal,
     Request, Response,
 };
-use agentsessions_machine::testkit::World;
+use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     Capabilities, CreateSessionRequest, ExecRequest, GetHarnessRequest, HarnessRegistration,
     HarnessSource, HarnessSpec, HarnessState, ListHarnessesRequest, RegisterHarnessRequest,
@@ -54,25 +54,21 @@ fn substrate_spec() -> HarnessSpec {
     }
 }
 
-fn register(
-    world: &mut World,
-    name: &str,
-    spec: HarnessSpec,
-) -> agentsessions_machine::testkit::Call {
+fn register(world: &mut World, name: &str, spec: HarnessSpec) -> Call {
     world.call(Request::RegisterHarness(RegisterHarnessRequest {
         name: name.into(),
         spec: Some(spec),
     }))
 }
 
-fn registered(call: &agentsessions_machine::testkit::Call) -> RegisterHarnessResponse {
+fn registered(call: &Call) -> RegisterHarnessResponse {
     match &call.reply {
         Ok(Response::Registered(r)) => r.clone(),
         other => panic!("expected a registration: {other:?}"),
     }
 }
 
-fn harness(call: &agentsessions_machine::testkit::Call) -> HarnessRegistration {
+fn harness(call: &Call) -> HarnessRegistration {
     match &call.reply {
         Ok(Response::Harness(h)) => h.clone(),
         other => panic!("expected a harness: {other:?}"),
@@ -83,26 +79,21 @@ fn uid(reg: &HarnessRegistration) -> String {
     reg.metadata.clone().unwrap_or_default().uid
 }
 
-fn get(world: &mut World, name: &str, observe: bool) -> agentsessions_machine::testkit::Call {
+fn get(world: &mut World, name: &str, observe: bool) -> Call {
     world.call(Request::GetHarness(GetHarnessRequest {
         name: name.into(),
         observe,
     }))
 }
 
-fn retire(world: &mut World, name: &str, reason: &str) -> agentsessions_machine::testkit::Call {
+fn retire(world: &mut World, name: &str, reason: &str) -> Call {
     world.call(Request::RetireHarness(RetireHarnessRequest {
         name: name.into(),
         reason: reason.into(),
     }))
 }
 
-fn list(
-    world: &mut World,
-    page_size: i32,
-    page_token: &str,
-    include_retired: bool,
-) -> agentsessions_machine::testkit::Call {
+fn list(world: &mut World, page_size: i32, page_token: &str, include_retired: bool) -> Call {
     world.call(Request::ListHarnesses(ListHarnessesRequest {
         page_size,
         page_token: page_token.into(),
@@ -111,7 +102,7 @@ fn list(
 }
 
 /// Names on one list page and its next token.
-fn page(call: &agentsessions_machine::testkit::Call) -> (Vec<String>, String) {
+fn page(call: &Call) -> (Vec<String>, String) {
     match &call.reply {
         Ok(Response::Harnesses(r)) => (
             r.harnesses
@@ -138,7 +129,7 @@ fn all_pages(world: &mut World, size: i32, include_retired: bool) -> Vec<Vec<Str
     }
 }
 
-fn create(world: &mut World, harness: &str) -> agentsessions_machine::testkit::Call {
+fn create(world: &mut World, harness: &str) -> Call {
     world.call(Request::CreateSession(CreateSessionRequest {
         session: Some(Session {
             harness: harness.into(),
@@ -156,7 +147,7 @@ fn created(world: &mut World, harness: &str) -> String {
         .uid
 }
 
-fn exec(world: &mut World, session: &str, harness: &str) -> agentsessions_machine::testkit::Call {
+fn exec(world: &mut World, session: &str, harness: &str) -> Call {
     world.call(Request::Exec(ExecRequest {
         session: session.into(),
         harness: harness.into(),
@@ -166,7 +157,7 @@ fn exec(world: &mut World, session: &str, harness: &str) -> agentsessions_machin
 }
 
 #[allow(deprecated)]
-fn resume(world: &mut World, session: &str) -> agentsessions_machine::testkit::Call {
+fn resume(world: &mut World, session: &str) -> Call {
     world.call(Request::Resume(ResumeRequest {
         session: session.into(),
         boot: false,
@@ -603,6 +594,19 @@ fn specs_are_validated_before_anything_is_stored() {
     assert_eq!(status.message, SUBSTRATE_UNSERVABLE);
     assert_eq!(registry_writes(&world), 0, "nothing stored");
     assert!(stored_rows(&mut world).is_empty());
+}
+
+#[test]
+fn a_conflicting_row_outranks_an_unservable_placement() {
+    let mut world = world();
+    store_spec(&mut world, "taken", &remote_spec(ADDR));
+    let call = register(&mut world, "taken", substrate_spec());
+    assert_eq!(call.code(), Code::AlreadyExists, "{call:?}");
+    // The identical substrate row, registered elsewhere, is still unservable here.
+    store_spec(&mut world, "elsewhere", &substrate_spec());
+    let call = register(&mut world, "elsewhere", substrate_spec());
+    assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
+    assert_eq!(registry_writes(&world), 0);
 }
 
 #[test]

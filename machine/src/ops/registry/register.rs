@@ -1,4 +1,10 @@
 //! RegisterHarness: validate, store the immutable row, route the name.
+//!
+//! Precedence, as callers see it: the name, then reservation, then the
+//! spec, then an existing row with a different spec (ALREADY_EXISTS), and
+//! only then whether this host can serve the placement. The last two need
+//! the store only when the placement is unservable, so the common path is a
+//! single atomic register write that itself refuses a conflicting spec.
 
 use agentsessions_proto::v1::{RegisterHarnessRequest, RegisterHarnessResponse};
 
@@ -10,15 +16,22 @@ use crate::host::{
 };
 use crate::ops::{Flow, unexpected};
 
+enum Stage {
+    Idle,
+    /// Reading the existing row to rank a spec conflict above an
+    /// unservable placement; carries the servability refusal.
+    Probe(EffectId, String, String),
+    /// The register write; carries the route to add once it is stored,
+    /// `None` when this host already knows the name (loaded, or isolated
+    /// as unservable), so a repeat registration neither reloads nor
+    /// replaces anything.
+    Write(EffectId, Option<Route>),
+}
+
 pub(crate) struct RegisterOp {
     request: RequestId,
     req: RegisterHarnessRequest,
-    /// The row write in flight.
-    write: Option<EffectId>,
-    /// The route to add once the row is stored; `None` when this host
-    /// already knows the name (loaded, or isolated as unservable), so a
-    /// repeat registration neither reloads nor replaces anything.
-    route: Option<Route>,
+    stage: Stage,
 }
 
 fn outcome_proto(o: RegisterOutcome) -> agentsessions_proto::v1::RegisterOutcome {
@@ -30,48 +43,58 @@ fn outcome_proto(o: RegisterOutcome) -> agentsessions_proto::v1::RegisterOutcome
     }
 }
 
+fn conflict(name: &str) -> Status {
+    Status::already_exists(format!(
+        "harness {name:?} is registered with a different spec; registrations are immutable, use a new name"
+    ))
+}
+
 impl RegisterOp {
     pub(crate) fn new(request: RequestId, req: RegisterHarnessRequest) -> Self {
         Self {
             request,
             req,
-            write: None,
-            route: None,
+            stage: Stage::Idle,
         }
+    }
+
+    fn finish(&mut self, cx: &mut Cx<'_>, reply: Result<Response, Status>) -> Flow {
+        cx.reply(self.request, reply);
+        Flow::Done
     }
 
     pub(crate) fn start(&mut self, cx: &mut Cx<'_>) -> Flow {
-        match self.prepare(cx) {
-            Ok(row) => {
-                self.write = Some(cx.request(|id| Effect::RegisterHarnessRow { id, row }));
-                Flow::Continue
-            }
-            Err(status) => {
-                cx.reply(self.request, Err(status));
-                Flow::Done
-            }
-        }
-    }
-
-    /// Every check that needs no store, in the order callers see them: the
-    /// name, then reservation, then the spec, then whether this host can
-    /// serve it. Nothing is stored when any fails.
-    fn prepare(&mut self, cx: &mut Cx<'_>) -> Result<HarnessRow, Status> {
         let name = self.req.name.clone();
-        validate_name(&name)?;
+        if let Err(status) = validate_name(&name) {
+            return self.finish(cx, Err(status));
+        }
         if cx.core.is_reserved(&name) {
-            return Err(Status::already_exists(format!(
+            let status = Status::already_exists(format!(
                 "harness name {name:?} is reserved for a static harness"
-            )));
+            ));
+            return self.finish(cx, Err(status));
         }
-        let spec = validate_spec(self.req.spec.as_ref())?;
-        let canonical = canonical_spec(spec)?;
+        let checked = validate_spec(self.req.spec.as_ref())
+            .and_then(|spec| canonical_spec(spec).map(|c| (spec, c)));
+        let (spec, canonical) = match checked {
+            Ok(ok) => ok,
+            Err(status) => return self.finish(cx, Err(status)),
+        };
         let known = cx.route(&name).is_some() || cx.core.unservable.contains_key(&name);
-        if !known {
-            self.route = Some(route_for_spec(spec).map_err(Status::failed_precondition)?);
-        }
+        let route = if known {
+            None
+        } else {
+            match route_for_spec(spec) {
+                Ok(route) => Some(route),
+                Err(reason) => {
+                    let id = cx.request(|id| Effect::GetHarnessRow { id, name });
+                    self.stage = Stage::Probe(id, canonical.digest, reason);
+                    return Flow::Continue;
+                }
+            }
+        };
         let now = cx.now();
-        Ok(HarnessRow {
+        let row = HarnessRow {
             name,
             uid: cx.ids().harness_uid(),
             spec: canonical.text,
@@ -79,21 +102,49 @@ impl RegisterOp {
             created_at: now,
             updated_at: now,
             ..HarnessRow::default()
-        })
+        };
+        let id = cx.request(|id| Effect::RegisterHarnessRow { id, row });
+        self.stage = Stage::Write(id, route);
+        Flow::Continue
     }
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
-        if self.write != Some(id) {
-            unexpected("register harness", &outcome)
+        match std::mem::replace(&mut self.stage, Stage::Idle) {
+            Stage::Probe(want, digest, reason) if want == id => {
+                let reply = match outcome {
+                    Outcome::HarnessRow(Ok(Some(row))) if row.spec_digest != digest => {
+                        Err(conflict(&self.req.name))
+                    }
+                    Outcome::HarnessRow(Ok(_)) => Err(Status::failed_precondition(reason)),
+                    Outcome::HarnessRow(Err(e)) => Err(Status::internal(format!(
+                        "register harness {:?}: {e}",
+                        self.req.name
+                    ))),
+                    other => unexpected("register harness", &other),
+                };
+                self.finish(cx, reply)
+            }
+            Stage::Write(want, route) if want == id => {
+                let Outcome::Registered(result) = outcome else {
+                    unexpected("register harness", &outcome)
+                };
+                let reply = self.written(cx, result, route);
+                self.finish(cx, reply)
+            }
+            _ => unexpected("register harness", &outcome),
         }
-        self.write = None;
-        let Outcome::Registered(result) = outcome else {
-            unexpected("register harness", &outcome)
-        };
+    }
+
+    fn written(
+        &self,
+        cx: &mut Cx<'_>,
+        result: Result<(HarnessRow, RegisterOutcome), PutError>,
+        route: Option<Route>,
+    ) -> Result<Response, Status> {
         let name = &self.req.name;
-        let reply = match result {
+        match result {
             Ok((row, what)) => {
-                if let Some(route) = self.route.take() {
+                if let Some(route) = route {
                     // False only when an identical registration raced this
                     // one and routed the name first; its route is the same.
                     cx.add_route(&row.name, route);
@@ -106,19 +157,13 @@ impl RegisterOp {
             Err(PutError::Refused(RegistryRefusal::Reserved)) => Err(Status::already_exists(
                 format!("harness name {name:?} is reserved for a static harness"),
             )),
-            Err(PutError::Refused(RegistryRefusal::SpecConflict)) => {
-                Err(Status::already_exists(format!(
-                    "harness {name:?} is registered with a different spec; registrations are immutable, use a new name"
-                )))
-            }
+            Err(PutError::Refused(RegistryRefusal::SpecConflict)) => Err(conflict(name)),
             Err(PutError::Refused(other)) => Err(Status::internal(format!(
                 "register harness {name:?}: {other:?}"
             ))),
             Err(PutError::Failed(m)) => {
                 Err(Status::internal(format!("register harness {name:?}: {m}")))
             }
-        };
-        cx.reply(self.request, reply);
-        Flow::Done
+        }
     }
 }
