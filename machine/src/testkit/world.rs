@@ -110,6 +110,9 @@ pub type PausePredicate = Box<dyn FnMut(&Effect) -> bool + Send>;
 /// Builds a fresh script for each connection to a harness kind.
 pub type ScriptFactory = Box<dyn Fn() -> Box<dyn Script> + Send>;
 
+/// A call's streamed frames so far and, once it has replied, its reply.
+type Pending = (Vec<StreamItem>, Option<Result<Response, Status>>);
+
 /// The world. See the module docs.
 pub struct World {
     /// The machine under test.
@@ -152,7 +155,7 @@ pub struct World {
     /// Runtime calls performed, in order (`create`, `restore`, `snapshot`, …).
     pub runtime_calls: Vec<String>,
     queue: VecDeque<Input>,
-    replies: BTreeMap<RequestId, (Vec<StreamItem>, Option<Result<Response, Status>>)>,
+    replies: BTreeMap<RequestId, Pending>,
     next_request: u64,
     generation: u64,
 }
