@@ -263,6 +263,19 @@ impl World {
         self.host.add_route(name, route);
     }
 
+    /// Adds a route served by script kind `kind` on a runtime with memory
+    /// snapshots.
+    pub fn add_memory(&mut self, name: &str, kind: &str) {
+        let route = Route {
+            backend: Backend::Memory { kind: kind.into() },
+            descriptor_id: String::new(),
+            registered: false,
+            spec: None,
+        };
+        self.config.harnesses.insert(name.into(), route.clone());
+        self.host.add_route(name, route);
+    }
+
     /// Makes one call and runs the world until it is idle; the call must
     /// have replied by then.
     pub fn call(&mut self, request: Request) -> Call {
