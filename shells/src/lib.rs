@@ -1,3 +1,4 @@
 //! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).
 
+pub mod harness;
 pub mod journal;

@@ -1,0 +1,77 @@
+//! The built-in harnesses, by kind name.
+//!
+//! - [`Echo`]: one model call with the last input's text.
+//! - [`Counter`]: an in-memory count, so it needs memory snapshots.
+//! - [`Chat`]: a history-aware conversation with a configured model.
+//! - [`Approval`]: one REQUIRES_APPROVAL tool call, to demonstrate the
+//!   park → decide → resume → receipt round trip.
+
+mod approval;
+mod chat;
+mod counter;
+mod echo;
+
+use std::sync::Arc;
+
+use agentsessions_proto::v1::{Capabilities, HarnessDescriptor, Resumability};
+
+pub use approval::Approval;
+pub use chat::{CONFIG_NOT_OBJECT, Chat, PROMPT_NOT_STRING};
+pub use counter::Counter;
+pub use echo::Echo;
+
+use super::Harness;
+
+/// Every built-in kind name.
+pub const KINDS: [&str; 4] = ["echo", "counter", "chat", "approval"];
+
+/// Why a built-in harness could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BuiltinError {
+    /// No built-in harness has this name.
+    #[error("unknown harness kind {0:?} (want one of echo, counter, chat, approval)")]
+    UnknownKind(String),
+    /// The kind needs a model id and none was given.
+    #[error("harness kind {0:?} needs a model")]
+    ModelRequired(String),
+}
+
+/// Makes the built-in harness `kind`; `model` ("" for none) is used by
+/// `chat`, which requires it. An unknown kind is an error: substituting
+/// another harness would journal a session under the wrong contract.
+pub fn build(kind: &str, model: &str) -> Result<Arc<dyn Harness>, BuiltinError> {
+    match kind {
+        "echo" => Ok(Arc::new(Echo)),
+        "counter" => Ok(Arc::new(Counter::default())),
+        "approval" => Ok(Arc::new(Approval)),
+        "chat" if model.is_empty() => Err(BuiltinError::ModelRequired(kind.to_owned())),
+        "chat" => Ok(Arc::new(Chat::new(model))),
+        other => Err(BuiltinError::UnknownKind(other.to_owned())),
+    }
+}
+
+/// [`build`] without the reason: None for an unknown kind or a missing
+/// model.
+pub fn by_name(kind: &str, model: &str) -> Option<Arc<dyn Harness>> {
+    build(kind, model).ok()
+}
+
+/// The descriptor shape the built-ins share: version "1" and no tools.
+fn descriptor(
+    id: &str,
+    models: Vec<String>,
+    resumability: Resumability,
+    fork_safe: bool,
+) -> HarnessDescriptor {
+    HarnessDescriptor {
+        id: id.to_owned(),
+        models,
+        tools: Vec::new(),
+        capabilities: Some(Capabilities {
+            resumability: resumability as i32,
+            fork_safe,
+            ..Capabilities::default()
+        }),
+        version: "1".to_owned(),
+    }
+}

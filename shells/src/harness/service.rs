@@ -1,0 +1,243 @@
+//! [`HarnessService`]: a [`Harness`] as the tonic `Harness` service.
+
+use std::sync::Arc;
+
+use agentsessions_proto::grpc::harness_server::{Harness as HarnessRpc, HarnessServer};
+use agentsessions_proto::v1::{
+    ControllerFrame, DescribeRequest, Error, Event, EventKind, HarnessDescriptor, HarnessEnd,
+    controller_frame::Frame, event::Body,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::sink::{Sink, Stop, stopped};
+use super::{Harness, HarnessError, StartInfo};
+
+/// Events buffered towards the host before the harness has to wait.
+const OUT_CAPACITY: usize = 16;
+
+/// Serves one [`Harness`]: `Describe` answers its descriptor and every
+/// `Connect` stream runs one execution.
+pub struct HarnessService<H: ?Sized> {
+    harness: Arc<H>,
+}
+
+impl<H: ?Sized> Clone for HarnessService<H> {
+    fn clone(&self) -> Self {
+        Self {
+            harness: Arc::clone(&self.harness),
+        }
+    }
+}
+
+impl<H: Harness + ?Sized> HarnessService<H> {
+    /// Wraps `harness`; state it keeps (e.g. the counter's) is shared by
+    /// every stream of this service.
+    pub fn new(harness: Arc<H>) -> Self {
+        Self { harness }
+    }
+
+    /// The tonic server to add to a router.
+    pub fn into_server(self) -> HarnessServer<Self> {
+        HarnessServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<H: Harness + ?Sized> HarnessRpc for HarnessService<H> {
+    async fn describe(
+        &self,
+        _request: Request<DescribeRequest>,
+    ) -> Result<Response<HarnessDescriptor>, Status> {
+        Ok(Response::new(self.harness.describe()))
+    }
+
+    type ConnectStream = ReceiverStream<Result<Event, Status>>;
+
+    async fn connect(
+        &self,
+        request: Request<Streaming<ControllerFrame>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let (out, events) = mpsc::channel(OUT_CAPACITY);
+        // Answer the headers at once and read Start in the task: a host may
+        // wait for the response before it sends its first frame.
+        tokio::spawn(drive(Arc::clone(&self.harness), request.into_inner(), out));
+        Ok(Response::new(ReceiverStream::new(events)))
+    }
+}
+
+/// How the run ended, before the closing event is chosen.
+enum Outcome {
+    Ran(Result<(), HarnessError>),
+    Stopped(Stop),
+}
+
+/// One execution: handshake, run, closing event.
+async fn drive<H: Harness + ?Sized>(
+    harness: Arc<H>,
+    mut inbound: Streaming<ControllerFrame>,
+    out: mpsc::Sender<Result<Event, Status>>,
+) {
+    let first = tokio::select! {
+        biased;
+        _ = out.closed() => return,
+        first = inbound.message() => first,
+    };
+    let (envelope, start) = match first {
+        Ok(Some(ControllerFrame {
+            session,
+            execution_id,
+            frame: Some(Frame::Start(start)),
+        })) if !execution_id.is_empty() => ((session, execution_id), start),
+        Ok(Some(ControllerFrame {
+            frame: Some(Frame::Start(_)),
+            ..
+        })) => {
+            let _ = out
+                .send(Err(Status::invalid_argument(
+                    "start without an execution id",
+                )))
+                .await;
+            return;
+        }
+        Ok(Some(_)) => {
+            let _ = out
+                .send(Err(Status::invalid_argument("first frame must be start")))
+                .await;
+            return;
+        }
+        // Closed or broken before Start: there is no execution to end.
+        Ok(None) | Err(_) => return,
+    };
+    let (session, execution_id) = envelope;
+
+    let (stop_tx, mut stop_rx) = watch::channel(None);
+    let (frames_tx, frames_rx) = mpsc::channel(1);
+    let pump = tokio::spawn(pump(inbound, frames_tx, stop_tx));
+    let mut sink = Sink::new(
+        execution_id.clone(),
+        session.clone(),
+        out.clone(),
+        frames_rx,
+        stop_rx.clone(),
+    );
+    let info = StartInfo {
+        execution_id,
+        session,
+        config: start.config,
+        history: start.history,
+        inputs: start.inputs,
+        identity: start.identity,
+        resume_from_seq: start.resume_from_seq,
+    };
+    let outcome = {
+        // Dropping the run future is how a stop interrupts a harness that
+        // is busy outside the sink.
+        let run = harness.run(info, &mut sink);
+        tokio::select! {
+            biased;
+            stop = stopped(&mut stop_rx) => Outcome::Stopped(stop),
+            _ = out.closed() => Outcome::Stopped(Stop::Gone),
+            result = run => Outcome::Ran(result),
+        }
+    };
+    pump.abort();
+    close(&sink, outcome).await;
+}
+
+/// Reads host frames while the harness runs, so a Cancel or a broken
+/// transport is noticed even when the harness is not waiting for a reply.
+async fn pump(
+    mut inbound: Streaming<ControllerFrame>,
+    frames: mpsc::Sender<ControllerFrame>,
+    stop: watch::Sender<Option<Stop>>,
+) {
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = frames.closed() => return,
+            next = inbound.message() => next,
+        };
+        match next {
+            Ok(Some(ControllerFrame {
+                frame: Some(Frame::Cancel(cancel)),
+                ..
+            })) => {
+                stop.send_replace(Some(Stop::Canceled(cancel.reason)));
+                return;
+            }
+            Ok(Some(frame)) => {
+                if frames.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            // A half-close is not a cancel: the harness may still emit, and
+            // only a sink call that needs a reply fails (the frames channel
+            // closes when this returns).
+            Ok(None) => return,
+            Err(_) => {
+                stop.send_replace(Some(Stop::Gone));
+                return;
+            }
+        }
+    }
+}
+
+/// Sends what ends the stream: PARKED after a pure park, else END.
+async fn close(sink: &Sink, outcome: Outcome) {
+    let result = match outcome {
+        Outcome::Stopped(Stop::Gone) => return,
+        Outcome::Stopped(Stop::Canceled(reason)) => Err(HarnessError::Canceled(reason)),
+        Outcome::Ran(result) => result,
+    };
+    if let Some(park) = sink.parked() {
+        match result {
+            Ok(()) => {}
+            Err(HarnessError::Parked(ref unwound)) if unwound == park => {}
+            // The park was joined with another failure: the harness did
+            // not simply stop, so it must not acknowledge the park.
+            Err(e) => {
+                sink.send_status(Status::unknown(e.to_string())).await;
+                return;
+            }
+        }
+        sink.send_final(EventKind::EventParked, Body::Parked(park.clone()))
+            .await;
+        return;
+    }
+    let failure = sink.sticky_failure().cloned().or(result.err());
+    match failure {
+        None => {
+            sink.send_final(EventKind::EventEnd, end("COMPLETED", None))
+                .await;
+        }
+        Some(HarnessError::Canceled(reason)) => {
+            let error = Error {
+                code: Code::Cancelled as i32,
+                description: reason.clone(),
+            };
+            sink.send_final(EventKind::EventEnd, end("CANCELED", Some(error)))
+                .await;
+            sink.send_status(Status::cancelled(reason)).await;
+        }
+        Some(e) => {
+            let description = e.to_string();
+            let error = Error {
+                code: 0,
+                description: description.clone(),
+            };
+            sink.send_final(EventKind::EventEnd, end("FAILED", Some(error)))
+                .await;
+            // As the reference does, the stream also fails after the END.
+            sink.send_status(Status::unknown(description)).await;
+        }
+    }
+}
+
+fn end(state: &str, error: Option<Error>) -> Body {
+    Body::End(HarnessEnd {
+        state: state.to_owned(),
+        error,
+    })
+}
