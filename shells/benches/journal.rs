@@ -9,7 +9,8 @@
 //!
 //! Databases live in a temp dir on the real disk (`JOURNAL_BENCH_DIR`
 //! overrides). `JOURNAL_BENCH_SCALE` (default 1.0) scales iteration counts,
-//! durations and the session count, e.g. 0.1 for a quick smoke run.
+//! durations and the session count, e.g. 0.1 for a quick smoke run;
+//! `JOURNAL_BENCH_ONLY=latency|throughput|listing` runs one section.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -114,6 +115,16 @@ fn latency(dir: &Path, rt: &tokio::runtime::Runtime) {
     }
     ours.sort();
     base.sort();
+    // Diagnostic: a round trip through a reader thread (trivial SQL), i.e.
+    // roughly the cost of the thread handoff an append also pays.
+    let mut hop: Vec<Duration> = (0..500)
+        .map(|_| {
+            let t = Instant::now();
+            rt.block_on(store.head("lat")).unwrap();
+            t.elapsed()
+        })
+        .collect();
+    hop.sort();
     let (o50, o99, b50, b99) = (
         pct(&ours, 0.5),
         pct(&ours, 0.99),
@@ -132,6 +143,11 @@ fn latency(dir: &Path, rt: &tokio::runtime::Runtime) {
         us(b99)
     );
     println!(
+        "| (diagnostic) head() round trip via a reader thread | {:.0} | {:.0} |",
+        us(pct(&hop, 0.5)),
+        us(pct(&hop, 0.99))
+    );
+    println!(
         "ratio p50 {:.2}x, p99 {:.2}x (goal <= 1.2x)\n",
         o50.as_secs_f64() / b50.as_secs_f64(),
         o99.as_secs_f64() / b99.as_secs_f64()
@@ -145,7 +161,10 @@ fn throughput_one(
     max_batch: usize,
     secs: f64,
 ) -> f64 {
-    let name = format!("tp-{sessions}-{max_batch}.db");
+    // A fresh file per cell, so every cell starts from empty sessions.
+    static CELL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let cell = CELL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("tp-{cell}-{sessions}-{max_batch}.db");
     let store = SqliteJournal::open(
         dir.join(name),
         SqliteOptions {
@@ -189,18 +208,31 @@ fn throughput_one(
     total as f64 / started.elapsed().as_secs_f64()
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 fn throughput(dir: &Path, rt: &tokio::runtime::Runtime) {
-    let secs = 3.0 * scale();
-    println!("## 2. aggregate durable appends/s ({secs:.1} s per cell)");
+    // Short alternating rounds, medians reported: neighbours on a shared
+    // machine (and their fsyncs) then hit both modes alike.
+    let rounds = 5;
+    let secs = 0.6 * scale();
+    // An unmeasured warm-up, so the first cell does not pay for cold caches.
+    throughput_one(dir, rt, 8, 512, 0.5 * scale());
+    println!(
+        "## 2. aggregate durable appends/s (median of {rounds} alternating {secs:.1} s rounds)"
+    );
     println!("| concurrent sessions | group commit | txn per append | ratio |");
     println!("|---|---|---|---|");
     for sessions in [1, 8, 64] {
-        let grouped = throughput_one(dir, rt, sessions, 512, secs);
-        let single = throughput_one(dir, rt, sessions, 1, secs);
-        println!(
-            "| {sessions} | {grouped:.0} | {single:.0} | {:.1}x |",
-            grouped / single
-        );
+        let (mut grouped, mut single) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            grouped.push(throughput_one(dir, rt, sessions, 512, secs));
+            single.push(throughput_one(dir, rt, sessions, 1, secs));
+        }
+        let (g, s) = (median(grouped), median(single));
+        println!("| {sessions} | {g:.0} | {s:.0} | {:.1}x |", g / s);
     }
     println!("(goal: >= 10x at 64)\n");
 }
@@ -255,7 +287,7 @@ fn listing(dir: &Path, rt: &tokio::runtime::Runtime) {
         .map(|_| {
             loop {
                 let i = rng.usize(..n);
-                if i % 10 != 0 {
+                if !i.is_multiple_of(10) {
                     break page_token::encode(ts_of(i), &uid_of(i));
                 }
             }
@@ -321,8 +353,17 @@ fn main() {
     );
     println!("RSS at start {} KiB\n", rss_kib());
     let t = Instant::now();
-    latency(dir.path(), &rt);
-    throughput(dir.path(), &rt);
-    listing(dir.path(), &rt);
+    // JOURNAL_BENCH_ONLY=latency|throughput|listing runs one section.
+    let only = std::env::var("JOURNAL_BENCH_ONLY").unwrap_or_default();
+    let run = |name: &str| only.is_empty() || only == name;
+    if run("latency") {
+        latency(dir.path(), &rt);
+    }
+    if run("throughput") {
+        throughput(dir.path(), &rt);
+    }
+    if run("listing") {
+        listing(dir.path(), &rt);
+    }
     println!("total {:.1?}", t.elapsed());
 }

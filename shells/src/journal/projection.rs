@@ -26,7 +26,7 @@ pub fn compute_state_after(ev: &Event) -> Option<ComputeState> {
 
 /// The state after a whole batch: the last event that moves it wins.
 pub fn compute_state_after_all(events: &[Event]) -> Option<ComputeState> {
-    events.iter().filter_map(compute_state_after).last()
+    events.iter().rev().find_map(compute_state_after)
 }
 
 /// The text the Go host stores in `sessions.compute_state`.

@@ -324,7 +324,12 @@ impl JournalStore for SqliteJournal {
         batch: AppendBatch,
     ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
         let project = self.inner.default_project.clone();
-        self.submit_write(move |conn| write_ops::append(conn, &batch, &project))
+        let blobs: Vec<Vec<u8>> = batch
+            .events
+            .iter()
+            .map(super::encode::encode_event)
+            .collect();
+        self.submit_write(move |conn| write_ops::append(conn, &batch, &blobs, &project))
     }
 
     fn mint_fence(

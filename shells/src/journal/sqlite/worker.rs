@@ -178,26 +178,45 @@ impl Writer {
             conn.is_autocommit(),
             "no transaction left open between batches"
         );
-        conn.execute_batch("BEGIN IMMEDIATE")
-            .map_err(|e| BatchFailure::Begin(e.to_string()))?;
-        for job in jobs.iter_mut() {
-            let step = conn.execute_batch("SAVEPOINT job").and_then(|()| {
-                if job.stage(conn) {
-                    conn.execute_batch("RELEASE job")
-                } else if conn.is_autocommit() {
-                    // SQLite rolled the whole transaction back under us
-                    // (I/O error, disk full...): the batch is gone.
-                    Err(rusqlite::Error::InvalidQuery)
-                } else {
-                    conn.execute_batch("ROLLBACK TO job; RELEASE job")
+        // Cached statements: parsing these per job would cost more than the
+        // savepoint itself.
+        let exec = |sql: &str| {
+            conn.prepare_cached(sql)
+                .and_then(|mut s| s.execute([]))
+                .map(drop)
+        };
+        exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
+        if let [job] = jobs {
+            // Alone in its transaction, a job needs no savepoint: on failure
+            // the whole (empty) transaction is rolled back instead.
+            if !job.stage(conn) {
+                if conn.is_autocommit() {
+                    return Err(BatchFailure::Unknown("transaction aborted".into()));
                 }
-            });
-            if let Err(e) = step {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
+                conn.execute_batch("ROLLBACK")
+                    .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
+                return Ok(());
+            }
+        } else {
+            for job in jobs.iter_mut() {
+                let step = exec("SAVEPOINT job").and_then(|()| {
+                    if job.stage(conn) {
+                        exec("RELEASE job")
+                    } else if conn.is_autocommit() {
+                        // SQLite rolled the whole transaction back under us
+                        // (I/O error, disk full...): the batch is gone.
+                        Err(rusqlite::Error::InvalidQuery)
+                    } else {
+                        exec("ROLLBACK TO job").and_then(|()| exec("RELEASE job"))
+                    }
+                });
+                if let Err(e) = step {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
+                }
             }
         }
-        match conn.execute_batch("COMMIT") {
+        match exec("COMMIT") {
             Ok(()) if inject => Err(BatchFailure::Unknown("injected commit failure".into())),
             Ok(()) => Ok(()),
             Err(e) => {

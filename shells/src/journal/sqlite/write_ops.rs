@@ -22,49 +22,68 @@ fn head(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
         .query_row([session], |r| r.get(0))
 }
 
-fn stored_fence(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
-    Ok(conn
-        .prepare_cached("SELECT fence FROM sessions WHERE session = ?1")?
-        .query_row([session], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0))
-}
-
 fn is_constraint(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::ConstraintViolation)
 }
 
 /// The CAS + fence checked append of one batch.
+/// `blobs[i]` is the encoded `batch.events[i]`, prepared by the caller's
+/// thread so the writer (the bottleneck under load) does not pay for it.
 pub fn append(
     conn: &Connection,
     batch: &AppendBatch,
+    blobs: &[Vec<u8>],
     default_project: &str,
 ) -> Result<Vec<LogRecord>, AppendError> {
+    assert_eq!(blobs.len(), batch.events.len(), "one blob per event");
     if batch.session.is_empty() {
         return Err(StoreError::InvalidArgument("session is required".into()).into());
     }
     if batch.events.is_empty() {
         return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
     }
-    let head = head(conn, &batch.session)?;
+    // The head row (seq and hash, for the CAS and the prev link), then the
+    // stored fence and whether the session row exists or lacks
+    // project/created_at. Two point lookups: a single joined statement makes
+    // SQLite materialise the subquery, which costs more than both.
+    let (head, head_hash) = conn
+        .prepare_cached(
+            "SELECT seq, hash FROM events WHERE session = ?1 ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([&batch.session], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })
+        .optional()?
+        .unwrap_or_default();
+    let (current, row) = conn
+        .prepare_cached(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = ?1",
+        )?
+        .query_row([&batch.session], |r| {
+            let incomplete: bool = r.get(1)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                if incomplete {
+                    SessionRow::Incomplete
+                } else {
+                    SessionRow::Complete
+                },
+            ))
+        })
+        .optional()?
+        .unwrap_or((0, SessionRow::Missing));
+    debug_assert_eq!(
+        head == 0,
+        head_hash.is_empty(),
+        "a head row always has a hash"
+    );
     if batch.expected_last_seq != head {
         return Err(AppendError::Conflict { head });
     }
-    let current = stored_fence(conn, &batch.session)?;
     if batch.fence < current {
         return Err(AppendError::Fenced { current });
     }
-    let mut prev = if head == 0 {
-        String::new()
-    } else {
-        conn.prepare_cached("SELECT hash FROM events WHERE session = ?1 AND seq = ?2")?
-            .query_row(params![batch.session, head], |r| r.get::<_, String>(0))
-            .optional()?
-            // MAX(seq) just returned this row inside our transaction.
-            .ok_or_else(|| {
-                StoreError::Corrupt(format!("session {} head {head} vanished", batch.session))
-            })?
-    };
+    let mut prev = head_hash;
     let mut records = Vec::with_capacity(batch.events.len());
     let mut insert = conn.prepare_cached(
         "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -76,8 +95,15 @@ pub fn append(
             reason: e.to_string(),
         })?;
         debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
-        let blob = encode_event(ev);
-        match insert.execute(params![batch.session, seq, prev, hash, batch.fence, blob]) {
+        debug_assert_eq!(blobs[i], encode_event(ev));
+        match insert.execute(params![
+            batch.session,
+            seq,
+            prev,
+            hash,
+            batch.fence,
+            blobs[i]
+        ]) {
             Ok(n) => assert_eq!(n, 1, "one row per event"),
             // Defence in depth: the CAS above already excludes this inside
             // our write lock, but a clash must still read as a conflict.
@@ -96,34 +122,58 @@ pub fn append(
             event: Some(ev.clone()),
         });
     }
-    touch_session(conn, batch, default_project)?;
+    touch_session(conn, batch, row, default_project)?;
     Ok(records)
 }
 
+/// What the append's precondition read found in `sessions`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SessionRow {
+    Missing,
+    /// Written by an older build: project or created_at still unset.
+    Incomplete,
+    Complete,
+}
+
 /// Ensures the session row exists and applies the compute_state projection.
+///
+/// The precondition read already told us whether the row exists, so the
+/// common path is a plain UPDATE of updated_at (and compute_state when the
+/// batch moves it). It leaves project and created_at out of the SET list:
+/// assigning them, even to the same value, would make SQLite rewrite the
+/// `sessions_project_created` entry on every append.
 fn touch_session(
     conn: &Connection,
     batch: &AppendBatch,
+    row: SessionRow,
     default_project: &str,
 ) -> rusqlite::Result<()> {
     let state = compute_state_after_all(&batch.events).map(to_text);
-    let n = conn
-        .prepare_cached(
-            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
-             VALUES (?1, ?2, ?3, ?3, COALESCE(?4, ''))
-             ON CONFLICT(session) DO UPDATE SET
-                project = CASE WHEN project = '' THEN excluded.project ELSE project END,
-                created_at = CASE WHEN created_at = 0 THEN excluded.created_at ELSE created_at END,
-                updated_at = excluded.updated_at,
-                compute_state = COALESCE(?4, compute_state)",
-        )?
-        .execute(params![
-            batch.session,
-            default_project,
-            batch.now_unix_nanos,
-            state
-        ])?;
-    debug_assert_eq!(n, 1);
+    let (session, now) = (&batch.session, batch.now_unix_nanos);
+    let n = match row {
+        SessionRow::Missing => conn
+            .prepare_cached(
+                "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
+                 VALUES (?1, ?2, ?3, ?3, COALESCE(?4, ''))",
+            )?
+            .execute(params![session, default_project, now, state])?,
+        SessionRow::Incomplete => conn
+            .prepare_cached(
+                "UPDATE sessions SET
+                    project = CASE WHEN project = '' THEN ?2 ELSE project END,
+                    created_at = CASE WHEN created_at = 0 THEN ?3 ELSE created_at END,
+                    updated_at = ?3, compute_state = COALESCE(?4, compute_state)
+                 WHERE session = ?1",
+            )?
+            .execute(params![session, default_project, now, state])?,
+        SessionRow::Complete => conn
+            .prepare_cached(
+                "UPDATE sessions SET updated_at = ?2, compute_state = COALESCE(?3, compute_state)
+                 WHERE session = ?1",
+            )?
+            .execute(params![session, now, state])?,
+    };
+    assert_eq!(n, 1, "exactly one session row is touched");
     Ok(())
 }
 
