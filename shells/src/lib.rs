@@ -2,3 +2,5 @@
 
 pub mod harness;
 pub mod journal;
+pub mod model;
+pub mod tools;

@@ -1,0 +1,323 @@
+//! Host-executed tools: the shell that performs [`Effect::ExecuteTool`].
+//!
+//! The machine emits an execution only after the TOOL_CALL intent is durable,
+//! and after a crash it re-drives a trailing intent once, with the recorded
+//! call and key. So an execution can be seen twice for one effect; the
+//! executor makes that harmless by deduplicating on (session, idempotency
+//! key) through a durable [`ToolLedger`]:
+//!
+//! 1. a key with a stored result is answered from the ledger, the tool is not
+//!    run again;
+//! 2. otherwise a "started" row is committed *before* the tool runs, and the
+//!    result is stored after;
+//! 3. a key found "started" but not "done" means a crash in between; the tool
+//!    is run with [`ToolContext::redrive`] set so it can check whether its
+//!    effect already happened (see [`builtin::AppendNote`]).
+//!
+//! [`Effect::ExecuteTool`]: agentsessions_machine::host::Effect::ExecuteTool
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agentsessions_machine::host::Outcome;
+use agentsessions_proto::v1::{ToolCall, ToolResult};
+
+use crate::model::BoxFuture;
+
+pub mod builtin;
+pub mod ledger;
+
+pub use builtin::{AppendNote, EchoArgs};
+pub use ledger::{LedgerEntry, ToolLedger};
+
+/// Longest tool name quoted in an error.
+const MAX_NAME_IN_ERROR: usize = 64;
+
+/// Why a tool execution failed. Messages are short and never carry args,
+/// content or idempotency keys: the host may record them in receipts.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    /// No tool is registered under the call's name.
+    #[error("tools: unknown tool: {0}")]
+    UnknownTool(String),
+    /// A tool with that name is already registered.
+    #[error("tools: duplicate tool: {0}")]
+    DuplicateTool(String),
+    /// The call has no idempotency key, so it cannot be deduplicated.
+    #[error("tools: missing idempotency key")]
+    MissingIdempotencyKey,
+    /// The key was first used with another tool in this session.
+    #[error("tools: idempotency key reused for a different tool")]
+    KeyConflict,
+    /// The arguments are missing or of the wrong shape.
+    #[error("tools: {tool}: invalid args: {reason}")]
+    InvalidArgs {
+        /// Tool name.
+        tool: &'static str,
+        /// Which rule was broken (fixed text).
+        reason: &'static str,
+    },
+    /// The session id cannot name a file.
+    #[error("tools: session id is not usable as a file name")]
+    InvalidSession,
+    /// A filesystem operation failed.
+    #[error("tools: {tool}: io error: {kind}")]
+    Io {
+        /// Tool name.
+        tool: &'static str,
+        /// What kind of failure (no paths).
+        kind: std::io::ErrorKind,
+    },
+    /// The ledger could not be read or written.
+    #[error("tools: ledger: {0}")]
+    Ledger(String),
+}
+
+impl ToolError {
+    /// The text for [`Outcome::Tool`]'s error (safe to journal).
+    pub fn to_outcome_string(&self) -> String {
+        self.to_string()
+    }
+
+    fn unknown(name: &str) -> Self {
+        Self::UnknownTool(name.chars().take(MAX_NAME_IN_ERROR).collect())
+    }
+}
+
+/// Converts an execution result into the machine's outcome.
+pub fn tool_outcome(result: Result<ToolResult, ToolError>) -> Outcome {
+    Outcome::Tool(result.map_err(|e| e.to_outcome_string()))
+}
+
+/// Runs a tool call for a session.
+pub trait ToolExecutor: Send + Sync {
+    /// Executes `call` on behalf of `session` (the dedup scope).
+    fn execute<'a>(
+        &'a self,
+        session: &'a str,
+        call: &'a ToolCall,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
+}
+
+/// What a tool is told besides the call.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolContext<'a> {
+    /// Session uid.
+    pub session: &'a str,
+    /// The call's idempotency key (never empty).
+    pub idempotency_key: &'a str,
+    /// A previous execution under this key started and never finished: the
+    /// effect may already have happened, and a side-effecting tool must check
+    /// before doing it again.
+    pub redrive: bool,
+}
+
+/// One named tool.
+pub trait Tool: Send + Sync {
+    /// Runs the call. The executor overwrites the result's id.
+    fn run<'a>(
+        &'a self,
+        cx: ToolContext<'a>,
+        call: &'a ToolCall,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
+}
+
+/// Tools by name.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.tools.keys()).finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The built-ins: `append_note` (writing under `notes_dir`) and `echo_args`.
+    pub fn with_builtins(notes_dir: impl Into<PathBuf>) -> Self {
+        let mut r = Self::new();
+        r.tools.insert(
+            builtin::APPEND_NOTE.to_owned(),
+            Arc::new(AppendNote::new(notes_dir)),
+        );
+        r.tools
+            .insert(builtin::ECHO_ARGS.to_owned(), Arc::new(EchoArgs));
+        r
+    }
+
+    /// Adds a tool; a name can be registered once.
+    pub fn register(&mut self, name: &str, tool: Arc<dyn Tool>) -> Result<(), ToolError> {
+        if self.tools.contains_key(name) {
+            return Err(ToolError::DuplicateTool(name.to_owned()));
+        }
+        self.tools.insert(name.to_owned(), tool);
+        Ok(())
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Registered names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+}
+
+type KeyLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+
+/// The executor the host uses: registry lookup plus ledger dedup.
+#[derive(Clone)]
+pub struct LedgerExecutor {
+    registry: Arc<ToolRegistry>,
+    ledger: Arc<ToolLedger>,
+    /// Serializes executions of one (session, key) within this process, so
+    /// two concurrent deliveries cannot both see "no entry" and both run.
+    locks: Arc<KeyLocks>,
+}
+
+impl std::fmt::Debug for LedgerExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LedgerExecutor")
+            .field("registry", &self.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LedgerExecutor {
+    /// An executor over `registry`, deduplicating through `ledger`.
+    pub fn new(registry: ToolRegistry, ledger: ToolLedger) -> Self {
+        Self {
+            registry: Arc::new(registry),
+            ledger: Arc::new(ledger),
+            locks: Arc::default(),
+        }
+    }
+
+    /// The ledger (for inspection).
+    pub fn ledger(&self) -> &ToolLedger {
+        &self.ledger
+    }
+
+    async fn run(&self, session: &str, call: &ToolCall) -> Result<ToolResult, ToolError> {
+        let key = call.idempotency_key.as_str();
+        if key.is_empty() {
+            return Err(ToolError::MissingIdempotencyKey);
+        }
+        let tool = self
+            .registry
+            .get(&call.tool)
+            .ok_or_else(|| ToolError::unknown(&call.tool))?;
+        let slot = SlotGuard::acquire(&self.locks, session, key);
+        let _held = slot.lock.lock().await;
+        self.run_locked(tool.as_ref(), session, call).await
+    }
+
+    async fn run_locked(
+        &self,
+        tool: &dyn Tool,
+        session: &str,
+        call: &ToolCall,
+    ) -> Result<ToolResult, ToolError> {
+        let key = call.idempotency_key.as_str();
+        let redrive = match self.blocking(session, key, |l, s, k| l.get(s, k)).await? {
+            Some(LedgerEntry::Done { tool: t, result }) => {
+                if t != call.tool {
+                    return Err(ToolError::KeyConflict);
+                }
+                return Ok(result);
+            }
+            Some(LedgerEntry::Started { tool: t }) => {
+                if t != call.tool {
+                    return Err(ToolError::KeyConflict);
+                }
+                true
+            }
+            None => {
+                let name = call.tool.clone();
+                self.blocking(session, key, move |l, s, k| l.start(s, k, &name))
+                    .await?;
+                false
+            }
+        };
+        let cx = ToolContext {
+            session,
+            idempotency_key: key,
+            redrive,
+        };
+        // A failed run leaves the "started" row: whether a partial effect
+        // happened is unknown, so a retry must take the careful path.
+        let mut result = tool.run(cx, call).await?;
+        result.id.clone_from(&call.id);
+        let (name, stored) = (call.tool.clone(), result.clone());
+        self.blocking(session, key, move |l, s, k| l.finish(s, k, &name, &stored))
+            .await?;
+        Ok(result)
+    }
+
+    /// Runs a ledger operation off the async threads (SQLite commits fsync).
+    async fn blocking<T, F>(&self, session: &str, key: &str, f: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ToolLedger, &str, &str) -> Result<T, ToolError> + Send + 'static,
+    {
+        let ledger = Arc::clone(&self.ledger);
+        let (s, k) = (session.to_owned(), key.to_owned());
+        tokio::task::spawn_blocking(move || f(&ledger, &s, &k))
+            .await
+            .map_err(|_| ToolError::Ledger("worker failed".into()))?
+    }
+}
+
+/// A per-(session, key) lock slot, dropped from the map when its last user
+/// goes, including a user whose future was cancelled.
+struct SlotGuard {
+    locks: Arc<KeyLocks>,
+    slot: (String, String),
+    lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl SlotGuard {
+    fn acquire(locks: &Arc<KeyLocks>, session: &str, key: &str) -> Self {
+        let slot = (session.to_owned(), key.to_owned());
+        let lock = {
+            let mut map = locks.lock().unwrap_or_else(|e| e.into_inner());
+            Arc::clone(map.entry(slot.clone()).or_default())
+        };
+        Self {
+            locks: Arc::clone(locks),
+            slot,
+            lock,
+        }
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // Clones are only taken under the map lock, so the count is exact:
+        // the map's copy plus ours means nobody else holds or waits.
+        if Arc::strong_count(&self.lock) == 2 {
+            map.remove(&self.slot);
+        }
+    }
+}
+
+impl ToolExecutor for LedgerExecutor {
+    fn execute<'a>(
+        &'a self,
+        session: &'a str,
+        call: &'a ToolCall,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
+        Box::pin(self.run(session, call))
+    }
+}
