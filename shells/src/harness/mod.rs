@@ -9,9 +9,7 @@
 //! [`serve`] binds it to a TCP address or a unix socket.
 //!
 //! ```no_run
-//! use agentsessions_shells::harness::{
-//!     Harness, HarnessError, ModelRequest, Sink, StartInfo, builtin,
-//! };
+//! use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 //! use agentsessions_proto::v1::HarnessDescriptor;
 //!
 //! struct Shout;
