@@ -517,3 +517,26 @@ fn raw(db: &TempDb) -> rusqlite::Connection {
     c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
     c
 }
+
+#[tokio::test]
+async fn wal_is_checkpointed_beside_the_writer() {
+    let db = TempDb::new();
+    let store = db.open();
+    let empty = std::fs::metadata(db.path()).unwrap().len();
+    append_n(&store, "s", 0, 300).await;
+    // The writer's own automatic checkpoint only starts at 10000 pages, so
+    // a grown main file means the checkpointer thread copied frames back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let len = std::fs::metadata(db.path()).unwrap().len();
+        if len > empty + 20 * 4096 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "main file stuck at {len} bytes"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    store.verify("s").await.unwrap();
+}

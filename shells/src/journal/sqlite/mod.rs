@@ -159,21 +159,34 @@ impl SqliteJournal {
             reader_conns.push(r);
         }
 
+        // The checkpointer takes over from SQLite's automatic checkpoint,
+        // which stays on at 10x the default threshold as a backstop.
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 10000")?;
+        let checkpoint_conn = open_connection(&path, OpenFlags::default())?;
+        let (checkpoint_tx, checkpoint_rx) = crossbeam_channel::bounded(1);
+
         let shared = Arc::new(worker::Shared::default());
         let (writer_tx, writer_rx) = unbounded();
         let (reader_tx, reader_rx) = unbounded::<worker::ReadJob>();
-        let mut threads = Vec::with_capacity(readers + 1);
+        let mut threads = Vec::with_capacity(readers + 2);
         let writer = worker::Writer {
             conn,
             rx: writer_rx,
             shared: shared.clone(),
             max_batch,
             faults: options.faults.clone(),
+            checkpoint_tx,
         };
         threads.push(
             std::thread::Builder::new()
                 .name("journal-writer".into())
                 .spawn(move || writer.run())
+                .map_err(|e| StoreError::Backend(Box::new(e)))?,
+        );
+        threads.push(
+            std::thread::Builder::new()
+                .name("journal-checkpoint".into())
+                .spawn(move || worker::checkpointer_main(checkpoint_conn, checkpoint_rx))
                 .map_err(|e| StoreError::Backend(Box::new(e)))?,
         );
         for (i, rc) in reader_conns.into_iter().enumerate() {
