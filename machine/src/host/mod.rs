@@ -184,7 +184,9 @@ pub struct NotDrained;
 /// The host state machine. See the module docs.
 pub struct Host {
     core: Core,
-    ops: BTreeMap<OpId, Op>,
+    // Boxed: an operation is large (request, rows, stage), and it is taken
+    // out of the table and put back on every input it handles.
+    ops: BTreeMap<OpId, Box<Op>>,
     next_op: u64,
     requests: BTreeMap<RequestId, OpId>,
 }
@@ -241,7 +243,7 @@ impl Host {
         self.next_op += 1;
         let id = OpId(self.next_op);
         self.requests.insert(request, id);
-        let mut op = Op::new(request, call);
+        let mut op = Box::new(Op::new(request, call));
         let flow = op.start(&mut Cx {
             core: &mut self.core,
             op: id,
@@ -400,7 +402,7 @@ impl Host {
         self.settle(id, op, flow);
     }
 
-    fn settle(&mut self, id: OpId, op: Op, flow: Flow) {
+    fn settle(&mut self, id: OpId, op: Box<Op>, flow: Flow) {
         match flow {
             Flow::Continue => {
                 self.ops.insert(id, op);
