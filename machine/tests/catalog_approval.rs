@@ -669,7 +669,8 @@ fn a_harness_report_with_receipt_fields_is_refused_and_not_journaled() {
 fn gating_is_validated_before_any_intent_is_written() {
     // A memory-snapshot harness cannot gate; neither can a call without an
     // id or a key.
-    let cases: [(Resumability, fn(&mut agentsessions_proto::v1::ToolCall)); 3] = [
+    type Mutate = fn(&mut agentsessions_proto::v1::ToolCall);
+    let cases: [(Resumability, Mutate); 3] = [
         (Resumability::RequiresMemorySnapshot, |_| {}),
         (Resumability::StatelessReplay, |c| c.id.clear()),
         (Resumability::StatelessReplay, |c| c.idempotency_key.clear()),
