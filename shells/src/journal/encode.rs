@@ -250,8 +250,9 @@ fn normalize(schema: &Schema, ty: &str, buf: &[u8], out: &mut Vec<u8>) -> Result
     Ok(())
 }
 
-/// The raw key of a map entry: the bytes of field 1 (a LEN payload for
-/// strings, the varint for integers). An absent key is the default value.
+/// The raw key of a map entry: the bytes of field 1 after its tag (the LEN
+/// payload for strings, the varint or fixed-width bytes for numbers). An
+/// absent key is the default value and sorts as empty/zero.
 fn map_sort_key(entry: &[u8]) -> Result<Vec<u8>, EncodeError> {
     let fields = split_fields(entry)?;
     Ok(match fields.iter().rev().find(|f| f.number == 1) {
@@ -261,36 +262,37 @@ fn map_sort_key(entry: &[u8]) -> Result<Vec<u8>, EncodeError> {
     })
 }
 
+/// Sorts map entries by key value, as Go's deterministic marshal does. The
+/// key type (from the descriptor) says how to read the raw key bytes.
 fn sort_map_entries(entries: &mut [(Vec<u8>, Vec<u8>)], key_type: Type) {
     match key_type {
-        // Strings compare bytewise (UTF-8 order equals code point order), as
-        // Go's deterministic marshal does.
+        // Bytewise order of UTF-8 is code point order.
         Type::String => entries.sort_by(|a, b| a.0.cmp(&b.0)),
-        Type::Bool => entries.sort_by_key(|e| varint_value(&e.0)),
-        Type::Uint32 | Type::Uint64 | Type::Fixed32 | Type::Fixed64 => {
-            entries.sort_by_key(|e| varint_value(&e.0));
-        }
-        // Signed keys: int types are two's complement varints; sint uses
-        // zigzag. Both sort numerically once decoded.
+        Type::Fixed32 | Type::Fixed64 => entries.sort_by_key(|e| little_endian(&e.0)),
+        Type::Sfixed32 => entries.sort_by_key(|e| little_endian(&e.0) as u32 as i32),
+        Type::Sfixed64 => entries.sort_by_key(|e| little_endian(&e.0) as i64),
+        Type::Bool | Type::Uint32 | Type::Uint64 => entries.sort_by_key(|e| varint(&e.0)),
         Type::Sint32 | Type::Sint64 => entries.sort_by_key(|e| {
-            let v = varint_value(&e.0);
+            let v = varint(&e.0);
             ((v >> 1) as i64) ^ -((v & 1) as i64)
         }),
-        _ => entries.sort_by_key(|e| varint_value(&e.0) as i64),
+        // int32/int64: two's complement in a varint (negative int32 values
+        // are sign-extended to 64 bits on the wire).
+        _ => entries.sort_by_key(|e| varint(&e.0) as i64),
     }
 }
 
-fn varint_value(raw: &[u8]) -> u64 {
+fn varint(raw: &[u8]) -> u64 {
     let mut pos = 0;
-    if raw.len() == 4 || raw.len() == 8 {
-        // fixed-width keys: little endian
-        let mut v = 0u64;
-        for (i, b) in raw.iter().enumerate() {
-            v |= u64::from(*b) << (8 * i);
-        }
-        return v;
-    }
+    // The bytes came out of `split_fields`, which already parsed the varint.
     read_varint(raw, &mut pos).unwrap_or(0)
+}
+
+fn little_endian(raw: &[u8]) -> u64 {
+    raw.iter()
+        .take(8)
+        .enumerate()
+        .fold(0, |v, (i, b)| v | (u64::from(*b) << (8 * i)))
 }
 
 #[cfg(test)]
@@ -385,6 +387,31 @@ mod tests {
         pbjson_types::Value {
             kind: Some(pbjson_types::value::Kind::NumberValue(n)),
         }
+    }
+
+    #[test]
+    fn integer_map_keys_sort_numerically() {
+        let mut v: Vec<(Vec<u8>, Vec<u8>)> = [300u64, 5, 70_000]
+            .iter()
+            .map(|k| {
+                let mut b = Vec::new();
+                write_varint(*k, &mut b);
+                (b, Vec::new())
+            })
+            .collect();
+        sort_map_entries(&mut v, Type::Uint64);
+        let keys: Vec<u64> = v.iter().map(|e| varint(&e.0)).collect();
+        assert_eq!(keys, [5, 300, 70_000]);
+        let mut f: Vec<(Vec<u8>, Vec<u8>)> = [(-2i32), 1, -7]
+            .iter()
+            .map(|k| (k.to_le_bytes().to_vec(), Vec::new()))
+            .collect();
+        sort_map_entries(&mut f, Type::Sfixed32);
+        let keys: Vec<i32> = f
+            .iter()
+            .map(|e| little_endian(&e.0) as u32 as i32)
+            .collect();
+        assert_eq!(keys, [-7, -2, 1]);
     }
 
     #[test]

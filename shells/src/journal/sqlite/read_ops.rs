@@ -39,14 +39,15 @@ fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> 
     })
 }
 
-/// Streams records `from..=to` (`to == 0`: through the head) into `sink`.
-fn for_each_record(
+/// Streams records `from..=to` (`to == 0`: through the head) into `sink`,
+/// so verification never holds a whole chain in memory.
+fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
     conn: &Connection,
     session: &str,
     from_seq: i64,
     to_seq: i64,
-    mut sink: impl FnMut(LogRecord) -> Result<(), VerifyError>,
-) -> Result<(), VerifyError> {
+    mut sink: impl FnMut(LogRecord) -> Result<(), E>,
+) -> Result<(), E> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
     let mut stmt = conn.prepare_cached(
         "SELECT seq, prev_hash, hash, fence, event FROM events
@@ -66,16 +67,12 @@ pub fn read(
     to_seq: i64,
 ) -> Result<Vec<LogRecord>, StoreError> {
     let mut out = Vec::new();
-    let r = for_each_record(conn, session, from_seq, to_seq, |rec| {
+    for_each_record::<StoreError>(conn, session, from_seq, to_seq, |rec| {
         debug_assert!(out.last().is_none_or(|p: &LogRecord| p.seq < rec.seq));
         out.push(rec);
         Ok(())
-    });
-    match r {
-        Ok(()) => Ok(out),
-        Err(VerifyError::Failed(e)) => Err(e),
-        Err(VerifyError::Tampered { .. }) => unreachable!("read does not verify"),
-    }
+    })?;
+    Ok(out)
 }
 
 /// Verifies one session's chain from genesis, streaming (constant memory).
