@@ -1,0 +1,388 @@
+//! Assembling a daemon: the journal, the routing table, the ports, the
+//! drive loop and the gRPC listeners.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentsessions_machine::host::{Backend, Host, HostConfig, IdSource, Route};
+use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
+use agentsessions_proto::grpc::sessions_server::SessionsServer;
+use tokio::sync::mpsc;
+
+use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
+use super::grpc::{RegistryService, SessionsService};
+use super::harness_client::{GrpcHarnesses, parse_address};
+use super::runtime::Runtimes;
+use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
+use crate::journal::{JournalStore, ListHarnesses};
+use crate::model::{EchoModel, ModelClient};
+use crate::tools::{LedgerExecutor, ToolExecutor, ToolRegistry, ledger::ToolLedger};
+
+/// Everything a daemon is configured with.
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    /// Sessions API listen address.
+    pub addr: SocketAddr,
+    /// HarnessRegistry listen address (literal loopback only), if served.
+    pub registry_addr: Option<SocketAddr>,
+    /// The SQLite journal file.
+    pub journal: PathBuf,
+    /// Default project.
+    pub project: String,
+    /// Model id; empty selects the built-in echo model.
+    pub model: String,
+    /// OpenAI-compatible base URL.
+    pub model_base_url: Option<String>,
+    /// Path under the base URL.
+    pub model_path: Option<String>,
+    /// Header carrying the key.
+    pub model_auth_header: String,
+    /// The key (from MODEL_API_KEY or OPENAI_API_KEY; never logged).
+    pub model_api_key: Option<String>,
+    /// Remote harnesses: (name, address).
+    pub harnesses: Vec<(String, String)>,
+}
+
+/// Why a daemon would not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A flag combination or value is wrong.
+    #[error("config: {0}")]
+    Config(String),
+    /// The journal would not open.
+    #[error("journal: {0}")]
+    Journal(String),
+    /// A static harness name collides with a stored registration.
+    #[error("harness registry: {0}")]
+    Registry(String),
+    /// A listener would not bind.
+    #[error("listen {addr}: {reason}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Built-in harness names this host serves locally.
+const BUILTINS: [&str; 3] = ["echo", "approval", "counter"];
+
+/// The routing table of a daemon.
+pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
+    let mut host = HostConfig {
+        default_project: config.project.clone(),
+        ..HostConfig::default()
+    };
+    host.harnesses.clear();
+    let local = |kind: &str| Route {
+        backend: Backend::Local { kind: kind.into() },
+        descriptor_id: String::new(),
+        registered: false,
+        spec: None,
+    };
+    for kind in BUILTINS {
+        host.harnesses.insert(kind.into(), local(kind));
+    }
+    if !config.model.is_empty() {
+        host.harnesses.insert("chat".into(), local("chat"));
+    }
+    // Built-in names stay reserved even when not served here, so no other
+    // host can register them under a different contract.
+    host.reserved = vec!["chat".into()];
+    for (name, address) in &config.harnesses {
+        if BUILTINS.contains(&name.as_str()) || name == "chat" {
+            return Err(StartError::Config(format!(
+                "--harness {name}: the name is a built-in harness"
+            )));
+        }
+        if host.harnesses.contains_key(name) {
+            return Err(StartError::Config(format!(
+                "--harness {name}: duplicate name"
+            )));
+        }
+        parse_address(address).map_err(|e| StartError::Config(format!("--harness {name}: {e}")))?;
+        if config.model.is_empty() {
+            return Err(StartError::Config("--harness requires --model".into()));
+        }
+        host.harnesses.insert(
+            name.clone(),
+            Route {
+                backend: Backend::Remote {
+                    address: address.clone(),
+                },
+                descriptor_id: String::new(),
+                registered: false,
+                spec: None,
+            },
+        );
+    }
+    Ok(host)
+}
+
+/// Random ids from the OS, in the reference's formats.
+#[derive(Debug, Default)]
+pub struct RandomIds;
+
+fn hex(bytes: usize) -> String {
+    let mut out = String::with_capacity(bytes * 2);
+    for _ in 0..bytes {
+        out.push_str(&format!("{:02x}", fastrand::u8(..)));
+    }
+    out
+}
+
+impl IdSource for RandomIds {
+    fn session_uid(&mut self) -> String {
+        format!("sess-{}", hex(12))
+    }
+    fn execution_id(&mut self) -> String {
+        hex(8)
+    }
+    fn model_call_id(&mut self) -> String {
+        hex(8)
+    }
+    fn harness_uid(&mut self) -> String {
+        format!("harness-{}", hex(12))
+    }
+}
+
+struct Model(Arc<dyn ModelClient>);
+
+impl ModelPort for Model {
+    fn invoke(
+        &self,
+        request: agentsessions_proto::v1::ModelCall,
+        chunks: mpsc::UnboundedSender<String>,
+    ) -> PortFuture<'_, Result<agentsessions_machine::host::ModelReply, String>> {
+        Box::pin(async move {
+            let mut forward = move |chunk: String| {
+                let _ = chunks.send(chunk);
+            };
+            self.0
+                .invoke(&request, &mut forward)
+                .await
+                .map_err(|e| e.to_outcome_string())
+        })
+    }
+}
+
+struct Tools(Arc<dyn ToolExecutor>);
+
+impl ToolPort for Tools {
+    fn execute(
+        &self,
+        session: String,
+        call: agentsessions_proto::v1::ToolCall,
+    ) -> PortFuture<'_, Result<agentsessions_proto::v1::ToolResult, String>> {
+        Box::pin(async move {
+            self.0
+                .execute(&session, &call)
+                .await
+                .map_err(|e| e.to_outcome_string())
+        })
+    }
+}
+
+fn model_client(config: &DaemonConfig) -> Result<Arc<dyn ModelClient>, StartError> {
+    if config.model.is_empty() {
+        return Ok(Arc::new(EchoModel));
+    }
+    let mut c = crate::model::openai::OpenAiConfig::new(config.model.clone())
+        .with_auth_header(config.model_auth_header.clone())
+        .with_stream(true);
+    if let Some(url) = &config.model_base_url {
+        c = c.with_base_url(url.clone());
+    }
+    if let Some(path) = &config.model_path {
+        c = c.with_path(path.clone());
+    }
+    if let Some(key) = &config.model_api_key {
+        c = c.with_api_key(key.clone());
+    }
+    crate::model::openai::OpenAiClient::new(c)
+        .map(|c| Arc::new(c) as Arc<dyn ModelClient>)
+        .map_err(|e| StartError::Config(format!("model: {e}")))
+}
+
+/// A running daemon.
+pub struct Daemon {
+    /// Submits calls to the host.
+    pub driver: DriverHandle,
+    /// The bound Sessions address.
+    pub addr: SocketAddr,
+    /// The bound registry address, if served.
+    pub registry_addr: Option<SocketAddr>,
+    servers: Vec<tokio::task::JoinHandle<()>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    loop_task: tokio::task::JoinHandle<()>,
+    _sockets: tempfile::TempDir,
+}
+
+impl Daemon {
+    /// Opens the journal, loads the registry and starts serving.
+    pub async fn start(config: DaemonConfig) -> Result<Self, StartError> {
+        let host_config = host_config(&config)?;
+        if let Some(addr) = config.registry_addr
+            && !addr.ip().is_loopback()
+        {
+            return Err(StartError::Config(format!(
+                "--registry-addr {addr}: the registry is served on loopback only"
+            )));
+        }
+        let journal = SqliteJournal::open(&config.journal, SqliteOptions::default())
+            .map_err(|e| StartError::Journal(e.to_string()))?;
+        let store = Arc::new(journal);
+        let now = super::convert::now();
+
+        // Static names are reserved for good; a stored registration under
+        // one of them means another host disagrees about what it is.
+        let mut reserve: Vec<String> = host_config.harnesses.keys().cloned().collect();
+        reserve.extend(host_config.reserved.iter().cloned());
+        store
+            .reserve_harness_names(reserve, now)
+            .await
+            .map_err(|e| StartError::Registry(e.to_string()))?;
+
+        let mut host = Host::new(host_config, Box::new(RandomIds));
+        let mut after = String::new();
+        loop {
+            let page = store
+                .list_harnesses(ListHarnesses {
+                    after: after.clone(),
+                    limit: 500,
+                    include_retired: true,
+                })
+                .await
+                .map_err(|e| StartError::Registry(e.to_string()))?;
+            let Some(last) = page.last() else { break };
+            after = last.name.clone();
+            let rows: Vec<_> = page
+                .into_iter()
+                .map(super::convert::harness_row_of)
+                .collect();
+            agentsessions_machine::host::registry::load_registrations(&mut host, &rows);
+        }
+
+        let sockets = tempfile::Builder::new()
+            .prefix("agentsessions-")
+            .tempdir()
+            .map_err(|e| StartError::Config(format!("socket dir: {e}")))?;
+        let tools_path = ToolLedger::path_for_journal(&config.journal);
+        let ledger =
+            ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?;
+        let notes = config
+            .journal
+            .parent()
+            .map(|p| p.join("notes"))
+            .unwrap_or_else(|| PathBuf::from("notes"));
+        let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
+        let ports = Ports {
+            store,
+            harness: Arc::new(GrpcHarnesses::default()),
+            runtime: Arc::new(Runtimes::new(
+                sockets.path().to_path_buf(),
+                config.model.clone(),
+            )),
+            model: Arc::new(Model(model_client(&config)?)),
+            tools: Arc::new(Tools(Arc::new(executor))),
+        };
+        let (driver, handle) = Driver::new(host, ports);
+        let loop_task = tokio::spawn(driver.run());
+
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let mut servers = Vec::new();
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|e| StartError::Listen {
+                addr: config.addr,
+                reason: e.to_string(),
+            })?;
+        let addr = listener.local_addr().map_err(|e| StartError::Listen {
+            addr: config.addr,
+            reason: e.to_string(),
+        })?;
+        servers.push(serve_sessions(listener, handle.clone(), stop.subscribe()));
+        let mut registry_addr = None;
+        if let Some(raddr) = config.registry_addr {
+            let listener =
+                tokio::net::TcpListener::bind(raddr)
+                    .await
+                    .map_err(|e| StartError::Listen {
+                        addr: raddr,
+                        reason: e.to_string(),
+                    })?;
+            registry_addr = listener.local_addr().ok();
+            servers.push(serve_registry(listener, handle.clone(), stop.subscribe()));
+        }
+        Ok(Self {
+            driver: handle,
+            addr,
+            registry_addr,
+            servers,
+            stop,
+            loop_task,
+            _sockets: sockets,
+        })
+    }
+
+    /// Stops accepting calls, lets the calls in flight finish, and exits.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for s in self.servers {
+            let _ = s.await;
+        }
+        self.driver.drain().await;
+        let _ = self.loop_task.await;
+    }
+}
+
+async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn serve_sessions(
+    listener: tokio::net::TcpListener,
+    driver: DriverHandle,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        health
+            .set_serving::<SessionsServer<SessionsService>>()
+            .await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(agentsessions_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()
+            .ok();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let mut router = tonic::transport::Server::builder()
+            .add_service(health_service)
+            .add_service(SessionsServer::new(SessionsService::new(driver)));
+        if let Some(reflection) = reflection {
+            router = router.add_service(reflection);
+        }
+        let _ = router
+            .serve_with_incoming_shutdown(incoming, until_stopped(stop))
+            .await;
+    })
+}
+
+fn serve_registry(
+    listener: tokio::net::TcpListener,
+    driver: DriverHandle,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let _ = tonic::transport::Server::builder()
+            .add_service(HarnessRegistryServer::new(RegistryService::new(driver)))
+            .serve_with_incoming_shutdown(incoming, until_stopped(stop))
+            .await;
+    })
+}

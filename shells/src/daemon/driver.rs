@@ -1,0 +1,661 @@
+//! The drive loop: one task owns the sans-io [`Host`] and performs its
+//! effects.
+//!
+//! Every input (a client call, an effect's outcome, a harness event, a model
+//! chunk, a cancellation, a deadline) arrives on one channel and is handed
+//! to the host with the wall-clock time; the host's effects are then drained
+//! and each is started — store work and harness/model/tool calls on spawned
+//! tasks that send their outcome back on the same channel, client frames
+//! and harness frames in order on their own channels. The loop decides
+//! nothing: every branch here is a translation.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsessions_machine::host::{
+    Backend, ConnId, Effect, EffectId, HarnessFailure, HarnessInput, Host, ModelReply, Nanos,
+    Outcome, Request, RequestId, Response, RuntimeOp, RuntimeReply, Status, StreamItem,
+};
+use agentsessions_proto::v1::{
+    ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
+    ToolResult,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::convert::{self, append_error_of, harness_row_of, meta_of, put_error_of, row_of};
+use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
+
+/// Boxed future returned by the ports (they are used as trait objects).
+pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// An open `Harness.Connect` stream: frames go out on `frames`; events come
+/// in on `events`, which ends with `Ok(None)` on a clean close.
+pub struct Connection {
+    /// Outbound frames (dropping it half-closes the stream).
+    pub frames: mpsc::UnboundedSender<ControllerFrame>,
+    /// Inbound events.
+    pub events: mpsc::UnboundedReceiver<Result<Event, String>>,
+}
+
+/// Talks to harnesses (Describe and Connect).
+pub trait HarnessPort: Send + Sync + 'static {
+    /// Describes the harness reachable at `address`.
+    fn describe(
+        &self,
+        address: String,
+    ) -> PortFuture<'_, Result<HarnessDescriptor, HarnessFailure>>;
+    /// Opens one Connect stream to `address`.
+    fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>>;
+}
+
+/// The Runtime SPI for every backend kind.
+pub trait RuntimePort: Send + Sync + 'static {
+    /// Where `backend` can be described before anything is provisioned.
+    fn describe_address(&self, backend: &Backend) -> Result<String, String>;
+    /// One Runtime call.
+    fn call(&self, backend: Backend, op: RuntimeOp)
+    -> PortFuture<'_, Result<RuntimeReply, String>>;
+}
+
+/// The model provider.
+pub trait ModelPort: Send + Sync + 'static {
+    /// Invokes the model once, forwarding streamed chunks.
+    fn invoke(
+        &self,
+        request: ModelCall,
+        chunks: mpsc::UnboundedSender<String>,
+    ) -> PortFuture<'_, Result<ModelReply, String>>;
+}
+
+/// The tool executor (deduplicates by session and idempotency key).
+pub trait ToolPort: Send + Sync + 'static {
+    /// Executes a host-mediated call.
+    fn execute(
+        &self,
+        session: String,
+        call: ToolCall,
+    ) -> PortFuture<'_, Result<ToolResult, String>>;
+}
+
+/// Where a client call's frames and reply go.
+pub enum ClientSink {
+    /// One reply.
+    Unary(oneshot::Sender<Result<Response, Status>>),
+    /// Exec frames, then the end (or an error status).
+    Exec(mpsc::UnboundedSender<Result<ExecUpdate, Status>>),
+    /// Replay records, then the end (or an error status).
+    Replay(mpsc::UnboundedSender<Result<LogRecord, Status>>),
+}
+
+impl ClientSink {
+    fn stream(&self, item: StreamItem) {
+        // A client that went away is reported through `closed()` below; a
+        // failed send here needs nothing more.
+        match (self, item) {
+            (Self::Exec(tx), item) => {
+                let _ = tx.send(Ok(item.to_exec_update()));
+            }
+            (Self::Replay(tx), StreamItem::Record(r)) => {
+                let _ = tx.send(Ok(r.into_record()));
+            }
+            (Self::Replay(_), other) => {
+                debug_assert!(false, "replay streams records only: {other:?}")
+            }
+            (Self::Unary(_), other) => debug_assert!(false, "unary calls do not stream: {other:?}"),
+        }
+    }
+
+    fn finish(self, result: Result<Response, Status>) {
+        match self {
+            Self::Unary(tx) => {
+                let _ = tx.send(result);
+            }
+            Self::Exec(tx) => {
+                if let Err(status) = result {
+                    let _ = tx.send(Err(status));
+                }
+            }
+            Self::Replay(tx) => {
+                if let Err(status) = result {
+                    let _ = tx.send(Err(status));
+                }
+            }
+        }
+    }
+}
+
+/// Inputs of the drive loop.
+pub enum Input {
+    /// A client call.
+    Call(Request, ClientSink),
+    /// An effect's outcome.
+    Outcome(EffectId, Outcome),
+    /// A dial finished; on success the connection is registered first.
+    Dialed(EffectId, ConnId, String, Result<Connection, HarnessFailure>),
+    /// Harness input on a connection.
+    Harness(ConnId, HarnessInput),
+    /// A streamed model chunk.
+    Chunk(EffectId, String),
+    /// The client of a call went away.
+    Cancel(RequestId),
+    /// Stop taking calls; exit once every call in flight has finished.
+    Drain(oneshot::Sender<()>),
+}
+
+/// A handle for submitting calls to the loop.
+#[derive(Clone)]
+pub struct DriverHandle {
+    tx: mpsc::UnboundedSender<Input>,
+}
+
+impl DriverHandle {
+    /// Submits a unary call and waits for its reply.
+    pub async fn unary(&self, request: Request) -> Result<Response, Status> {
+        let (tx, rx) = oneshot::channel();
+        if self
+            .tx
+            .send(Input::Call(request, ClientSink::Unary(tx)))
+            .is_err()
+        {
+            return Err(Status::unavailable("host is shutting down"));
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(Status::unavailable("host is shutting down")))
+    }
+
+    /// Submits an Exec call; frames and the final status arrive on the
+    /// returned channel.
+    pub fn exec(&self, request: Request) -> mpsc::UnboundedReceiver<Result<ExecUpdate, Status>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Exec(tx)))) =
+            self.tx.send(Input::Call(request, ClientSink::Exec(tx)))
+        {
+            let _ = tx.send(Err(Status::unavailable("host is shutting down")));
+        }
+        rx
+    }
+
+    /// Submits a Replay call.
+    pub fn replay(&self, request: Request) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Replay(tx)))) =
+            self.tx.send(Input::Call(request, ClientSink::Replay(tx)))
+        {
+            let _ = tx.send(Err(Status::unavailable("host is shutting down")));
+        }
+        rx
+    }
+
+    /// Stops taking calls and waits until the calls in flight have finished.
+    pub async fn drain(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send(Input::Drain(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Conn {
+    frames: mpsc::UnboundedSender<ControllerFrame>,
+    reader: JoinHandle<()>,
+    address: String,
+}
+
+/// The ports a driver performs effects with.
+pub struct Ports<S> {
+    /// The journal.
+    pub store: Arc<S>,
+    /// Harness client.
+    pub harness: Arc<dyn HarnessPort>,
+    /// Runtime backends.
+    pub runtime: Arc<dyn RuntimePort>,
+    /// Model provider.
+    pub model: Arc<dyn ModelPort>,
+    /// Tool executor.
+    pub tools: Arc<dyn ToolPort>,
+}
+
+impl<S> Clone for Ports<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            harness: self.harness.clone(),
+            runtime: self.runtime.clone(),
+            model: self.model.clone(),
+            tools: self.tools.clone(),
+        }
+    }
+}
+
+/// The drive loop. See the module docs.
+pub struct Driver<S> {
+    host: Host,
+    ports: Ports<S>,
+    tx: mpsc::UnboundedSender<Input>,
+    rx: mpsc::UnboundedReceiver<Input>,
+    clients: BTreeMap<RequestId, (ClientSink, Option<JoinHandle<()>>)>,
+    conns: BTreeMap<ConnId, Conn>,
+    next_request: u64,
+    draining: Option<oneshot::Sender<()>>,
+}
+
+impl<S: JournalStore + 'static> Driver<S> {
+    /// A driver for `host` performing effects with `ports`.
+    pub fn new(host: Host, ports: Ports<S>) -> (Self, DriverHandle) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = DriverHandle { tx: tx.clone() };
+        (
+            Self {
+                host,
+                ports,
+                tx,
+                rx,
+                clients: BTreeMap::new(),
+                conns: BTreeMap::new(),
+                next_request: 0,
+                draining: None,
+            },
+            handle,
+        )
+    }
+
+    /// Runs until drained (or every handle is dropped).
+    pub async fn run(mut self) {
+        loop {
+            if self.draining.is_some() && self.host.in_flight() == 0 {
+                if let Some(done) = self.draining.take() {
+                    let _ = done.send(());
+                }
+                return;
+            }
+            let deadline = self.host.poll_timeout();
+            let input = match deadline {
+                Some(at) => {
+                    let wait = Duration::from_nanos((at - convert::now()).max(0) as u64);
+                    tokio::select! {
+                        input = self.rx.recv() => input,
+                        () = tokio::time::sleep(wait) => {
+                            let now = convert::now();
+                            self.host.handle_timeout(now).expect("effects drained");
+                            self.drain_effects(now);
+                            continue;
+                        }
+                    }
+                }
+                None => self.rx.recv().await,
+            };
+            let Some(input) = input else {
+                return;
+            };
+            let now = convert::now();
+            self.handle(now, input);
+            self.drain_effects(now);
+        }
+    }
+
+    fn handle(&mut self, now: Nanos, input: Input) {
+        let result = match input {
+            Input::Call(request, sink) => {
+                if self.draining.is_some() {
+                    sink.finish(Err(Status::unavailable("host is shutting down")));
+                    return;
+                }
+                self.next_request += 1;
+                let id = RequestId(self.next_request);
+                let watcher = self.watch_client(id, &sink);
+                self.clients.insert(id, (sink, watcher));
+                self.host.handle_request(now, id, request)
+            }
+            Input::Outcome(effect, outcome) => self.host.handle_outcome(now, effect, outcome),
+            Input::Dialed(effect, conn, address, result) => {
+                let outcome = match result {
+                    Ok(connection) => {
+                        self.register(conn, address, connection);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+                self.host
+                    .handle_outcome(now, effect, Outcome::Dialed(outcome))
+            }
+            Input::Harness(conn, input) => self.host.handle_harness(now, conn, input),
+            Input::Chunk(effect, chunk) => self.host.handle_model_chunk(now, effect, chunk),
+            Input::Cancel(request) => self.host.handle_cancel(now, request),
+            Input::Drain(done) => {
+                self.draining = Some(done);
+                Ok(())
+            }
+        };
+        result.expect("the loop drains every effect before the next input");
+    }
+
+    /// Reports a client that hangs up on a streamed call. The watcher holds
+    /// a sender clone, so it is aborted when the call finishes; otherwise the
+    /// client's stream would never see its end.
+    fn watch_client(&self, id: RequestId, sink: &ClientSink) -> Option<JoinHandle<()>> {
+        let tx = self.tx.clone();
+        match sink {
+            ClientSink::Exec(s) => {
+                let s = s.clone();
+                Some(tokio::spawn(async move {
+                    s.closed().await;
+                    let _ = tx.send(Input::Cancel(id));
+                }))
+            }
+            ClientSink::Replay(s) => {
+                let s = s.clone();
+                Some(tokio::spawn(async move {
+                    s.closed().await;
+                    let _ = tx.send(Input::Cancel(id));
+                }))
+            }
+            ClientSink::Unary(_) => None,
+        }
+    }
+
+    fn register(&mut self, conn: ConnId, address: String, connection: Connection) {
+        let Connection { frames, mut events } = connection;
+        let tx = self.tx.clone();
+        let reader = tokio::spawn(async move {
+            loop {
+                let input = match events.recv().await {
+                    Some(Ok(ev)) => HarnessInput::Event(ev),
+                    Some(Err(e)) => HarnessInput::Failed(e),
+                    None => HarnessInput::Closed,
+                };
+                let last = !matches!(input, HarnessInput::Event(_));
+                if tx.send(Input::Harness(conn, input)).is_err() || last {
+                    return;
+                }
+            }
+        });
+        self.conns.insert(
+            conn,
+            Conn {
+                frames,
+                reader,
+                address,
+            },
+        );
+    }
+
+    fn drain_effects(&mut self, now: Nanos) {
+        while let Some(effect) = self.host.poll_effect() {
+            self.perform(now, effect);
+        }
+    }
+
+    /// Starts one effect.
+    fn perform(&mut self, now: Nanos, effect: Effect) {
+        let tx = self.tx.clone();
+        let ports = self.ports.clone();
+        let reply = move |id: EffectId, outcome: Outcome| {
+            let _ = tx.send(Input::Outcome(id, outcome));
+        };
+        match effect {
+            Effect::Stream { request, item } => {
+                if let Some((sink, _)) = self.clients.get(&request) {
+                    sink.stream(item);
+                }
+            }
+            Effect::Reply { request, result } => {
+                if let Some((sink, watcher)) = self.clients.remove(&request) {
+                    if let Some(w) = watcher {
+                        w.abort();
+                    }
+                    sink.finish(result);
+                }
+            }
+            Effect::Send { conn, frame } => {
+                let sent = self.conns.get(&conn).map(|c| c.frames.send(frame).is_ok());
+                if sent == Some(false) {
+                    let _ = self.tx.send(Input::Harness(
+                        conn,
+                        HarnessInput::Failed("harness stream closed".into()),
+                    ));
+                }
+            }
+            Effect::Close { conn } => {
+                if let Some(c) = self.conns.remove(&conn) {
+                    c.reader.abort();
+                }
+            }
+            Effect::Dial {
+                id, address, conn, ..
+            } => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let result = ports.harness.connect(address.clone()).await;
+                    let _ = tx.send(Input::Dialed(id, conn, address, result));
+                });
+            }
+            Effect::Describe {
+                id,
+                backend,
+                conn,
+                timeout_ms,
+                ..
+            } => {
+                let address = match conn.and_then(|c| self.conns.get(&c)) {
+                    Some(c) if !c.address.is_empty() => Ok(c.address.clone()),
+                    _ => ports.runtime.describe_address(&backend),
+                };
+                tokio::spawn(async move {
+                    let outcome = match address {
+                        Err(e) => Err(HarnessFailure::Unavailable(e)),
+                        Ok(address) => tokio::time::timeout(
+                            Duration::from_millis(timeout_ms),
+                            ports.harness.describe(address),
+                        )
+                        .await
+                        .unwrap_or(Err(HarnessFailure::Timeout)),
+                    };
+                    reply(id, Outcome::Described(outcome));
+                });
+            }
+            Effect::Runtime {
+                id, backend, op, ..
+            } => {
+                tokio::spawn(async move {
+                    reply(id, Outcome::Runtime(ports.runtime.call(backend, op).await));
+                });
+            }
+            Effect::InvokeModel { id, request, .. } => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let (chunks, mut chunk_rx) = mpsc::unbounded_channel();
+                    let forward = {
+                        let tx = tx.clone();
+                        tokio::spawn(async move {
+                            while let Some(chunk) = chunk_rx.recv().await {
+                                let _ = tx.send(Input::Chunk(id, chunk));
+                            }
+                        })
+                    };
+                    let outcome = ports.model.invoke(request, chunks).await;
+                    // Chunks precede the completion on the loop's channel.
+                    let _ = forward.await;
+                    let _ = tx.send(Input::Outcome(id, Outcome::Model(outcome)));
+                });
+            }
+            Effect::ExecuteTool {
+                id, session, call, ..
+            } => {
+                tokio::spawn(async move {
+                    reply(id, Outcome::Tool(ports.tools.execute(session, call).await));
+                });
+            }
+            store_effect => {
+                tokio::spawn(async move {
+                    let (id, outcome) = perform_store(&*ports.store, store_effect, now).await;
+                    reply(id, outcome);
+                });
+            }
+        }
+    }
+}
+
+fn text(e: StoreError) -> String {
+    e.to_string()
+}
+
+/// Performs one journal effect against the store.
+async fn perform_store<S: JournalStore>(
+    store: &S,
+    effect: Effect,
+    now: Nanos,
+) -> (EffectId, Outcome) {
+    match effect {
+        Effect::Append {
+            id,
+            session,
+            expected_last_seq,
+            fence,
+            events,
+        } => {
+            let batch = AppendBatch {
+                session,
+                expected_last_seq,
+                fence,
+                events,
+                now_unix_nanos: now,
+            };
+            let r = store.append(batch).await.map_err(append_error_of);
+            (id, Outcome::Appended(r))
+        }
+        Effect::MintFence { id, session } => (
+            id,
+            Outcome::Fence(store.mint_fence(&session, now).await.map_err(text)),
+        ),
+        Effect::ReadLog {
+            id,
+            session,
+            from_seq,
+            to_seq,
+        } => (
+            id,
+            Outcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
+        ),
+        Effect::GetSession { id, session } => {
+            let r = match store.session_info(&session).await {
+                Ok(info) => row_of(info).map(Some).map_err(|e| e.to_string()),
+                Err(StoreError::SessionNotFound { .. }) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            };
+            (id, Outcome::Session(r))
+        }
+        Effect::PutSession { id, row, check } => {
+            let meta = meta_of(&row);
+            let r = match check {
+                None => store
+                    .put_session(meta, now)
+                    .await
+                    .map_err(|e| agentsessions_machine::host::PutError::Failed(e.to_string())),
+                Some(check) => {
+                    let registered = check == agentsessions_machine::host::HarnessCheck::Registered;
+                    store
+                        .put_session_on_active_harness(meta, registered, now)
+                        .await
+                        .map_err(put_error_of)
+                }
+            };
+            (id, Outcome::Put(r))
+        }
+        Effect::ListSessions {
+            id,
+            project,
+            page_size,
+            after,
+        } => {
+            let req = ListSessions {
+                project,
+                page_size,
+                page_token: after
+                    .map(|(t, u)| crate::journal::page_token::encode(t, &u))
+                    .unwrap_or_default(),
+            };
+            let r = match store.list_sessions(req).await {
+                Ok(page) => page
+                    .sessions
+                    .into_iter()
+                    .map(row_of)
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(|rows| (rows, !page.next_page_token.is_empty()))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            (id, Outcome::SessionPage(r))
+        }
+        Effect::GetHarnessRow { id, name } => {
+            let r = match store.harness(&name).await {
+                Ok(row) => Ok(Some(harness_row_of(row))),
+                Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            };
+            (id, Outcome::HarnessRow(r))
+        }
+        Effect::ListHarnessRows {
+            id,
+            after,
+            limit,
+            include_retired,
+        } => {
+            let req = ListHarnesses {
+                after,
+                limit: limit.max(1),
+                include_retired,
+            };
+            let r = store
+                .list_harnesses(req)
+                .await
+                .map(|rows| rows.into_iter().map(harness_row_of).collect())
+                .map_err(text);
+            (id, Outcome::HarnessRows(r))
+        }
+        Effect::RegisterHarnessRow { id, row } => {
+            let reg = crate::journal::HarnessRegistration {
+                name: row.name,
+                uid: row.uid,
+                spec: row.spec,
+                spec_digest: row.spec_digest,
+            };
+            let r = store
+                .register_harness(reg, now)
+                .await
+                .map(|(row, outcome)| {
+                    use agentsessions_machine::host::RegisterOutcome as O;
+                    let outcome = match outcome {
+                        crate::journal::RegisterOutcome::Created => O::Created,
+                        crate::journal::RegisterOutcome::Unchanged => O::Unchanged,
+                        crate::journal::RegisterOutcome::Reactivated => O::Reactivated,
+                    };
+                    (harness_row_of(row), outcome)
+                })
+                .map_err(put_error_of);
+            (id, Outcome::Registered(r))
+        }
+        Effect::RetireHarnessRow {
+            id,
+            name,
+            reason,
+            now,
+        } => {
+            let r = store
+                .retire_harness(&name, &reason, now)
+                .await
+                .map(harness_row_of)
+                .map_err(put_error_of);
+            (id, Outcome::Retired(r))
+        }
+        Effect::ReserveHarnessNames { id, names } => {
+            let r = store
+                .reserve_harness_names(names, now)
+                .await
+                .map_err(put_error_of);
+            (id, Outcome::Reserved(r))
+        }
+        other => panic!("not a journal effect: {other:?}"),
+    }
+}

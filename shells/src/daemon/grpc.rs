@@ -1,0 +1,252 @@
+//! The gRPC surface: `Sessions` and `HarnessRegistry` as thin translations
+//! into the host's requests. Validation, ordering and status codes are all
+//! the machine's; this layer only converts types.
+
+use std::pin::Pin;
+
+use agentsessions_machine::host::{Code, Request, Response, Status};
+use agentsessions_proto::grpc::harness_registry_server::HarnessRegistry;
+use agentsessions_proto::grpc::sessions_server::Sessions;
+use agentsessions_proto::v1::{
+    ApproveRequest, ApproveResponse, CancelRequest, CreateSessionRequest, DeleteSessionRequest,
+    ExecRequest, ExecUpdate, ForkRequest, ForkResponse, GetHarnessRequest, GetSessionRequest,
+    HarnessRegistration, ListHarnessesRequest, ListHarnessesResponse, ListSessionsRequest,
+    ListSessionsResponse, LogRecord, RegisterHarnessRequest, RegisterHarnessResponse,
+    ReplayRequest, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
+};
+use tokio_stream::Stream;
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::driver::DriverHandle;
+
+/// The machine's status as a tonic status (codes are numbered alike).
+pub fn to_tonic(status: Status) -> tonic::Status {
+    tonic::Status::new(tonic::Code::from_i32(status.code as i32), status.message)
+}
+
+fn unexpected(what: &str, got: Response) -> tonic::Status {
+    to_tonic(Status::new(
+        Code::Internal,
+        format!("{what}: unexpected reply {got:?}"),
+    ))
+}
+
+/// A stream of frames for tonic.
+pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
+
+/// The `Sessions` service.
+#[derive(Clone)]
+pub struct SessionsService {
+    driver: DriverHandle,
+}
+
+impl SessionsService {
+    /// A service submitting to `driver`.
+    pub fn new(driver: DriverHandle) -> Self {
+        Self { driver }
+    }
+
+    async fn session(
+        &self,
+        request: Request,
+        what: &str,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        match self.driver.unary(request).await {
+            Ok(Response::Session(s)) => Ok(tonic::Response::new(s)),
+            Ok(other) => Err(unexpected(what, other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Sessions for SessionsService {
+    async fn create_session(
+        &self,
+        request: tonic::Request<CreateSessionRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::CreateSession(request.into_inner()), "create")
+            .await
+    }
+
+    async fn get_session(
+        &self,
+        request: tonic::Request<GetSessionRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::GetSession(request.into_inner()), "get")
+            .await
+    }
+
+    async fn list_sessions(
+        &self,
+        request: tonic::Request<ListSessionsRequest>,
+    ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
+        match self
+            .driver
+            .unary(Request::ListSessions(request.into_inner()))
+            .await
+        {
+            Ok(Response::Sessions(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("list", other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        request: tonic::Request<DeleteSessionRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::DeleteSession(request.into_inner()), "delete")
+            .await
+    }
+
+    type ExecStream = FrameStream<ExecUpdate>;
+
+    async fn exec(
+        &self,
+        request: tonic::Request<ExecRequest>,
+    ) -> Result<tonic::Response<Self::ExecStream>, tonic::Status> {
+        let rx = self.driver.exec(Request::Exec(request.into_inner()));
+        let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+
+    type ReplayStream = FrameStream<LogRecord>;
+
+    async fn replay(
+        &self,
+        request: tonic::Request<ReplayRequest>,
+    ) -> Result<tonic::Response<Self::ReplayStream>, tonic::Status> {
+        let rx = self.driver.replay(Request::Replay(request.into_inner()));
+        let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
+        Ok(tonic::Response::new(Box::pin(stream)))
+    }
+
+    async fn approve(
+        &self,
+        request: tonic::Request<ApproveRequest>,
+    ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
+        match self
+            .driver
+            .unary(Request::Approve(request.into_inner()))
+            .await
+        {
+            Ok(Response::Approve(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("approve", other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+
+    async fn cancel(
+        &self,
+        request: tonic::Request<CancelRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::Cancel(request.into_inner()), "cancel")
+            .await
+    }
+
+    async fn suspend(
+        &self,
+        request: tonic::Request<SuspendRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::Suspend(request.into_inner()), "suspend")
+            .await
+    }
+
+    async fn resume(
+        &self,
+        request: tonic::Request<ResumeRequest>,
+    ) -> Result<tonic::Response<Session>, tonic::Status> {
+        self.session(Request::Resume(request.into_inner()), "resume")
+            .await
+    }
+
+    async fn fork(
+        &self,
+        request: tonic::Request<ForkRequest>,
+    ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
+        match self.driver.unary(Request::Fork(request.into_inner())).await {
+            Ok(Response::Fork(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("fork", other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+}
+
+/// The `HarnessRegistry` admin service (served on a loopback listener only).
+#[derive(Clone)]
+pub struct RegistryService {
+    driver: DriverHandle,
+}
+
+impl RegistryService {
+    /// A service submitting to `driver`.
+    pub fn new(driver: DriverHandle) -> Self {
+        Self { driver }
+    }
+
+    async fn registration(
+        &self,
+        request: Request,
+        what: &str,
+    ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
+        match self.driver.unary(request).await {
+            Ok(Response::Harness(h)) => Ok(tonic::Response::new(h)),
+            Ok(other) => Err(unexpected(what, other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl HarnessRegistry for RegistryService {
+    async fn register_harness(
+        &self,
+        request: tonic::Request<RegisterHarnessRequest>,
+    ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
+        match self
+            .driver
+            .unary(Request::RegisterHarness(request.into_inner()))
+            .await
+        {
+            Ok(Response::Registered(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("register", other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+
+    async fn get_harness(
+        &self,
+        request: tonic::Request<GetHarnessRequest>,
+    ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
+        self.registration(Request::GetHarness(request.into_inner()), "get harness")
+            .await
+    }
+
+    async fn list_harnesses(
+        &self,
+        request: tonic::Request<ListHarnessesRequest>,
+    ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
+        match self
+            .driver
+            .unary(Request::ListHarnesses(request.into_inner()))
+            .await
+        {
+            Ok(Response::Harnesses(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("list harnesses", other)),
+            Err(status) => Err(to_tonic(status)),
+        }
+    }
+
+    async fn retire_harness(
+        &self,
+        request: tonic::Request<RetireHarnessRequest>,
+    ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
+        self.registration(
+            Request::RetireHarness(request.into_inner()),
+            "retire harness",
+        )
+        .await
+    }
+}

@@ -1,0 +1,192 @@
+//! The host side of the Harness SPI over gRPC: Describe and Connect to a
+//! harness at `host:port`, `dns:///host:port` or a unix socket.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use agentsessions_machine::host::HarnessFailure;
+use agentsessions_proto::grpc::harness_client::HarnessClient;
+use agentsessions_proto::v1::{DescribeRequest, HarnessDescriptor};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use super::driver::{Connection, HarnessPort, PortFuture};
+
+/// Where a harness address points.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// TCP, as an `http://host:port` URI.
+    Tcp(String),
+    /// A unix socket path.
+    Unix(String),
+}
+
+/// Parses the address forms the daemon accepts; anything else is refused.
+pub fn parse_address(address: &str) -> Result<Target, String> {
+    if let Some(path) = address.strip_prefix("unix://") {
+        return non_empty(path).map(Target::Unix);
+    }
+    if let Some(path) = address.strip_prefix("unix:") {
+        return non_empty(path).map(Target::Unix);
+    }
+    let host_port = if let Some(rest) = address.strip_prefix("dns:///") {
+        rest
+    } else if let Some(rest) = address.strip_prefix("dns://") {
+        // dns://resolver/host:port: the system resolver is used.
+        rest.split_once('/').map(|(_, hp)| hp).unwrap_or("")
+    } else if address.starts_with("http://") {
+        return Ok(Target::Tcp(address.to_owned()));
+    } else {
+        address
+    };
+    match host_port.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(Target::Tcp(format!("http://{host_port}")))
+        }
+        _ => Err(format!("unsupported harness address {address:?}")),
+    }
+}
+
+fn non_empty(path: &str) -> Result<String, String> {
+    if path.is_empty() {
+        Err("empty unix socket path".into())
+    } else {
+        Ok(path.to_owned())
+    }
+}
+
+/// A lazily connecting channel to `target`.
+pub fn channel(target: &Target) -> Result<Channel, String> {
+    match target {
+        Target::Tcp(uri) => Endpoint::from_shared(uri.clone())
+            .map(|e| e.connect_lazy())
+            .map_err(|e| format!("bad harness address: {e}")),
+        Target::Unix(path) => {
+            let path = path.clone();
+            // The URI is required by the API and ignored by the connector.
+            let endpoint = Endpoint::from_static("http://localhost");
+            Ok(
+                endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    }
+                })),
+            )
+        }
+    }
+}
+
+/// Maps a gRPC failure: outages and timeouts are "unavailable".
+fn failure(status: tonic::Status) -> HarnessFailure {
+    match status.code() {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+            HarnessFailure::Unavailable(status.message().to_owned())
+        }
+        code => HarnessFailure::Other {
+            code: code as i32,
+            message: status.message().to_owned(),
+        },
+    }
+}
+
+/// A harness client with one cached channel per address.
+#[derive(Default)]
+pub struct GrpcHarnesses {
+    channels: Mutex<BTreeMap<String, Channel>>,
+}
+
+impl GrpcHarnesses {
+    fn client(&self, address: &str) -> Result<HarnessClient<Channel>, HarnessFailure> {
+        let mut channels = self.channels.lock().expect("channel cache lock");
+        if let Some(ch) = channels.get(address) {
+            return Ok(HarnessClient::new(ch.clone()));
+        }
+        let target = parse_address(address).map_err(HarnessFailure::Unavailable)?;
+        let ch = channel(&target).map_err(HarnessFailure::Unavailable)?;
+        channels.insert(address.to_owned(), ch.clone());
+        Ok(HarnessClient::new(ch))
+    }
+}
+
+impl HarnessPort for GrpcHarnesses {
+    fn describe(
+        &self,
+        address: String,
+    ) -> PortFuture<'_, Result<HarnessDescriptor, HarnessFailure>> {
+        Box::pin(async move {
+            let mut client = self.client(&address)?;
+            client
+                .describe(DescribeRequest {})
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(failure)
+        })
+    }
+
+    fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
+        Box::pin(async move {
+            let mut client = self.client(&address)?;
+            let (frames, frames_rx) = mpsc::unbounded_channel();
+            let response = client
+                .connect(UnboundedReceiverStream::new(frames_rx))
+                .await
+                .map_err(failure)?;
+            let mut inbound = response.into_inner();
+            let (events_tx, events) = mpsc::unbounded_channel();
+            tokio::spawn(async move {
+                loop {
+                    match inbound.message().await {
+                        Ok(Some(ev)) => {
+                            if events_tx.send(Ok(ev)).is_err() {
+                                return;
+                            }
+                        }
+                        // Dropping the sender reports a clean close.
+                        Ok(None) => return,
+                        Err(status) => {
+                            let _ = events_tx
+                                .send(Err(format!("harness stream failed: {}", status.message())));
+                            return;
+                        }
+                    }
+                }
+            });
+            Ok(Connection { frames, events })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn address_forms_parse_and_unknown_forms_are_refused() {
+        assert_eq!(
+            parse_address("127.0.0.1:9000"),
+            Ok(Target::Tcp("http://127.0.0.1:9000".into()))
+        );
+        assert_eq!(
+            parse_address("dns:///h.example:80"),
+            Ok(Target::Tcp("http://h.example:80".into()))
+        );
+        assert_eq!(
+            parse_address("dns://8.8.8.8/h.example:80"),
+            Ok(Target::Tcp("http://h.example:80".into()))
+        );
+        assert_eq!(
+            parse_address("unix:///run/h.sock"),
+            Ok(Target::Unix("/run/h.sock".into()))
+        );
+        assert_eq!(
+            parse_address("unix:h.sock"),
+            Ok(Target::Unix("h.sock".into()))
+        );
+        assert!(parse_address("h.example").is_err());
+        assert!(parse_address("unix:").is_err());
+        assert!(parse_address("h:notaport").is_err());
+    }
+}

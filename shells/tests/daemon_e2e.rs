@@ -1,0 +1,216 @@
+//! The daemon end to end over real gRPC on loopback: the SQLite journal,
+//! the local runtime serving built-in harnesses on unix sockets, the echo
+//! model and the tool ledger.
+
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    ApproveRequest, CreateSessionRequest, EventKind, ExecRequest, ForkRequest, GetSessionRequest,
+    LogRecord, Message, Part, ReplayRequest, ResumeRequest, Session, TextPart, exec_update::Update,
+    part,
+};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use tonic::transport::Channel;
+
+fn config(dir: &std::path::Path) -> DaemonConfig {
+    DaemonConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        registry_addr: None,
+        journal: dir.join("journal.db"),
+        project: "default".into(),
+        model: String::new(),
+        model_base_url: None,
+        model_path: None,
+        model_auth_header: "Authorization".into(),
+        model_api_key: None,
+        harnesses: Vec::new(),
+    }
+}
+
+async fn client(daemon: &Daemon) -> SessionsClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    SessionsClient::new(channel)
+}
+
+fn text(t: &str) -> Message {
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Text(TextPart { text: t.into() })),
+        }],
+    }
+}
+
+async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
+    let s = c
+        .create_session(CreateSessionRequest {
+            session: Some(Session {
+                harness: harness.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    s.metadata.unwrap().uid
+}
+
+/// Runs one Exec and returns (records, final session frame if any).
+async fn exec(
+    c: &mut SessionsClient<Channel>,
+    session: &str,
+    input: Option<&str>,
+) -> Result<(Vec<LogRecord>, Vec<Session>), tonic::Status> {
+    let mut stream = c
+        .exec(ExecRequest {
+            session: session.into(),
+            inputs: input.map(text).into_iter().collect(),
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let (mut records, mut sessions) = (Vec::new(), Vec::new());
+    while let Some(update) = stream.message().await? {
+        match update.update {
+            Some(Update::Record(r)) => records.push(r),
+            Some(Update::Session(s)) => sessions.push(s),
+            _ => {}
+        }
+    }
+    Ok((records, sessions))
+}
+
+async fn replay(c: &mut SessionsClient<Channel>, session: &str) -> Vec<LogRecord> {
+    let mut stream = c
+        .replay(ReplayRequest {
+            session: session.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = stream.message().await.unwrap() {
+        out.push(r);
+    }
+    out
+}
+
+fn kinds(records: &[LogRecord]) -> Vec<EventKind> {
+    records
+        .iter()
+        .map(|r| EventKind::try_from(r.event.as_ref().unwrap().kind).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echo_turn_over_grpc_is_journaled_replayed_and_forked() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&daemon).await;
+    let sid = create(&mut c, "").await;
+    let (records, sessions) = exec(&mut c, &sid, Some("hello")).await.unwrap();
+    assert_eq!(sessions.len(), 1, "one Session frame, first");
+    assert_eq!(
+        kinds(&records),
+        vec![
+            EventKind::EventExecutionStart,
+            EventKind::EventInput,
+            EventKind::EventModelCall,
+            EventKind::EventOutput,
+            EventKind::EventEnd
+        ]
+    );
+    assert_eq!(
+        replay(&mut c, &sid).await,
+        records,
+        "replay is byte-identical"
+    );
+    agentsessions_machine::chain::verify(&records).unwrap();
+
+    let fork = c
+        .fork(ForkRequest {
+            session: sid.clone(),
+            at_seq: 3,
+            count: 2,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(fork.children.len(), 2);
+    let child = fork.children[0].metadata.clone().unwrap().uid;
+    let child_records = replay(&mut c, &child).await;
+    assert_eq!(
+        &child_records[..3],
+        &records[..3],
+        "shared prefix, same hashes"
+    );
+    assert_eq!(child_records[3].prev_hash, records[2].content_hash);
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_parks_then_approve_and_resume_run_the_tool_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&daemon).await;
+    let sid = create(&mut c, "approval").await;
+    let (_, sessions) = exec(&mut c, &sid, Some("remember milk")).await.unwrap();
+    let pending = sessions
+        .last()
+        .and_then(|s| s.pending_approval.clone())
+        .expect("parked with a pending approval");
+    let decided = c
+        .approve(ApproveRequest {
+            session: sid.clone(),
+            execution_id: pending.execution_id.clone(),
+            tool_call_id: pending.tool_call_id.clone(),
+            request_seq: pending.request_seq,
+            approved: Some(true),
+            reason: "fine".into(),
+            identity: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(decided.decision.is_some());
+    #[allow(deprecated)]
+    let resumed = c
+        .resume(ResumeRequest {
+            session: sid.clone(),
+            boot: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(resumed.pending_approval.is_none());
+    let all = replay(&mut c, &sid).await;
+    let k = kinds(&all);
+    assert!(k.contains(&EventKind::EventToolResult), "{k:?}");
+    assert_eq!(k.last(), Some(&EventKind::EventLifecycle));
+    let notes = std::fs::read_to_string(dir.path().join("notes").join(format!("{sid}.notes")))
+        .expect("the tool wrote its note");
+    assert_eq!(notes.lines().count(), 1, "{notes}");
+    let got = c
+        .get_session(GetSessionRequest { uid: sid.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.last_seq, all.len() as i64);
+    daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_session_is_not_found_and_the_journal_stays_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&daemon).await;
+    let err = exec(&mut c, "sess-nope", Some("x")).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert!(replay(&mut c, "sess-nope").await.is_empty());
+    daemon.shutdown().await;
+}

@@ -1,0 +1,105 @@
+//! agentsessionsd: the durable agent sessions daemon.
+//!
+//! Serves the `Sessions` API (plus gRPC health and reflection) on `--addr`
+//! and, when `--registry-addr` is given, the `HarnessRegistry` admin API on
+//! a literal-loopback listener. SIGINT or SIGTERM stops accepting calls and
+//! lets the turns in flight finish before exiting.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use anyhow::Context as _;
+use clap::Parser;
+
+/// Durable agent sessions: a hash-chained journal, replay, fork, approvals.
+#[derive(Debug, Parser)]
+#[command(name = "agentsessionsd", version, about)]
+struct Args {
+    /// Sessions API listen address.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    addr: SocketAddr,
+    /// SQLite journal file (created if missing).
+    #[arg(long, default_value = "agentsessions.db")]
+    journal: PathBuf,
+    /// Project for sessions created without one.
+    #[arg(long, default_value = "default")]
+    project: String,
+    /// Model id for an OpenAI-compatible provider; empty uses the built-in
+    /// echo model.
+    #[arg(long, default_value = "")]
+    model: String,
+    /// Base URL of the OpenAI-compatible provider.
+    #[arg(long)]
+    model_base_url: Option<String>,
+    /// Request path under the base URL.
+    #[arg(long)]
+    model_path: Option<String>,
+    /// Header carrying the API key ("Authorization" sends "Bearer <key>").
+    #[arg(long, default_value = "Authorization")]
+    model_auth_header: String,
+    /// Attach a remote harness: NAME=ADDRESS (host:port, dns:///host:port,
+    /// unix:path). Repeatable; requires --model.
+    #[arg(long = "harness", value_name = "NAME=ADDRESS")]
+    harnesses: Vec<String>,
+    /// Serve the HarnessRegistry admin API on this loopback address.
+    #[arg(long)]
+    registry_addr: Option<SocketAddr>,
+}
+
+fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
+    let (name, address) = spec
+        .split_once('=')
+        .with_context(|| format!("--harness {spec:?}: want NAME=ADDRESS"))?;
+    anyhow::ensure!(
+        !name.is_empty() && !address.is_empty(),
+        "--harness {spec:?}: want NAME=ADDRESS"
+    );
+    Ok((name.to_owned(), address.to_owned()))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let harnesses = args
+        .harnesses
+        .iter()
+        .map(|h| parse_harness(h))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // The key comes only from the environment, never from a flag, so it
+    // does not show up in process listings.
+    let model_api_key = std::env::var("MODEL_API_KEY")
+        .ok()
+        .or_else(|| std::env::var("OPENAI_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let config = DaemonConfig {
+        addr: args.addr,
+        registry_addr: args.registry_addr,
+        journal: args.journal,
+        project: args.project,
+        model: args.model,
+        model_base_url: args.model_base_url,
+        model_path: args.model_path,
+        model_auth_header: args.model_auth_header,
+        model_api_key,
+        harnesses,
+    };
+    let daemon = Daemon::start(config).await.context("agentsessionsd")?;
+    println!("agentsessionsd listening on {}", daemon.addr);
+    if let Some(r) = daemon.registry_addr {
+        println!("harness registry listening on {r}");
+    }
+    shutdown_signal().await;
+    eprintln!("agentsessionsd: draining in-flight calls");
+    daemon.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("install SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
