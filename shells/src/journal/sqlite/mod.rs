@@ -163,6 +163,10 @@ impl SqliteJournal {
         // which stays on at 10x the default threshold as a backstop.
         conn.execute_batch("PRAGMA wal_autocheckpoint = 10000")?;
         let checkpoint_conn = open_connection(&path, OpenFlags::default())?;
+        // A checkpoint syncs the main file before the WAL may be reused only
+        // if its own connection is not synchronous=OFF; say FULL explicitly
+        // rather than trust the build's default.
+        schema::enable_full_sync(&checkpoint_conn)?;
         let (checkpoint_tx, checkpoint_rx) = crossbeam_channel::bounded(1);
 
         let shared = Arc::new(worker::Shared::default());
