@@ -111,6 +111,47 @@ impl Cx<'_> {
         id
     }
 
+    /// Reads the session row.
+    pub(crate) fn get_session(&mut self, session: &str) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::GetSession { id, session })
+    }
+
+    /// Reads records `from_seq..=to_seq` (0 = to the head).
+    pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::ReadLog {
+            id,
+            session,
+            from_seq,
+            to_seq,
+        })
+    }
+
+    /// Mints the session's next fence.
+    pub(crate) fn mint_fence(&mut self, session: &str) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::MintFence { id, session })
+    }
+
+    /// Appends `events` after `expected_last_seq` under `fence`.
+    pub(crate) fn append(
+        &mut self,
+        session: &str,
+        expected_last_seq: i64,
+        fence: i64,
+        events: Vec<agentsessions_proto::v1::Event>,
+    ) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::Append {
+            id,
+            session,
+            expected_last_seq,
+            fence,
+            events,
+        })
+    }
+
     /// Emits an effect that expects no outcome.
     pub(crate) fn emit(&mut self, effect: Effect) {
         debug_assert_eq!(effect.id(), None);

@@ -10,16 +10,16 @@ use agentsessions_proto::v1::{
     ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
 };
 
+use super::load::{Load, Loaded};
 use super::routing::mapping;
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::events;
-use crate::host::{Cx, Effect, EffectId, Outcome, RequestId, Response, Status, render::timestamp};
+use crate::host::{Cx, EffectId, Outcome, RequestId, Response, Status, render::timestamp};
 use crate::journal::approval;
 
 enum Stage {
-    Row(EffectId),
-    Log(EffectId),
+    Load(Load),
     Fence(EffectId, i64),
     Append(EffectId),
     Final(Render, LogRecord),
@@ -71,8 +71,7 @@ impl ApproveOp {
             return self.fail(cx, Status::invalid_argument(msg));
         }
         // Look the session up before anything that could create it.
-        let session = self.req.session.clone();
-        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = Stage::Load(Load::start_guarded(cx, &self.req.session));
         Flow::Continue
     }
 
@@ -126,44 +125,23 @@ impl ApproveOp {
             );
         }
         let head = scan.head;
-        let session = self.req.session.clone();
-        self.stage = Stage::Fence(cx.request(|id| Effect::MintFence { id, session }), head);
+        self.stage = Stage::Fence(cx.mint_fence(&self.req.session), head);
         Flow::Continue
     }
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
-            (Stage::Row(want), Outcome::Session(r)) => {
-                assert_eq!(want, id);
-                match r {
-                    Ok(Some(_)) => {
-                        if !cx.try_guard(&self.req.session) {
-                            let msg = format!("session {:?} is busy", self.req.session);
-                            return self.fail(cx, Status::aborted(msg));
-                        }
-                        let session = self.req.session.clone();
-                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
-                            id,
-                            session,
-                            from_seq: 1,
-                            to_seq: 0,
-                        }));
-                        Flow::Continue
-                    }
-                    Ok(None) => {
-                        let msg = format!("session {:?} not found", self.req.session);
-                        self.fail(cx, Status::not_found(msg))
-                    }
-                    Err(e) => self.fail(cx, Status::internal(format!("approve: {e}"))),
+            (Stage::Load(load), outcome) => match load.on_outcome(cx, id, outcome) {
+                Loaded::Pending(load) => {
+                    self.stage = Stage::Load(load);
+                    Flow::Continue
                 }
-            }
-            (Stage::Log(want), Outcome::Log(r)) => {
-                assert_eq!(want, id);
-                match r {
-                    Ok(log) => self.decide(cx, &log),
-                    Err(e) => self.fail(cx, Status::internal(format!("approve: read: {e}"))),
+                Loaded::Ready(_, log) => self.decide(cx, &log),
+                Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
+                Loaded::Failed(status) => {
+                    self.fail(cx, Status::internal(format!("approve: {}", status.message)))
                 }
-            }
+            },
             (Stage::Fence(want, head), Outcome::Fence(r)) => {
                 assert_eq!(want, id);
                 let fence = match r {
@@ -182,14 +160,7 @@ impl ApproveOp {
                 let now = timestamp(cx.now()).unwrap_or_default();
                 let event =
                     events::approval_result(&r.execution_id, decision, r.identity.clone(), now);
-                let session = r.session.clone();
-                self.stage = Stage::Append(cx.request(|id| Effect::Append {
-                    id,
-                    session,
-                    expected_last_seq: head,
-                    fence,
-                    events: vec![event],
-                }));
+                self.stage = Stage::Append(cx.append(&r.session, head, fence, vec![event]));
                 Flow::Continue
             }
             (Stage::Append(want), Outcome::Appended(r)) => {

@@ -12,6 +12,7 @@ use agentsessions_proto::v1::{
     ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start, controller_frame::Frame,
 };
 
+use super::load::{Load, Loaded};
 use super::placement::{Placed, Placement, Provision};
 use super::resume::ResumeOp;
 use super::routing::{for_turn, mapping, resolve};
@@ -29,8 +30,7 @@ use crate::journal::{approval, legacy};
 
 enum Stage {
     Creating(EffectId, Box<SessionRow>),
-    Row(EffectId),
-    Log(EffectId),
+    Load(Load),
     Place(Box<Placement>),
     Starting(EffectId, Box<Placement>),
     Running(Box<Run>),
@@ -107,8 +107,7 @@ impl ExecOp {
                 Status::aborted(format!("session {:?} is busy", self.session)),
             );
         }
-        let session = self.session.clone();
-        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = Stage::Load(Load::start(cx, &self.session));
         Flow::Continue
     }
 
@@ -130,47 +129,27 @@ impl ExecOp {
                     other => unexpected("exec", &other),
                 }
             }
-            Stage::Row(want) => {
-                assert_eq!(want, id);
-                match outcome {
-                    Outcome::Session(Ok(Some(row))) => {
-                        self.row = Some(row);
-                        let session = self.session.clone();
-                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
-                            id,
-                            session,
-                            from_seq: 1,
-                            to_seq: 0,
-                        }));
-                        Flow::Continue
-                    }
-                    Outcome::Session(Ok(None)) => {
-                        // An unknown override is the caller's first mistake.
-                        if !self.req.harness.is_empty()
-                            && let Err(status) = resolve(cx, &self.req.harness)
-                        {
-                            return self.fail(cx, status);
-                        }
-                        let msg = format!("session {:?} not found", self.session);
-                        self.fail(cx, Status::not_found(msg))
-                    }
-                    Outcome::Session(Err(e)) => {
-                        self.fail(cx, Status::internal(format!("session: {e}")))
-                    }
-                    other => unexpected("exec", &other),
+            Stage::Load(load) => match load.on_outcome(cx, id, outcome) {
+                Loaded::Pending(load) => {
+                    self.stage = Stage::Load(load);
+                    Flow::Continue
                 }
-            }
-            Stage::Log(want) => {
-                assert_eq!(want, id);
-                match outcome {
-                    Outcome::Log(Ok(records)) => {
-                        self.log = records;
-                        self.preflight(cx)
-                    }
-                    Outcome::Log(Err(e)) => self.fail(cx, Status::internal(format!("read: {e}"))),
-                    other => unexpected("exec", &other),
+                Loaded::Ready(row, log) => {
+                    self.row = Some(row);
+                    self.log = log;
+                    self.preflight(cx)
                 }
-            }
+                Loaded::NotFound(status) => {
+                    // An unknown override is the caller's first mistake.
+                    if !self.req.harness.is_empty()
+                        && let Err(unknown) = resolve(cx, &self.req.harness)
+                    {
+                        return self.fail(cx, unknown);
+                    }
+                    self.fail(cx, status)
+                }
+                Loaded::Busy(status) | Loaded::Failed(status) => self.fail(cx, status),
+            },
             Stage::Place(mut placement) => match placement.on_outcome(cx, id, outcome) {
                 Placed::Pending => {
                     self.stage = Stage::Place(placement);
@@ -311,14 +290,7 @@ impl ExecOp {
                 .iter()
                 .map(|m| events::input(&self.execution_id, m.clone())),
         );
-        let (session, fence) = (self.session.clone(), placement.fence);
-        let id = cx.request(|id| Effect::Append {
-            id,
-            session,
-            expected_last_seq: expected,
-            fence,
-            events: batch,
-        });
+        let id = cx.append(&self.session, expected, placement.fence, batch);
         self.stage = Stage::Starting(id, Box::new(placement));
         Flow::Continue
     }

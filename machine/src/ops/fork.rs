@@ -147,7 +147,7 @@ impl ForkOp {
             return self.fail(cx, status);
         }
         let session = self.req.session.clone();
-        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = Stage::Row(cx.get_session(&session));
         Flow::Continue
     }
 
@@ -187,7 +187,7 @@ impl ForkOp {
                         // landed before it shows up here, one after it is
                         // refused by the fence.
                         let session = self.req.session.clone();
-                        let get = cx.request(|id| Effect::GetSession { id, session });
+                        let get = cx.get_session(&session);
                         self.stage = Stage::Head(get, fence);
                         Flow::Continue
                     }
@@ -228,13 +228,7 @@ impl ForkOp {
                 };
                 let (session, at_seq) = (self.req.session.clone(), self.at_seq);
                 let event = suspend_event(&snapshot);
-                let append = cx.request(|id| Effect::Append {
-                    id,
-                    session,
-                    expected_last_seq: at_seq,
-                    fence,
-                    events: vec![event],
-                });
+                let append = cx.append(&session, at_seq, fence, vec![event]);
                 self.stage = Stage::Checkpoint(append, snapshot);
                 Flow::Continue
             }
@@ -261,7 +255,7 @@ impl ForkOp {
                     Ok(RuntimeReply::Incarnation { .. }) => {
                         let child = self.children[self.next].clone();
                         self.provisioned.push(child.clone());
-                        let fence = cx.request(|id| Effect::MintFence { id, session: child });
+                        let fence = cx.mint_fence(&child);
                         self.stage = Stage::ChildFence(fence);
                         Flow::Continue
                     }
@@ -363,13 +357,7 @@ impl ForkOp {
             Err(status) => return self.fail(cx, status),
         }
         self.parent = row;
-        let session = self.req.session.clone();
-        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
-            id,
-            session,
-            from_seq: 1,
-            to_seq: 0,
-        }));
+        self.stage = Stage::Log(cx.read_log(&self.req.session, 1, 0));
         Flow::Continue
     }
 
@@ -420,8 +408,7 @@ impl ForkOp {
             );
             return self.fail(cx, Status::failed_precondition(msg));
         }
-        let session = self.req.session.clone();
-        self.stage = Stage::Fence(cx.request(|id| Effect::MintFence { id, session }));
+        self.stage = Stage::Fence(cx.mint_fence(&self.req.session));
         Flow::Continue
     }
 
@@ -457,14 +444,7 @@ impl ForkOp {
             }
         }
         batch.push(events::fork_marker(self.at_seq));
-        let session = self.children[self.next].clone();
-        self.stage = Stage::Copy(cx.request(|id| Effect::Append {
-            id,
-            session,
-            expected_last_seq: 0,
-            fence,
-            events: batch,
-        }));
+        self.stage = Stage::Copy(cx.append(&self.children[self.next], 0, fence, batch));
         Flow::Continue
     }
 

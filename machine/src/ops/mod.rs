@@ -8,6 +8,7 @@
 mod approve;
 mod exec;
 mod fork;
+mod load;
 mod placement;
 mod registry;
 mod replay;

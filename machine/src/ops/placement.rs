@@ -235,8 +235,7 @@ impl Placement {
 
     fn fence_or_ready(&mut self, cx: &mut Cx<'_>) {
         if self.mint_fence {
-            let session = self.session.clone();
-            self.step = Step::Fence(cx.request(|id| Effect::MintFence { id, session }));
+            self.step = Step::Fence(cx.mint_fence(&self.session));
         } else {
             self.step = Step::Ready;
         }

@@ -51,12 +51,7 @@ impl ReplayOp {
             return Flow::Done;
         }
         let (session, from_seq) = (self.req.session.clone(), self.next);
-        self.read = Some(cx.request(|id| Effect::ReadLog {
-            id,
-            session,
-            from_seq,
-            to_seq,
-        }));
+        self.read = Some(cx.read_log(&session, from_seq, to_seq));
         Flow::Continue
     }
 
@@ -198,7 +193,7 @@ impl ReplayHarnessOp {
             return self.fail(cx, Status::invalid_argument("session is required"));
         }
         let session = self.session.clone();
-        self.stage = HarnessStage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = HarnessStage::Row(cx.get_session(&session));
         Flow::Continue
     }
 
@@ -312,13 +307,7 @@ impl ReplayHarnessOp {
             }
             Err(status) => return self.fail(cx, status),
         }
-        let session = self.session.clone();
-        self.stage = HarnessStage::Log(cx.request(|id| Effect::ReadLog {
-            id,
-            session,
-            from_seq: 1,
-            to_seq: 0,
-        }));
+        self.stage = HarnessStage::Log(cx.read_log(&self.session, 1, 0));
         Flow::Continue
     }
 

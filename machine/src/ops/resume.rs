@@ -16,6 +16,7 @@ use agentsessions_proto::v1::{
     ControllerFrame, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
 };
 
+use super::load::{Load, Loaded};
 use super::placement::{Placed, Placement, Provision, needs_memory};
 use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
 use super::run::{Handed, Handoff, Run};
@@ -24,8 +25,8 @@ use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
 use crate::events::{self, body};
 use crate::host::{
-    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
-    SessionRow, Status, StreamItem, render,
+    Committed, ConnId, Cx, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
+    Status, StreamItem, render,
 };
 use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::approval::{self, ApprovalScan};
@@ -42,8 +43,7 @@ enum Style {
 }
 
 enum Stage {
-    Row(EffectId),
-    Log(EffectId),
+    Load(Load),
     Repair {
         fence: Option<EffectId>,
         append: Option<EffectId>,
@@ -149,48 +149,26 @@ impl ResumeOp {
             let msg = format!("session {:?} is busy", self.session);
             return self.fail(cx, Status::aborted(msg));
         }
-        let session = self.session.clone();
-        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = Stage::Load(Load::start(cx, &self.session));
         Flow::Continue
     }
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         match std::mem::replace(&mut self.stage, Stage::Over) {
-            Stage::Row(want) => {
-                assert_eq!(want, id);
-                match outcome {
-                    Outcome::Session(Ok(Some(row))) => {
-                        self.row = Some(row);
-                        let session = self.session.clone();
-                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
-                            id,
-                            session,
-                            from_seq: 1,
-                            to_seq: 0,
-                        }));
-                        Flow::Continue
-                    }
-                    Outcome::Session(Ok(None)) => {
-                        let msg = format!("session {:?} not found", self.session);
-                        self.fail(cx, Status::not_found(msg))
-                    }
-                    Outcome::Session(Err(e)) => {
-                        self.fail(cx, Status::internal(format!("session: {e}")))
-                    }
-                    other => unexpected("resume", &other),
+            Stage::Load(load) => match load.on_outcome(cx, id, outcome) {
+                Loaded::Pending(load) => {
+                    self.stage = Stage::Load(load);
+                    Flow::Continue
                 }
-            }
-            Stage::Log(want) => {
-                assert_eq!(want, id);
-                match outcome {
-                    Outcome::Log(Ok(records)) => {
-                        self.log = records;
-                        self.decide(cx)
-                    }
-                    Outcome::Log(Err(e)) => self.fail(cx, Status::internal(format!("read: {e}"))),
-                    other => unexpected("resume", &other),
+                Loaded::Ready(row, log) => {
+                    self.row = Some(row);
+                    self.log = log;
+                    self.decide(cx)
                 }
-            }
+                Loaded::NotFound(status) | Loaded::Busy(status) | Loaded::Failed(status) => {
+                    self.fail(cx, status)
+                }
+            },
             Stage::Repair {
                 fence,
                 append,
@@ -311,8 +289,7 @@ impl ResumeOp {
         if let Some(g) = gate {
             if g.request.is_none() {
                 // A call-only cut: write the missing request, then park.
-                let session = self.session.clone();
-                let fence = cx.request(|id| Effect::MintFence { id, session });
+                let fence = cx.mint_fence(&self.session);
                 self.stage = Stage::Repair {
                     fence: Some(fence),
                     append: None,
@@ -376,15 +353,8 @@ impl ResumeOp {
                 }
                 other => unexpected("resume repair", &other),
             };
-            let session = self.session.clone();
             let event = events::approval_request(&exec_id, &call_id);
-            let append = cx.request(|id| Effect::Append {
-                id,
-                session,
-                expected_last_seq: head,
-                fence,
-                events: vec![event],
-            });
+            let append = cx.append(&self.session, head, fence, vec![event]);
             self.stage = Stage::Repair {
                 fence: None,
                 append: Some(append),
@@ -505,15 +475,8 @@ impl ResumeOp {
     }
 
     fn append_resume(&mut self, cx: &mut Cx<'_>, fence: i64, head: i64) -> Flow {
-        let session = self.session.clone();
         let event = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
-        self.stage = Stage::Marker(cx.request(|id| Effect::Append {
-            id,
-            session,
-            expected_last_seq: head,
-            fence,
-            events: vec![event],
-        }));
+        self.stage = Stage::Marker(cx.append(&self.session, head, fence, vec![event]));
         Flow::Continue
     }
 

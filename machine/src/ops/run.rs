@@ -134,13 +134,7 @@ impl Run {
                     events,
                 } => {
                     let (session, fence) = (session.clone(), self.fence);
-                    let id = cx.request(|id| Effect::Append {
-                        id,
-                        session,
-                        expected_last_seq,
-                        fence,
-                        events,
-                    });
+                    let id = cx.append(&session, expected_last_seq, fence, events);
                     self.set_pending(id, Pending::Append);
                 }
                 Action::InvokeModel(request) => {
@@ -226,12 +220,7 @@ impl Handoff {
         fence: i64,
     ) -> Self {
         let s = session.to_owned();
-        let id = cx.request(|id| Effect::ReadLog {
-            id,
-            session: s,
-            from_seq: 1,
-            to_seq: 0,
-        });
+        let id = cx.read_log(&s, 1, 0);
         Self {
             session: session.to_owned(),
             harness: harness.to_owned(),
@@ -299,13 +288,7 @@ impl Handoff {
                 };
                 let (session, fence, head) = (self.session.clone(), self.fence, self.head);
                 let event = suspend_event(&snapshot);
-                self.step = HandoffStep::Append(cx.request(|id| Effect::Append {
-                    id,
-                    session,
-                    expected_last_seq: head,
-                    fence,
-                    events: vec![event],
-                }));
+                self.step = HandoffStep::Append(cx.append(&session, head, fence, vec![event]));
                 Handed::Pending
             }
             (HandoffStep::Append(_), Outcome::Appended(r)) => match r {

@@ -141,7 +141,7 @@ impl Render {
     /// Starts by reading the row of `uid`.
     pub(crate) fn start(cx: &mut Cx<'_>, uid: &str) -> Self {
         let session = uid.to_owned();
-        let get = cx.request(|id| Effect::GetSession { id, session });
+        let get = cx.get_session(&session);
         Self {
             get: Some(get),
             ..Self::default()
@@ -164,14 +164,7 @@ impl Render {
         if row.last_seq == 0 {
             return Rendered::Done(Box::new(render::fresh_session(&row)));
         }
-        let session = row.uid.clone();
-        let to_seq = row.last_seq;
-        self.read = Some(cx.request(|id| Effect::ReadLog {
-            id,
-            session,
-            from_seq: 1,
-            to_seq,
-        }));
+        self.read = Some(cx.read_log(&row.uid, 1, row.last_seq));
         self.row = Some(row);
         Rendered::Pending
     }

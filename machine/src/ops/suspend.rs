@@ -7,6 +7,7 @@
 
 use agentsessions_proto::v1::{LogRecord, SnapshotRef};
 
+use super::load::{Load, Loaded};
 use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
 use super::run::suspend_event;
 use super::session::{Render, Rendered};
@@ -17,8 +18,7 @@ use crate::host::{
 use crate::journal::approval;
 
 enum Stage {
-    Row(EffectId),
-    Log(EffectId),
+    Load(Load),
     Snapshot(EffectId),
     Fence(EffectId, SnapshotRef),
     Head(EffectId, SnapshotRef, i64),
@@ -58,8 +58,7 @@ impl SuspendOp {
             let msg = format!("session {:?} is busy", self.session);
             return self.fail(cx, Status::aborted(msg));
         }
-        let session = self.session.clone();
-        self.stage = Stage::Row(cx.request(|id| Effect::GetSession { id, session }));
+        self.stage = Stage::Load(Load::start(cx, &self.session));
         Flow::Continue
     }
 
@@ -99,43 +98,25 @@ impl SuspendOp {
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
-            (Stage::Row(want), Outcome::Session(r)) => {
-                assert_eq!(want, id);
-                match r {
-                    Ok(Some(row)) => {
-                        self.stored = row.harness;
-                        let session = self.session.clone();
-                        self.stage = Stage::Log(cx.request(|id| Effect::ReadLog {
-                            id,
-                            session,
-                            from_seq: 1,
-                            to_seq: 0,
-                        }));
-                        Flow::Continue
-                    }
-                    Ok(None) => {
-                        let msg = format!("session {:?} not found", self.session);
-                        self.fail(cx, Status::not_found(msg))
-                    }
-                    Err(e) => self.fail(cx, Status::internal(format!("session: {e}"))),
+            (Stage::Load(load), outcome) => match load.on_outcome(cx, id, outcome) {
+                Loaded::Pending(load) => {
+                    self.stage = Stage::Load(load);
+                    Flow::Continue
                 }
-            }
-            (Stage::Log(want), Outcome::Log(r)) => {
-                assert_eq!(want, id);
-                match r {
-                    Ok(log) => self.route(cx, &log),
-                    Err(e) => self.fail(cx, Status::internal(format!("suspend: read: {e}"))),
+                Loaded::Ready(row, log) => {
+                    self.stored = row.harness;
+                    self.route(cx, &log)
                 }
-            }
+                Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
+                Loaded::Failed(status) => {
+                    self.fail(cx, Status::internal(format!("suspend: {}", status.message)))
+                }
+            },
             (Stage::Snapshot(want), Outcome::Runtime(r)) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(RuntimeReply::Snapshot(snapshot)) => {
-                        let session = self.session.clone();
-                        self.stage = Stage::Fence(
-                            cx.request(|id| Effect::MintFence { id, session }),
-                            snapshot,
-                        );
+                        self.stage = Stage::Fence(cx.mint_fence(&self.session), snapshot);
                         Flow::Continue
                     }
                     Ok(other) => self.fail(
@@ -151,12 +132,7 @@ impl SuspendOp {
                     Ok(fence) => {
                         // Read the head after the fence: anything appended
                         // before it is accepted; anything after is fenced.
-                        let session = self.session.clone();
-                        self.stage = Stage::Head(
-                            cx.request(|id| Effect::GetSession { id, session }),
-                            snapshot,
-                            fence,
-                        );
+                        self.stage = Stage::Head(cx.get_session(&self.session), snapshot, fence);
                         Flow::Continue
                     }
                     Err(e) => self.fail(cx, Status::internal(format!("suspend: mint fence: {e}"))),
@@ -171,15 +147,8 @@ impl SuspendOp {
                         return self.fail(cx, Status::internal(format!("suspend: head: {e}")));
                     }
                 };
-                let session = self.session.clone();
                 let event = suspend_event(&snapshot);
-                self.stage = Stage::Append(cx.request(|id| Effect::Append {
-                    id,
-                    session,
-                    expected_last_seq: head,
-                    fence,
-                    events: vec![event],
-                }));
+                self.stage = Stage::Append(cx.append(&self.session, head, fence, vec![event]));
                 Flow::Continue
             }
             (Stage::Append(want), Outcome::Appended(r)) => {

@@ -1,0 +1,97 @@
+//! Loading a session: its row, then its whole journal. Most operations
+//! start here, because every decision is made from the journal.
+
+use agentsessions_proto::v1::LogRecord;
+
+use super::unexpected;
+use crate::host::{Cx, EffectId, Outcome, SessionRow, Status};
+
+#[derive(Debug)]
+enum Step {
+    Row(EffectId),
+    Log(EffectId, Box<SessionRow>),
+}
+
+/// A load in progress.
+#[derive(Debug)]
+pub(crate) struct Load {
+    session: String,
+    step: Step,
+    guard_after_row: bool,
+}
+
+/// What a load step produced.
+pub(crate) enum Loaded {
+    Pending(Load),
+    Ready(SessionRow, Vec<LogRecord>),
+    /// No such session: NOT_FOUND, with the reference's text.
+    NotFound(Status),
+    /// Another operation holds the session's guard: ABORTED.
+    Busy(Status),
+    Failed(Status),
+}
+
+impl Load {
+    /// Starts by reading the row of `session`.
+    pub(crate) fn start(cx: &mut Cx<'_>, session: &str) -> Self {
+        Self {
+            session: session.to_owned(),
+            step: Step::Row(cx.get_session(session)),
+            guard_after_row: false,
+        }
+    }
+
+    /// Like [`Load::start`], but takes the session's overlap guard once the
+    /// row exists and before the journal is read: an unknown session is
+    /// NOT_FOUND, a busy one ABORTED, and the journal read is the guarded
+    /// one.
+    pub(crate) fn start_guarded(cx: &mut Cx<'_>, session: &str) -> Self {
+        Self {
+            guard_after_row: true,
+            ..Self::start(cx, session)
+        }
+    }
+
+    /// Advances on the outcome of this load's effect.
+    pub(crate) fn on_outcome(self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Loaded {
+        match (self.step, outcome) {
+            (Step::Row(want), Outcome::Session(r)) => {
+                assert_eq!(want, id, "a load waits for its own read");
+                match r {
+                    Ok(Some(row)) => {
+                        if self.guard_after_row && !cx.try_guard(&self.session) {
+                            return Loaded::Busy(Status::aborted(format!(
+                                "session {:?} is busy",
+                                self.session
+                            )));
+                        }
+                        let read = cx.read_log(&self.session, 1, 0);
+                        Loaded::Pending(Self {
+                            step: Step::Log(read, Box::new(row)),
+                            session: self.session,
+                            guard_after_row: self.guard_after_row,
+                        })
+                    }
+                    Ok(None) => Loaded::NotFound(Status::not_found(format!(
+                        "session {:?} not found",
+                        self.session
+                    ))),
+                    Err(e) => {
+                        Loaded::Failed(Status::internal(format!("session {:?}: {e}", self.session)))
+                    }
+                }
+            }
+            (Step::Log(want, row), Outcome::Log(r)) => {
+                assert_eq!(want, id, "a load waits for its own read");
+                match r {
+                    Ok(records) => Loaded::Ready(*row, records),
+                    Err(e) => Loaded::Failed(Status::internal(format!(
+                        "session {:?}: read: {e}",
+                        self.session
+                    ))),
+                }
+            }
+            (_, other) => unexpected("load", &other),
+        }
+    }
+}
