@@ -4,3 +4,5 @@
 
 pub use agentsessions_machine as machine;
 pub use agentsessions_proto as proto;
+
+pub mod cli;

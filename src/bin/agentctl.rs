@@ -1,0 +1,909 @@
+//! agentctl: the command-line client of the Sessions and HarnessRegistry
+//! APIs.
+//!
+//! With `--server host:port` it talks to a running `agentsessionsd`.
+//! Without it, it starts a daemon in this process on a loopback port, backed
+//! by `--journal` (default `agentsessions.db`), talks to it over real gRPC
+//! and stops it before exiting: every invocation reopens the journal, so each
+//! command also exercises the restart path.
+//!
+//! Exit codes (see `agentsessions::cli::exit`): 0 ok, 1 local failure,
+//! 2 usage, 3 chain verification failed, 10 + N for gRPC status code N
+//! (NOT_FOUND exits 15, UNAVAILABLE 24, ...).
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentsessions::cli::exit::{self, RpcError, UsageError};
+use agentsessions::cli::verify::{ChainCheck, VerifyError};
+use agentsessions::cli::{json_line, progress, render};
+use agentsessions_machine::events::text_message;
+use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    ApprovalRef, ApproveRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest,
+    GetSessionRequest, HarnessSpec, IdentityRef, ListHarnessesRequest, ListHarnessesResponse,
+    ListSessionsRequest, ListSessionsResponse, RegisterHarnessRequest, ReplayRequest,
+    ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
+    exec_update::Update,
+};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use tonic::transport::Channel;
+
+/// How long dialing a server may take before the command gives up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Registry calls are short admin calls; a hung one should not hang a script.
+const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Client of the agentsessions daemon: sessions, turns, replay, fork,
+/// approvals and the harness registry.
+#[derive(Debug, Parser)]
+#[command(name = "agentctl", version, about, propagate_version = true)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand accepts (before or after its name).
+#[derive(Debug, Args)]
+struct Common {
+    /// Sessions address (host:port) of a running agentsessionsd. Without it
+    /// an embedded daemon serves this one command from --journal.
+    #[arg(long, global = true, value_name = "HOST:PORT")]
+    server: Option<String>,
+    /// SQLite journal of the embedded daemon (ignored with --server).
+    #[arg(long, global = true, default_value = "agentsessions.db")]
+    journal: PathBuf,
+    /// Project for new sessions and for `list`.
+    #[arg(long, global = true, default_value = "default")]
+    project: String,
+    /// Print proto3-JSON (proto field names) instead of text lines.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a session; prints its UID.
+    Create {
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Harness (empty: the server's default).
+        #[arg(long, default_value = "")]
+        harness: String,
+        #[arg(long, default_value = "")]
+        model: String,
+    },
+    /// List the project's sessions, newest first (walks every page).
+    List {
+        /// Page size per call (0: the server's default).
+        #[arg(long, default_value_t = 0)]
+        page_size: i32,
+    },
+    /// Show one session's metadata and any pending approval.
+    Get {
+        #[arg(long)]
+        session: String,
+    },
+    /// Run one turn and print each record as it commits.
+    Exec {
+        /// Session to continue (empty: create one).
+        #[arg(long, default_value = "")]
+        session: String,
+        /// The user's message (omit to re-drive an interrupted turn).
+        #[arg(long)]
+        input: Option<String>,
+        /// Harness of a new session, or an override for this turn.
+        #[arg(long, default_value = "")]
+        harness: String,
+    },
+    /// Print a session's records from the journal (no model calls).
+    Replay {
+        #[arg(long)]
+        session: String,
+        #[arg(long, default_value_t = 1)]
+        from: i64,
+        /// Last seq to print (0: the head).
+        #[arg(long, default_value_t = 0)]
+        to: i64,
+    },
+    /// Check the session's hash chain end to end.
+    Verify {
+        #[arg(long)]
+        session: String,
+    },
+    /// Fork children off a session at a seq.
+    Fork {
+        #[arg(long)]
+        session: String,
+        /// Seq to fork at (0: the head).
+        #[arg(long, default_value_t = 0)]
+        at: i64,
+        /// Number of children (default 1, or the number of --names).
+        #[arg(long)]
+        count: Option<i32>,
+        /// Comma-separated child names, one per child.
+        #[arg(long, value_delimiter = ',')]
+        names: Vec<String>,
+    },
+    /// Suspend a session (its compute goes cold).
+    Suspend {
+        #[arg(long)]
+        session: String,
+    },
+    /// Resume a session (re-drives a decided or interrupted turn).
+    Resume {
+        #[arg(long)]
+        session: String,
+    },
+    /// Approve a gated tool call.
+    Approve(Decide),
+    /// Deny a gated tool call.
+    Deny(Decide),
+    /// Administer the harness registry.
+    Harness {
+        /// HarnessRegistry address (loopback host:port). Without it an
+        /// embedded daemon serves the registry from --journal.
+        #[arg(long, global = true, value_name = "HOST:PORT")]
+        registry: Option<String>,
+        #[command(subcommand)]
+        command: HarnessCommand,
+    },
+    /// Print the version.
+    Version,
+}
+
+/// Which approval to decide, and the provenance of the decision.
+#[derive(Debug, Args)]
+struct Decide {
+    /// The session (or give it as the only positional argument).
+    #[arg(long, conflicts_with = "uid")]
+    session: Option<String>,
+    #[arg(value_name = "SESSION")]
+    uid: Option<String>,
+    /// Execution id of the gated call (with --call and --request-seq).
+    #[arg(long, requires_all = ["call", "request_seq"])]
+    execution: Option<String>,
+    /// Tool call id of the gated call.
+    #[arg(long, alias = "tool-call", requires_all = ["execution", "request_seq"])]
+    call: Option<String>,
+    /// Seq of the APPROVAL_REQUEST record.
+    #[arg(long, requires_all = ["execution", "call"])]
+    request_seq: Option<i64>,
+    /// Decide the session's pending approval (the default without a tuple).
+    #[arg(long, conflicts_with_all = ["execution", "call", "request_seq"])]
+    pending: bool,
+    #[arg(long, default_value = "")]
+    reason: String,
+    /// Who decided (recorded as provenance, not enforced).
+    #[arg(long, default_value = "")]
+    actor: String,
+    #[arg(long, default_value = "")]
+    identity_issuer: String,
+    #[arg(long, default_value = "")]
+    identity_subject: String,
+    /// Resume the session right after the decision commits.
+    #[arg(long)]
+    resume: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum HarnessCommand {
+    /// Register a remote harness from a proto-JSON HarnessSpec file.
+    Register {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Show a registration (with --observe, also Describe it live).
+    Get {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        observe: bool,
+    },
+    /// List registrations (walks every page).
+    List {
+        #[arg(long)]
+        include_retired: bool,
+        /// Page size per call (0: 50; at most 500).
+        #[arg(long, default_value_t = 0)]
+        page_size: i32,
+    },
+    /// Retire a registration: new sessions are refused, existing ones go on.
+    Retire {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // clap prints help/version to stdout (exit 0) and errors to
+            // stderr (exit 2).
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE));
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentctl: tokio runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(err) if broken_pipe(&err) => ExitCode::from(exit::OK),
+        Err(err) => {
+            eprintln!("agentctl: {err:#}");
+            ExitCode::from(exit_code(&err))
+        }
+    }
+}
+
+/// The exit code of a failed command: the first typed cause decides.
+fn exit_code(err: &anyhow::Error) -> u8 {
+    for cause in err.chain() {
+        if let Some(rpc) = cause.downcast_ref::<RpcError>() {
+            return rpc.exit_code();
+        }
+        if cause.is::<VerifyError>() {
+            return exit::VERIFY_FAILED;
+        }
+        if cause.is::<UsageError>() {
+            return exit::USAGE;
+        }
+    }
+    exit::FAILURE
+}
+
+/// A reader that closed the pipe early (`agentctl replay | head`) is not an
+/// error of ours.
+fn broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Writes a line to stdout, returning write errors instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        writeln!(std::io::stdout(), $($arg)*)?
+    };
+}
+
+fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> RpcError {
+    move |status| RpcError::new(call, status)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let Cli { common, command } = cli;
+    match command {
+        Command::Version => {
+            out!("agentctl {}", env!("CARGO_PKG_VERSION"));
+            Ok(exit::OK)
+        }
+        Command::Harness { registry, command } => {
+            let link = Link::open(&common, Want::Registry(registry)).await?;
+            let mut client = HarnessRegistryClient::new(link.channel.clone());
+            let result = harness(&mut client, &common, command).await;
+            drop(client);
+            link.close().await;
+            result.map(|()| exit::OK)
+        }
+        command => {
+            let link = Link::open(&common, Want::Sessions).await?;
+            let mut client = SessionsClient::new(link.channel.clone());
+            let result = sessions(&mut client, &common, command).await;
+            drop(client);
+            link.close().await;
+            result
+        }
+    }
+}
+
+enum Want {
+    Sessions,
+    Registry(Option<String>),
+}
+
+/// A channel to the server, and the embedded daemon behind it if this
+/// process runs one.
+struct Link {
+    channel: Channel,
+    daemon: Option<Daemon>,
+}
+
+impl Link {
+    async fn open(common: &Common, want: Want) -> anyhow::Result<Self> {
+        let remote = match &want {
+            Want::Sessions => common.server.clone(),
+            Want::Registry(registry) => registry.clone(),
+        };
+        if let Some(addr) = remote {
+            let channel = connect(&addr).await?;
+            return Ok(Self {
+                channel,
+                daemon: None,
+            });
+        }
+        let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let config = DaemonConfig {
+            addr: loopback,
+            registry_addr: matches!(want, Want::Registry(_)).then_some(loopback),
+            journal: common.journal.clone(),
+            project: common.project.clone(),
+            model: String::new(),
+            model_base_url: None,
+            model_path: None,
+            model_auth_header: "Authorization".to_owned(),
+            model_api_key: None,
+            harnesses: Vec::new(),
+        };
+        let daemon = Daemon::start(config)
+            .await
+            .with_context(|| format!("embedded daemon on {}", common.journal.display()))?;
+        let addr = match want {
+            Want::Sessions => Some(daemon.addr),
+            Want::Registry(_) => daemon.registry_addr,
+        };
+        let Some(addr) = addr else {
+            anyhow::bail!("embedded daemon: the registry listener did not bind");
+        };
+        let channel = match connect(&addr.to_string()).await {
+            Ok(channel) => channel,
+            Err(e) => {
+                daemon.shutdown().await;
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            channel,
+            daemon: Some(daemon),
+        })
+    }
+
+    /// Drops the channel first so the embedded daemon's graceful stop does
+    /// not wait on our own idle connection.
+    async fn close(self) {
+        drop(self.channel);
+        if let Some(daemon) = self.daemon {
+            daemon.shutdown().await;
+        }
+    }
+}
+
+async fn connect(addr: &str) -> anyhow::Result<Channel> {
+    let uri = if addr.contains("://") {
+        addr.to_owned()
+    } else {
+        format!("http://{addr}")
+    };
+    let endpoint = Channel::from_shared(uri)
+        .map_err(|e| UsageError(format!("bad address {addr:?}: {e}")))?
+        .connect_timeout(CONNECT_TIMEOUT);
+    endpoint.connect().await.map_err(|e| {
+        RpcError::new(
+            "connect",
+            tonic::Status::unavailable(format!("{addr}: {e}")),
+        )
+        .into()
+    })
+}
+
+fn no_session(flag: &str) -> anyhow::Error {
+    UsageError(format!("{flag}: a session is required")).into()
+}
+
+async fn sessions(
+    c: &mut SessionsClient<Channel>,
+    common: &Common,
+    command: Command,
+) -> anyhow::Result<u8> {
+    let json = common.json;
+    match command {
+        Command::Create {
+            name,
+            harness,
+            model,
+        } => {
+            let s = create(c, common, name, harness, model).await?;
+            if json {
+                out!("{}", json_line(&s));
+            } else {
+                out!("{}", render::uid(&s));
+            }
+        }
+        Command::List { page_size } => {
+            let mut all = ListSessionsResponse::default();
+            loop {
+                let page = c
+                    .list_sessions(ListSessionsRequest {
+                        project: common.project.clone(),
+                        page_size,
+                        page_token: all.next_page_token.clone(),
+                    })
+                    .await
+                    .map_err(rpc("ListSessions"))?
+                    .into_inner();
+                all.sessions.extend(page.sessions);
+                all.next_page_token = page.next_page_token;
+                if all.next_page_token.is_empty() {
+                    break;
+                }
+            }
+            if json {
+                out!("{}", json_line(&all));
+            } else {
+                for s in &all.sessions {
+                    out!("{}", render::list_row(s));
+                }
+            }
+        }
+        Command::Get { session } => {
+            let s = get(c, &session).await?;
+            if json {
+                out!("{}", json_line(&s));
+            } else {
+                out!("{}", render::session_line(&s));
+                if let Some(p) = &s.pending_approval {
+                    out!("{}", render::pending_line(p));
+                }
+            }
+        }
+        Command::Exec {
+            session,
+            input,
+            harness,
+        } => exec(c, common, session, input, harness).await?,
+        Command::Replay { session, from, to } => replay(c, json, &session, from, to).await?,
+        Command::Verify { session } => verify(c, json, &session).await?,
+        Command::Fork {
+            session,
+            at,
+            count,
+            names,
+        } => {
+            let count = count.unwrap_or(names.len().max(1) as i32);
+            if !names.is_empty() && names.len() != count as usize {
+                return Err(UsageError(format!(
+                    "--names has {} names but --count is {count}",
+                    names.len()
+                ))
+                .into());
+            }
+            let forked = c
+                .fork(ForkRequest {
+                    session,
+                    at_seq: at,
+                    count,
+                    child_names: names,
+                    ..Default::default()
+                })
+                .await
+                .map_err(rpc("Fork"))?
+                .into_inner();
+            if json {
+                out!("{}", json_line(&forked));
+            } else {
+                for child in &forked.children {
+                    out!("{}", render::child_line(child));
+                }
+            }
+        }
+        Command::Suspend { session } => {
+            let s = c
+                .suspend(SuspendRequest { session })
+                .await
+                .map_err(rpc("Suspend"))?
+                .into_inner();
+            transition(json, &s, "suspend")?;
+        }
+        Command::Resume { session } => {
+            let s = resume(c, session).await?;
+            transition(json, &s, "resume")?;
+        }
+        Command::Approve(d) => decide(c, json, d, true).await?,
+        Command::Deny(d) => decide(c, json, d, false).await?,
+        // `run` handles these before opening a Sessions link.
+        Command::Harness { .. } | Command::Version => {
+            anyhow::bail!("internal: command dispatched to the Sessions client")
+        }
+    }
+    Ok(exit::OK)
+}
+
+async fn create(
+    c: &mut SessionsClient<Channel>,
+    common: &Common,
+    name: String,
+    harness: String,
+    model: String,
+) -> anyhow::Result<Session> {
+    let request = CreateSessionRequest {
+        session: Some(Session {
+            metadata: Some(ResourceMetadata {
+                project: common.project.clone(),
+                name,
+                ..Default::default()
+            }),
+            harness,
+            model,
+            ..Default::default()
+        }),
+    };
+    Ok(c.create_session(request)
+        .await
+        .map_err(rpc("CreateSession"))?
+        .into_inner())
+}
+
+async fn get(c: &mut SessionsClient<Channel>, uid: &str) -> anyhow::Result<Session> {
+    if uid.is_empty() {
+        return Err(no_session("--session"));
+    }
+    Ok(c.get_session(GetSessionRequest {
+        uid: uid.to_owned(),
+    })
+    .await
+    .map_err(rpc("GetSession"))?
+    .into_inner())
+}
+
+async fn resume(c: &mut SessionsClient<Channel>, session: String) -> anyhow::Result<Session> {
+    // `boot` is deprecated and ignored by servers; it is left at its default.
+    let request = ResumeRequest {
+        session,
+        ..Default::default()
+    };
+    Ok(c.resume(request).await.map_err(rpc("Resume"))?.into_inner())
+}
+
+fn transition(json: bool, s: &Session, verb: &str) -> anyhow::Result<()> {
+    if json {
+        out!("{}", json_line(s));
+    } else {
+        out!("{}", render::transition_line(s, verb));
+    }
+    Ok(())
+}
+
+async fn exec(
+    c: &mut SessionsClient<Channel>,
+    common: &Common,
+    mut session: String,
+    input: Option<String>,
+    mut harness: String,
+) -> anyhow::Result<()> {
+    let json = common.json;
+    if session.is_empty() {
+        // Created up front rather than by Exec itself so the new session
+        // lands in --project on a remote server too.
+        let created = create(
+            c,
+            common,
+            String::new(),
+            std::mem::take(&mut harness),
+            String::new(),
+        )
+        .await?;
+        session = render::uid(&created).to_owned();
+        if !json {
+            out!("session {session}");
+        }
+    }
+    let request = ExecRequest {
+        session,
+        inputs: input.iter().map(|t| text_message("user", t)).collect(),
+        harness,
+        ..Default::default()
+    };
+    let mut stream = c.exec(request).await.map_err(rpc("Exec"))?.into_inner();
+    let mut last: Option<Session> = None;
+    // Whether a delta line was started and not yet ended by `done`.
+    let mut open_delta = false;
+    while let Some(update) = stream.message().await.map_err(rpc("Exec"))? {
+        if json {
+            out!("{}", json_line(&update));
+            if let Some(Update::Session(s)) = update.update {
+                last = Some(s);
+            }
+            continue;
+        }
+        match update.update {
+            Some(Update::Record(r)) => {
+                if std::mem::take(&mut open_delta) {
+                    out!();
+                }
+                out!("{}", render::record_line(&r));
+            }
+            Some(Update::Delta(d)) => {
+                // Chunks print raw as they stream; `done` ends the line, if
+                // any text was streamed on it.
+                let mut stdout = std::io::stdout();
+                if !d.chunk.is_empty() {
+                    write!(stdout, "{}", d.chunk)?;
+                    stdout.flush()?;
+                    open_delta = true;
+                }
+                if d.done && std::mem::take(&mut open_delta) {
+                    writeln!(stdout)?;
+                }
+            }
+            Some(Update::Session(s)) => last = Some(s),
+            None => {}
+        }
+    }
+    if open_delta {
+        out!();
+    }
+    if !json && let Some(p) = last.as_ref().and_then(|s| s.pending_approval.as_ref()) {
+        out!("{}", render::pending_line(p));
+    }
+    Ok(())
+}
+
+async fn replay(
+    c: &mut SessionsClient<Channel>,
+    json: bool,
+    session: &str,
+    from: i64,
+    to: i64,
+) -> anyhow::Result<()> {
+    // Replay of an unknown session is an empty stream; asking first turns
+    // a mistyped UID into NOT_FOUND and gives the bar its length.
+    let head = get(c, session).await?.last_seq;
+    let end = if to <= 0 { head } else { to.min(head) };
+    let total = u64::try_from(end - from.max(1) + 1).unwrap_or(0);
+    // Record lines and a bar would tangle on one terminal, so the bar only
+    // shows while stdout goes to a file or pipe.
+    let show = progress::wanted(json) && !std::io::stdout().is_terminal();
+    let bar = progress::bar(total, show, "replay");
+    let mut stream = c
+        .replay(ReplayRequest {
+            session: session.to_owned(),
+            from_seq: from,
+            to_seq: to,
+        })
+        .await
+        .map_err(rpc("Replay"))?
+        .into_inner();
+    while let Some(r) = stream.message().await.map_err(rpc("Replay"))? {
+        if json {
+            out!("{}", json_line(&r));
+        } else {
+            out!("{}", render::record_line(&r));
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+async fn verify(c: &mut SessionsClient<Channel>, json: bool, session: &str) -> anyhow::Result<()> {
+    let last_seq = get(c, session).await?.last_seq;
+    let mut check = ChainCheck::new(last_seq);
+    let outcome = if last_seq == 0 {
+        check.finish()
+    } else {
+        let bar = progress::bar(
+            u64::try_from(last_seq).unwrap_or(0),
+            progress::wanted(json),
+            "verify",
+        );
+        let mut stream = c
+            .replay(ReplayRequest {
+                session: session.to_owned(),
+                from_seq: 1,
+                to_seq: last_seq,
+            })
+            .await
+            .map_err(rpc("Replay"))?
+            .into_inner();
+        let mut result = Ok(());
+        while let Some(r) = stream.message().await.map_err(rpc("Replay"))? {
+            result = check.push(&r);
+            if result.is_err() {
+                break;
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        result.and_then(|()| check.finish())
+    };
+    match outcome {
+        Ok(n) => {
+            if json {
+                let v = serde_json::json!({"session": session, "verified": true, "records": n});
+                out!("{v}");
+            } else {
+                out!("session {session} chain verified ({n} records)");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if json {
+                let v = serde_json::json!({
+                    "session": session, "verified": false, "seq": e.seq(), "error": e.to_string(),
+                });
+                out!("{v}");
+            }
+            Err(anyhow::Error::new(e).context(format!("session {session}")))
+        }
+    }
+}
+
+async fn decide(
+    c: &mut SessionsClient<Channel>,
+    json: bool,
+    d: Decide,
+    approved: bool,
+) -> anyhow::Result<()> {
+    let session = d
+        .session
+        .or(d.uid)
+        .ok_or_else(|| no_session("--session or SESSION"))?;
+    let target = match (d.execution, d.call, d.request_seq) {
+        (Some(execution_id), Some(tool_call_id), Some(request_seq)) => ApprovalRef {
+            execution_id,
+            tool_call_id,
+            request_seq,
+        },
+        _ => get(c, &session).await?.pending_approval.with_context(|| {
+            format!(
+                "session {session} has no pending approval: run `agentctl resume --session \
+                 {session}` to continue an interrupted turn, or name the call with \
+                 --execution, --call and --request-seq"
+            )
+        })?,
+    };
+    let identity = IdentityRef {
+        principal: d.actor,
+        issuer: d.identity_issuer,
+        subject: d.identity_subject,
+    };
+    let identity = (!identity.principal.is_empty()
+        || !identity.issuer.is_empty()
+        || !identity.subject.is_empty())
+    .then_some(identity);
+    let mut response = c
+        .approve(ApproveRequest {
+            session: session.clone(),
+            execution_id: target.execution_id,
+            tool_call_id: target.tool_call_id,
+            request_seq: target.request_seq,
+            approved: Some(approved),
+            reason: d.reason,
+            identity,
+        })
+        .await
+        .map_err(rpc("Approve"))?
+        .into_inner();
+    let decision_seq = response.decision.as_ref().map_or(0, |r| r.seq);
+    if d.resume {
+        // The decision is durable whatever happens next; say so, so nobody
+        // decides twice after a failed resume.
+        let resumed = resume(c, session.clone()).await.with_context(|| {
+            format!("the decision was committed at seq {decision_seq}, but resuming failed")
+        })?;
+        response.session = Some(resumed);
+    }
+    if json {
+        out!("{}", json_line(&response));
+    } else {
+        let s = response.session.unwrap_or_default();
+        out!(
+            "session {session} decision committed seq={decision_seq} approved={approved} compute={} last_seq={}",
+            render::compute(&s),
+            s.last_seq
+        );
+    }
+    Ok(())
+}
+
+async fn harness(
+    c: &mut HarnessRegistryClient<Channel>,
+    common: &Common,
+    command: HarnessCommand,
+) -> anyhow::Result<()> {
+    let json = common.json;
+    fn timed<T>(message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.set_timeout(REGISTRY_TIMEOUT);
+        request
+    }
+    match command {
+        HarnessCommand::Register { name, spec } => {
+            let text = std::fs::read_to_string(&spec)
+                .with_context(|| format!("--spec {}", spec.display()))?;
+            let spec: HarnessSpec = serde_json::from_str(&text).with_context(|| {
+                format!("--spec {}: not a proto-JSON HarnessSpec", spec.display())
+            })?;
+            let r = c
+                .register_harness(timed(RegisterHarnessRequest {
+                    name,
+                    spec: Some(spec),
+                }))
+                .await
+                .map_err(rpc("RegisterHarness"))?
+                .into_inner();
+            if json {
+                out!("{}", json_line(&r));
+            } else {
+                let h = r.harness.unwrap_or_default();
+                out!("{}", render::register_line(&h, r.outcome));
+            }
+        }
+        HarnessCommand::Get { name, observe } => {
+            let h = c
+                .get_harness(timed(GetHarnessRequest { name, observe }))
+                .await
+                .map_err(rpc("GetHarness"))?
+                .into_inner();
+            if json {
+                out!("{}", json_line(&h));
+            } else {
+                out!("{}", render::harness_line(&h));
+            }
+        }
+        HarnessCommand::List {
+            include_retired,
+            page_size,
+        } => {
+            let mut all = ListHarnessesResponse::default();
+            loop {
+                let page = c
+                    .list_harnesses(timed(ListHarnessesRequest {
+                        page_size,
+                        page_token: all.next_page_token.clone(),
+                        include_retired,
+                    }))
+                    .await
+                    .map_err(rpc("ListHarnesses"))?
+                    .into_inner();
+                all.harnesses.extend(page.harnesses);
+                all.next_page_token = page.next_page_token;
+                if all.next_page_token.is_empty() {
+                    break;
+                }
+            }
+            if json {
+                out!("{}", json_line(&all));
+            } else {
+                for h in &all.harnesses {
+                    out!("{}", render::harness_row(h));
+                }
+            }
+        }
+        HarnessCommand::Retire { name, reason } => {
+            let h = c
+                .retire_harness(timed(RetireHarnessRequest { name, reason }))
+                .await
+                .map_err(rpc("RetireHarness"))?
+                .into_inner();
+            if json {
+                out!("{}", json_line(&h));
+            } else {
+                out!("{}", render::harness_line(&h));
+            }
+        }
+    }
+    Ok(())
+}

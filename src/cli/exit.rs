@@ -1,0 +1,127 @@
+//! Exit codes of `agentctl`.
+//!
+//! | code | meaning |
+//! | ---: | --- |
+//! | 0 | success |
+//! | 1 | local failure: unreadable file, the embedded daemon would not start, no pending approval to decide |
+//! | 2 | usage: unknown subcommand, bad or missing flag, bad flag combination |
+//! | 3 | `verify`: the chain did not verify (gap, broken link, hash mismatch, truncation) |
+//! | 10 + N | the server answered with gRPC status code N (see [`for_status`]) |
+//!
+//! So NOT_FOUND (5) exits 15, FAILED_PRECONDITION (9) exits 19, ABORTED (10)
+//! exits 20 and UNAVAILABLE (14, also "could not connect") exits 24. A
+//! script can branch on the class of failure without parsing stderr.
+
+use std::fmt;
+
+/// Success.
+pub const OK: u8 = 0;
+/// A local failure that is not a usage error and carries no gRPC status.
+pub const FAILURE: u8 = 1;
+/// A usage error (clap's own code for parse errors).
+pub const USAGE: u8 = 2;
+/// `verify` found the chain broken.
+pub const VERIFY_FAILED: u8 = 3;
+/// Offset added to a gRPC status code.
+pub const GRPC_BASE: u8 = 10;
+
+/// The exit code for a gRPC status code. `Ok` (0) never reaches here as an
+/// error, but it maps to the base so the function stays total.
+pub fn for_status(code: tonic::Code) -> u8 {
+    GRPC_BASE + code as u8
+}
+
+/// The canonical upper-case name of a gRPC status code, as the proto and
+/// every other gRPC tool spells it.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// A failed RPC: which call, and the status the server (or the transport)
+/// gave. Displayed as `<call>: <CODE>: <message>` rather than tonic's debug
+/// dump of metadata and details.
+#[derive(Debug)]
+pub struct RpcError {
+    /// The call that failed, e.g. `GetSession`.
+    pub call: &'static str,
+    /// The status it ended with.
+    pub status: tonic::Status,
+}
+
+impl RpcError {
+    /// Wraps a status from `call`.
+    pub fn new(call: &'static str, status: tonic::Status) -> Self {
+        Self { call, status }
+    }
+
+    /// The exit code this failure maps to.
+    pub fn exit_code(&self) -> u8 {
+        for_status(self.status.code())
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.call, code_name(self.status.code()))?;
+        if !self.status.message().is_empty() {
+            write!(f, ": {}", self.status.message())?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+/// A flag combination clap cannot express, reported like a parse error.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_codes_map_to_distinct_exit_codes_above_the_local_ones() {
+        let all = (1..=16).map(tonic::Code::from_i32).map(for_status);
+        let codes: Vec<u8> = all.collect();
+        assert_eq!(codes.first(), Some(&11));
+        assert_eq!(codes.last(), Some(&26));
+        assert!(codes.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(for_status(tonic::Code::NotFound), 15);
+        assert!(codes.iter().all(|&c| c > VERIFY_FAILED));
+    }
+
+    #[test]
+    fn rpc_errors_read_as_call_code_message() {
+        let e = RpcError::new("GetSession", tonic::Status::not_found("no session x"));
+        assert_eq!(e.to_string(), "GetSession: NOT_FOUND: no session x");
+        assert_eq!(e.exit_code(), 15);
+    }
+}

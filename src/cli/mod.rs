@@ -1,0 +1,16 @@
+//! Reusable pieces of `agentctl`: exit codes, the human renderings of
+//! sessions and records, chain verification over a record stream, proto3-JSON
+//! printing and the progress bar. The binary wires them to clap and gRPC.
+
+pub mod exit;
+pub mod progress;
+pub mod render;
+pub mod verify;
+
+/// One message as proto3-JSON on a single line (proto field names, enum
+/// names, unpopulated fields omitted, int64 as strings).
+pub fn json_line<T: serde::Serialize>(message: &T) -> String {
+    // The pbjson impls cannot fail on a well-formed message; should one ever
+    // refuse, an empty object keeps the output line-oriented and parseable.
+    serde_json::to_string(message).unwrap_or_else(|_| "{}".to_owned())
+}
