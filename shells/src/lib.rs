@@ -1,5 +1,6 @@
 //! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).
 
+pub mod daemon;
 pub mod harness;
 pub mod journal;
 pub mod model;

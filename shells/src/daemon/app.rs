@@ -360,7 +360,10 @@ fn serve_sessions(
             .register_encoded_file_descriptor_set(agentsessions_proto::FILE_DESCRIPTOR_SET)
             .build_v1()
             .ok();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        // Without TCP_NODELAY every streamed frame waits out Nagle against
+        // the client's delayed ACK (~40 ms per Exec or Replay).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(SessionsServer::new(SessionsService::new(driver)));
@@ -379,7 +382,8 @@ fn serve_registry(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let _ = tonic::transport::Server::builder()
             .add_service(HarnessRegistryServer::new(RegistryService::new(driver)))
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))

@@ -273,6 +273,17 @@ impl<S: JournalStore + 'static> Driver<S> {
                 return;
             }
             let deadline = self.host.poll_timeout();
+            // A deadline already due fires before any queued input: an
+            // outcome waiting in the channel must not carry an expired call
+            // on to its next effect (a fence mint, an append).
+            if let Some(at) = deadline
+                && at <= convert::now()
+            {
+                let now = convert::now();
+                self.host.handle_timeout(now).expect("effects drained");
+                self.drain_effects(now);
+                continue;
+            }
             let input = match deadline {
                 Some(at) => {
                     let wait = Duration::from_nanos((at - convert::now()).max(0) as u64);
