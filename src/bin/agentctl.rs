@@ -12,10 +12,10 @@
 //! (NOT_FOUND exits 15, UNAVAILABLE 24, ...).
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand};
 use agentsessions::cli::exit::{self, RpcError, UsageError};
 use agentsessions::cli::verify::{ChainCheck, VerifyError};
 use agentsessions::cli::{json_line, progress, render};
@@ -31,200 +31,13 @@ use agentsessions_proto::v1::{
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand};
+use clap::Parser as _;
 use tonic::transport::Channel;
 
 /// How long dialing a server may take before the command gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Registry calls are short admin calls; a hung one should not hang a script.
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Client of the agentsessions daemon: sessions, turns, replay, fork,
-/// approvals and the harness registry.
-#[derive(Debug, Parser)]
-#[command(name = "agentctl", version, about, propagate_version = true)]
-struct Cli {
-    #[command(flatten)]
-    common: Common,
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// Flags every subcommand accepts (before or after its name).
-#[derive(Debug, Args)]
-struct Common {
-    /// Sessions address (host:port) of a running agentsessionsd. Without it
-    /// an embedded daemon serves this one command from --journal.
-    #[arg(long, global = true, value_name = "HOST:PORT")]
-    server: Option<String>,
-    /// SQLite journal of the embedded daemon (ignored with --server).
-    #[arg(long, global = true, default_value = "agentsessions.db")]
-    journal: PathBuf,
-    /// Project for new sessions and for `list`.
-    #[arg(long, global = true, default_value = "default")]
-    project: String,
-    /// Print proto3-JSON (proto field names) instead of text lines.
-    #[arg(long, global = true)]
-    json: bool,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Create a session; prints its UID.
-    Create {
-        #[arg(long, default_value = "")]
-        name: String,
-        /// Harness (empty: the server's default).
-        #[arg(long, default_value = "")]
-        harness: String,
-        #[arg(long, default_value = "")]
-        model: String,
-    },
-    /// List the project's sessions, newest first (walks every page).
-    List {
-        /// Page size per call (0: the server's default).
-        #[arg(long, default_value_t = 0)]
-        page_size: i32,
-    },
-    /// Show one session's metadata and any pending approval.
-    Get {
-        #[arg(long)]
-        session: String,
-    },
-    /// Run one turn and print each record as it commits.
-    Exec {
-        /// Session to continue (empty: create one).
-        #[arg(long, default_value = "")]
-        session: String,
-        /// The user's message (omit to re-drive an interrupted turn).
-        #[arg(long)]
-        input: Option<String>,
-        /// Harness of a new session, or an override for this turn.
-        #[arg(long, default_value = "")]
-        harness: String,
-    },
-    /// Print a session's records from the journal (no model calls).
-    Replay {
-        #[arg(long)]
-        session: String,
-        #[arg(long, default_value_t = 1)]
-        from: i64,
-        /// Last seq to print (0: the head).
-        #[arg(long, default_value_t = 0)]
-        to: i64,
-    },
-    /// Check the session's hash chain end to end.
-    Verify {
-        #[arg(long)]
-        session: String,
-    },
-    /// Fork children off a session at a seq.
-    Fork {
-        #[arg(long)]
-        session: String,
-        /// Seq to fork at (0: the head).
-        #[arg(long, default_value_t = 0)]
-        at: i64,
-        /// Number of children (default 1, or the number of --names).
-        #[arg(long)]
-        count: Option<i32>,
-        /// Comma-separated child names, one per child.
-        #[arg(long, value_delimiter = ',')]
-        names: Vec<String>,
-    },
-    /// Suspend a session (its compute goes cold).
-    Suspend {
-        #[arg(long)]
-        session: String,
-    },
-    /// Resume a session (re-drives a decided or interrupted turn).
-    Resume {
-        #[arg(long)]
-        session: String,
-    },
-    /// Approve a gated tool call.
-    Approve(Decide),
-    /// Deny a gated tool call.
-    Deny(Decide),
-    /// Administer the harness registry.
-    Harness {
-        /// HarnessRegistry address (loopback host:port). Without it an
-        /// embedded daemon serves the registry from --journal.
-        #[arg(long, global = true, value_name = "HOST:PORT")]
-        registry: Option<String>,
-        #[command(subcommand)]
-        command: HarnessCommand,
-    },
-    /// Print the version.
-    Version,
-}
-
-/// Which approval to decide, and the provenance of the decision.
-#[derive(Debug, Args)]
-struct Decide {
-    /// The session (or give it as the only positional argument).
-    #[arg(long, conflicts_with = "uid")]
-    session: Option<String>,
-    #[arg(value_name = "SESSION")]
-    uid: Option<String>,
-    /// Execution id of the gated call (with --call and --request-seq).
-    #[arg(long, requires_all = ["call", "request_seq"])]
-    execution: Option<String>,
-    /// Tool call id of the gated call.
-    #[arg(long, alias = "tool-call", requires_all = ["execution", "request_seq"])]
-    call: Option<String>,
-    /// Seq of the APPROVAL_REQUEST record.
-    #[arg(long, requires_all = ["execution", "call"])]
-    request_seq: Option<i64>,
-    /// Decide the session's pending approval (the default without a tuple).
-    #[arg(long, conflicts_with_all = ["execution", "call", "request_seq"])]
-    pending: bool,
-    #[arg(long, default_value = "")]
-    reason: String,
-    /// Who decided (recorded as provenance, not enforced).
-    #[arg(long, default_value = "")]
-    actor: String,
-    #[arg(long, default_value = "")]
-    identity_issuer: String,
-    #[arg(long, default_value = "")]
-    identity_subject: String,
-    /// Resume the session right after the decision commits.
-    #[arg(long)]
-    resume: bool,
-}
-
-#[derive(Debug, Subcommand)]
-enum HarnessCommand {
-    /// Register a remote harness from a proto-JSON HarnessSpec file.
-    Register {
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        spec: PathBuf,
-    },
-    /// Show a registration (with --observe, also Describe it live).
-    Get {
-        #[arg(long)]
-        name: String,
-        #[arg(long)]
-        observe: bool,
-    },
-    /// List registrations (walks every page).
-    List {
-        #[arg(long)]
-        include_retired: bool,
-        /// Page size per call (0: 50; at most 500).
-        #[arg(long, default_value_t = 0)]
-        page_size: i32,
-    },
-    /// Retire a registration: new sessions are refused, existing ones go on.
-    Retire {
-        #[arg(long)]
-        name: String,
-        #[arg(long, default_value = "")]
-        reason: String,
-    },
-}
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -617,11 +430,12 @@ async fn exec(
     };
     let mut stream = c.exec(request).await.map_err(rpc("Exec"))?.into_inner();
     let mut last: Option<Session> = None;
+    let mut stdout = Stdout::default();
     // Whether a delta line was started and not yet ended by `done`.
     let mut open_delta = false;
     while let Some(update) = stream.message().await.map_err(rpc("Exec"))? {
         if json {
-            out!("{}", json_line(&update));
+            stdout.write(&format!("{}\n", json_line(&update)))?;
             if let Some(Update::Session(s)) = update.update {
                 last = Some(s);
             }
@@ -630,21 +444,19 @@ async fn exec(
         match update.update {
             Some(Update::Record(r)) => {
                 if std::mem::take(&mut open_delta) {
-                    out!();
+                    stdout.write("\n")?;
                 }
-                out!("{}", render::record_line(&r));
+                stdout.write(&format!("{}\n", render::record_line(&r)))?;
             }
             Some(Update::Delta(d)) => {
                 // Chunks print raw as they stream; `done` ends the line, if
                 // any text was streamed on it.
-                let mut stdout = std::io::stdout();
                 if !d.chunk.is_empty() {
-                    write!(stdout, "{}", d.chunk)?;
-                    stdout.flush()?;
+                    stdout.write(&d.chunk)?;
                     open_delta = true;
                 }
                 if d.done && std::mem::take(&mut open_delta) {
-                    writeln!(stdout)?;
+                    stdout.write("\n")?;
                 }
             }
             Some(Update::Session(s)) => last = Some(s),
@@ -652,12 +464,38 @@ async fn exec(
         }
     }
     if open_delta {
-        out!();
+        stdout.write("\n")?;
     }
     if !json && let Some(p) = last.as_ref().and_then(|s| s.pending_approval.as_ref()) {
-        out!("{}", render::pending_line(p));
+        stdout.write(&format!("{}\n", render::pending_line(p)))?;
     }
     Ok(())
+}
+
+/// Stdout for a turn in flight. A reader that goes away early
+/// (`agentctl exec … | head -1`) must not cut the turn short: dropping the
+/// stream would interrupt it, and in embedded mode stop it half-way. So a
+/// closed pipe only silences the output, and the stream is drained to the
+/// end.
+#[derive(Default)]
+struct Stdout {
+    gone: bool,
+}
+
+impl Stdout {
+    fn write(&mut self, text: &str) -> std::io::Result<()> {
+        if self.gone {
+            return Ok(());
+        }
+        let mut out = std::io::stdout();
+        match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.gone = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
 }
 
 async fn replay(

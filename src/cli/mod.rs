@@ -2,6 +2,7 @@
 //! sessions and records, chain verification over a record stream, proto3-JSON
 //! printing and the progress bar. The binary wires them to clap and gRPC.
 
+pub mod args;
 pub mod exit;
 pub mod progress;
 pub mod render;

@@ -199,7 +199,7 @@ pub fn register_line(h: &HarnessRegistration, outcome: i32) -> String {
     let o = RegisterOutcome::try_from(outcome).unwrap_or(RegisterOutcome::Unspecified);
     let o = o.as_str_name();
     format!(
-        "{} {}",
+        "{} outcome={}",
         harness_line(h),
         o.strip_prefix("REGISTER_OUTCOME_").unwrap_or(o)
     )

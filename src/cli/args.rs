@@ -1,0 +1,272 @@
+//! The command line of `agentctl`: subcommands and flags (clap derive).
+//!
+//! Kept in the library so the binary stays about behaviour, and so tests can
+//! parse argument vectors without spawning a process.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Client of the agentsessions daemon: sessions, turns, replay, fork,
+/// approvals and the harness registry.
+#[derive(Debug, Parser)]
+#[command(name = "agentctl", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand accepts (before or after its name).
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Sessions address (host:port) of a running agentsessionsd. Without it
+    /// an embedded daemon serves this one command from --journal.
+    #[arg(long, global = true, value_name = "HOST:PORT")]
+    pub server: Option<String>,
+    /// SQLite journal of the embedded daemon (ignored with --server).
+    #[arg(long, global = true, default_value = "agentsessions.db")]
+    pub journal: PathBuf,
+    /// Project for new sessions and for `list`.
+    #[arg(long, global = true, default_value = "default")]
+    pub project: String,
+    /// Print proto3-JSON (proto field names) instead of text lines.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a session; prints its UID.
+    Create {
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Harness (empty: the server's default).
+        #[arg(long, default_value = "")]
+        harness: String,
+        #[arg(long, default_value = "")]
+        model: String,
+    },
+    /// List the project's sessions, newest first (walks every page).
+    List {
+        /// Page size per call (0: the server's default).
+        #[arg(long, default_value_t = 0)]
+        page_size: i32,
+    },
+    /// Show one session's metadata and any pending approval.
+    Get {
+        #[arg(long)]
+        session: String,
+    },
+    /// Run one turn and print each record as it commits.
+    Exec {
+        /// Session to continue (empty: create one).
+        #[arg(long, default_value = "")]
+        session: String,
+        /// The user's message (omit to re-drive an interrupted turn).
+        #[arg(long)]
+        input: Option<String>,
+        /// Harness of a new session, or an override for this turn.
+        #[arg(long, default_value = "")]
+        harness: String,
+    },
+    /// Print a session's records from the journal (no model calls).
+    Replay {
+        #[arg(long)]
+        session: String,
+        #[arg(long, default_value_t = 1)]
+        from: i64,
+        /// Last seq to print (0: the head).
+        #[arg(long, default_value_t = 0)]
+        to: i64,
+    },
+    /// Check the session's hash chain end to end.
+    Verify {
+        #[arg(long)]
+        session: String,
+    },
+    /// Fork children off a session at a seq.
+    Fork {
+        #[arg(long)]
+        session: String,
+        /// Seq to fork at (0: the head).
+        #[arg(long, default_value_t = 0)]
+        at: i64,
+        /// Number of children (default 1, or the number of --names).
+        #[arg(long)]
+        count: Option<i32>,
+        /// Comma-separated child names, one per child.
+        #[arg(long, value_delimiter = ',')]
+        names: Vec<String>,
+    },
+    /// Suspend a session (its compute goes cold).
+    Suspend {
+        #[arg(long)]
+        session: String,
+    },
+    /// Resume a session (re-drives a decided or interrupted turn).
+    Resume {
+        #[arg(long)]
+        session: String,
+    },
+    /// Approve a gated tool call.
+    Approve(Decide),
+    /// Deny a gated tool call.
+    Deny(Decide),
+    /// Administer the harness registry.
+    Harness {
+        /// HarnessRegistry address (loopback host:port). Without it an
+        /// embedded daemon serves the registry from --journal.
+        #[arg(long, global = true, value_name = "HOST:PORT")]
+        registry: Option<String>,
+        #[command(subcommand)]
+        command: HarnessCommand,
+    },
+    /// Print the version.
+    Version,
+}
+
+/// Which approval to decide, and the provenance of the decision.
+#[derive(Debug, Args)]
+pub struct Decide {
+    /// The session (or give it as the only positional argument).
+    #[arg(long, conflicts_with = "uid")]
+    pub session: Option<String>,
+    #[arg(value_name = "SESSION")]
+    pub uid: Option<String>,
+    /// Execution id of the gated call (with --call and --request-seq).
+    #[arg(long, requires_all = ["call", "request_seq"])]
+    pub execution: Option<String>,
+    /// Tool call id of the gated call.
+    #[arg(long, alias = "tool-call", requires_all = ["execution", "request_seq"])]
+    pub call: Option<String>,
+    /// Seq of the APPROVAL_REQUEST record.
+    #[arg(long, requires_all = ["execution", "call"])]
+    pub request_seq: Option<i64>,
+    /// Decide the session's pending approval (the default without a tuple).
+    #[arg(long, conflicts_with_all = ["execution", "call", "request_seq"])]
+    pub pending: bool,
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Who decided (recorded as provenance, not enforced).
+    #[arg(long, default_value = "")]
+    pub actor: String,
+    #[arg(long, default_value = "")]
+    pub identity_issuer: String,
+    #[arg(long, default_value = "")]
+    pub identity_subject: String,
+    /// Resume the session right after the decision commits.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+/// The harness registry subcommands.
+#[derive(Debug, Subcommand)]
+pub enum HarnessCommand {
+    /// Register a remote harness from a proto-JSON HarnessSpec file.
+    Register {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        spec: PathBuf,
+    },
+    /// Show a registration (with --observe, also Describe it live).
+    Get {
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        observe: bool,
+    },
+    /// List registrations (walks every page).
+    List {
+        #[arg(long)]
+        include_retired: bool,
+        /// Page size per call (0: 50; at most 500).
+        #[arg(long, default_value_t = 0)]
+        page_size: i32,
+    },
+    /// Retire a registration: new sessions are refused, existing ones go on.
+    Retire {
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn common_flags_go_before_or_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "agentctl",
+            "--json",
+            "get",
+            "--session",
+            "s",
+            "--journal",
+            "x.db",
+        ])
+        .unwrap();
+        assert!(cli.common.json);
+        assert_eq!(cli.common.journal, PathBuf::from("x.db"));
+        assert!(matches!(cli.command, Command::Get { session } if session == "s"));
+    }
+
+    #[test]
+    fn the_approval_tuple_is_all_or_nothing_and_excludes_pending() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(["agentctl", "approve", "--session", "s"].iter().chain(args))
+        };
+        assert!(parse(&[]).is_ok());
+        assert!(parse(&["--pending"]).is_ok());
+        assert!(parse(&["--execution", "e", "--call", "c", "--request-seq", "4"]).is_ok());
+        assert!(parse(&["--execution", "e"]).is_err());
+        assert!(
+            parse(&[
+                "--pending",
+                "--execution",
+                "e",
+                "--call",
+                "c",
+                "--request-seq",
+                "4"
+            ])
+            .is_err()
+        );
+        let cli = Cli::try_parse_from([
+            "agentctl",
+            "deny",
+            "sess-1",
+            "--tool-call",
+            "c",
+            "--execution",
+            "e",
+            "--request-seq",
+            "2",
+        ])
+        .unwrap();
+        let Command::Deny(d) = cli.command else {
+            panic!("deny")
+        };
+        assert_eq!(d.uid.as_deref(), Some("sess-1"));
+        assert_eq!(d.call.as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn fork_names_split_on_commas() {
+        let cli =
+            Cli::try_parse_from(["agentctl", "fork", "--session", "s", "--names", "a,b"]).unwrap();
+        let Command::Fork { names, count, .. } = cli.command else {
+            panic!("fork")
+        };
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(count, None);
+    }
+}
