@@ -3,7 +3,8 @@
 
 use agentsessions_proto::v1::{
     Capabilities, ControllerFrame, Event, EventKind, HarnessDescriptor, HarnessEnd, Mediation,
-    Message, ModelCall, Resumability, ToolCall, controller_frame::Frame, event::Body,
+    Message, ModelCall, Resumability, ToolCall, ToolResult, Usage, controller_frame::Frame,
+    event::Body,
 };
 
 use crate::events;
@@ -309,6 +310,81 @@ pub fn gates(ids: &'static [&'static str]) -> impl FnMut(&ControllerFrame) -> Re
             ])
         }
         _ => Reply::default(),
+    }
+}
+
+/// One step of a [`steps`] harness.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// A tool call; the harness then waits for its receipt (or a park).
+    Call(ToolCall),
+    /// A model call with this user text; the harness waits for the answer.
+    Model(String),
+    /// A result of a tool the harness ran itself (no answer expected).
+    Report(ToolResult),
+    /// A usage report (no answer expected).
+    Usage(Usage),
+    /// Assistant text (no answer expected).
+    Output(String),
+}
+
+/// A harness that plays `steps` in order: it emits steps up to and
+/// including the next one that needs an answer (a call or a model call),
+/// resumes on that answer, acknowledges parks, and after the last step sends
+/// END and closes. Replay and recovery tests use it to re-emit a recorded
+/// turn with one request changed.
+pub fn steps(steps: Vec<Step>) -> impl FnMut(&ControllerFrame) -> Reply + Send {
+    let mut exec = String::new();
+    let mut next = 0usize;
+    move |frame| {
+        let advance = match &frame.frame {
+            Some(Frame::Start(_)) => {
+                exec = frame.execution_id.clone();
+                next = 0;
+                true
+            }
+            Some(Frame::Tool(_) | Frame::Model(_)) => true,
+            Some(Frame::Park(park)) => {
+                return Reply::finish(vec![ev(
+                    &exec,
+                    EventKind::EventParked,
+                    Body::Parked(park.clone()),
+                )]);
+            }
+            _ => false,
+        };
+        if !advance {
+            return Reply::default();
+        }
+        let mut out = Vec::new();
+        while let Some(step) = steps.get(next) {
+            next += 1;
+            let (kind, body, waits) = match step.clone() {
+                Step::Call(call) => (EventKind::EventToolCall, Body::Tool(call), true),
+                Step::Model(text) => {
+                    let call = ModelCall {
+                        model: "echo".into(),
+                        id: format!("m{next}"),
+                        messages: vec![events::text_message("user", &text)],
+                        ..ModelCall::default()
+                    };
+                    (EventKind::EventModelCall, Body::Model(call), true)
+                }
+                Step::Report(result) => (EventKind::EventToolResult, Body::Result(result), false),
+                Step::Usage(usage) => (EventKind::EventUsage, Body::Usage(usage), false),
+                Step::Output(text) => (
+                    EventKind::EventOutput,
+                    Body::Message(events::assistant_text(&text)),
+                    false,
+                ),
+            };
+            out.push(ev(&exec, kind, body));
+            if waits {
+                return Reply::send(out);
+            }
+        }
+        out.push(end(&exec));
+        Reply::finish(out)
     }
 }
 
