@@ -18,10 +18,26 @@
 // message for no measurable gain.
 #![allow(clippy::large_enum_variant)]
 
+/// True when the planted bug `$fault` is armed (see [`faults`]); a constant
+/// `false` unless the crate is built for tests or with the `faults`
+/// feature, so production code pays nothing for the check.
+macro_rules! planted {
+    ($fault:ident) => {{
+        #[cfg(any(test, feature = "faults"))]
+        let armed = $crate::faults::active($crate::faults::Fault::$fault);
+        #[cfg(not(any(test, feature = "faults")))]
+        let armed = false;
+        armed
+    }};
+}
+pub(crate) use planted;
+
 pub mod canon;
 pub mod chain;
 pub mod error;
 pub mod events;
+#[cfg(any(test, feature = "faults"))]
+pub mod faults;
 pub mod host;
 pub mod inputhash;
 pub mod interop;
@@ -29,3 +45,6 @@ pub mod invocation;
 pub mod journal;
 mod ops;
 pub mod testkit;
+
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;

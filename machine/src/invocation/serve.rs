@@ -68,7 +68,7 @@ impl Invocation {
             .and_then(body::model)
             .map(|m| m.input_hash.clone());
         let hash = input_hash(&mc)?;
-        if recorded_hash.as_deref() != Some(hash.as_str()) {
+        if recorded_hash.as_deref() != Some(hash.as_str()) && !crate::planted!(SkipInputHashCheck) {
             return Err(LogError::diverged("model input hash mismatch (I0)").into());
         }
         if let Some(answer) = self.next_of(EventKind::EventOutput) {
@@ -194,6 +194,10 @@ impl Invocation {
             return self.serve_gate(intent, recorded, out);
         }
         if let Some(result) = self.next_of(EventKind::EventToolResult) {
+            if self.setup.mode == Mode::Replay && crate::planted!(ReexecuteOnReplay) {
+                self.execute(Committed::new(intent), recorded, None, out);
+                return Ok(());
+            }
             let receipt = recorded_result(&result, &recorded)?;
             out.push(Action::Send(self.frame(Frame::Tool(receipt))));
             return Ok(());
@@ -302,7 +306,7 @@ impl Invocation {
             .and_then(|s| s.decision_body())
             .map(|d| d.approved)
             .ok_or_else(|| LogError::diverged("approval decision has no payload"))?;
-        if !approved {
+        if !approved && !crate::planted!(DenialExecutes) {
             let receipt = denial_receipt(&call.id, seqs.request, seqs.decision);
             self.record_receipt(receipt, Some(seqs), out);
             return Ok(());

@@ -206,6 +206,16 @@ impl Invocation {
             EventKind::EventToolCall,
             Body::Tool(tc.clone()),
         );
+        if crate::planted!(ExecuteBeforeDurable) {
+            // The planted bug: run the tool on an intent nobody committed.
+            let unsaved = agentsessions_proto::v1::LogRecord {
+                seq: self.head + 1,
+                event: Some(ev),
+                ..Default::default()
+            };
+            self.execute(crate::host::Committed::new(unsaved), tc, None, out);
+            return Ok(());
+        }
         self.append(vec![ev], AfterAppend::ExecuteTool { call: tc }, out);
         Ok(())
     }

@@ -327,7 +327,7 @@ impl ResumeOp {
             route,
             &self.session,
             Provision::Restore(snapshot),
-            true,
+            !crate::planted!(ResumeWithoutFence),
         );
         self.stage = Stage::Place(Box::new(placement), pending);
         Flow::Continue
@@ -382,10 +382,15 @@ impl ResumeOp {
     fn placed(
         &mut self,
         cx: &mut Cx<'_>,
-        placement: Placement,
+        mut placement: Placement,
         pending: Option<Execution>,
     ) -> Flow {
         let conn = placement.conn.expect("placement dialed");
+        if crate::planted!(ResumeWithoutFence) {
+            // The planted bug skipped the mint in `decide`: it writes under
+            // the previous incarnation's fence.
+            placement.fence = self.log.iter().map(|r| r.fence).max().unwrap_or(1);
+        }
         let Some(exec) = pending else {
             cx.close(conn);
             return self.append_resume(cx, placement.fence, self.head());

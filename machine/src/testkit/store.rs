@@ -117,11 +117,11 @@ impl MemStore {
         now: Nanos,
     ) -> Result<Vec<LogRecord>, AppendError> {
         let head = self.records(session).last().map_or(0, |r| r.seq);
-        if expected != head {
+        if expected != head && !crate::planted!(DropCas) {
             return Err(AppendError::Conflict { head });
         }
         let current = self.fence(session);
-        if fence < current {
+        if fence < current && !crate::planted!(SkipFenceCheck) {
             return Err(AppendError::Fenced { current });
         }
         let mut prev = self
@@ -316,6 +316,50 @@ impl MemStore {
                 h.retired_at = 0;
                 h.updated_at = now;
                 Ok((h.clone(), RegisterOutcome::Reactivated))
+            }
+        }
+    }
+}
+
+/// One session's stored state (row, fence and records), so a simulator can
+/// roll back a transaction that a crash did not let commit.
+#[derive(Debug, Clone)]
+pub struct SessionImage(Entry);
+
+impl SessionImage {
+    /// The session's records.
+    pub fn records(&self) -> &[LogRecord] {
+        &self.0.records
+    }
+
+    /// The session's fence.
+    pub fn fence(&self) -> i64 {
+        self.0.fence
+    }
+
+    /// The session's row, with `last_seq` derived from the records.
+    pub fn row(&self) -> SessionRow {
+        let mut row = self.0.row.clone();
+        row.last_seq = self.0.records.last().map_or(0, |r| r.seq);
+        row
+    }
+}
+
+impl MemStore {
+    /// The stored state of `session` (`None` when it does not exist).
+    pub fn image(&self, session: &str) -> Option<SessionImage> {
+        self.sessions.get(session).cloned().map(SessionImage)
+    }
+
+    /// Puts `session` back to `image` (`None` removes it), as rolling back
+    /// every write since the image was taken would.
+    pub fn restore(&mut self, session: &str, image: Option<SessionImage>) {
+        match image {
+            Some(SessionImage(entry)) => {
+                self.sessions.insert(session.to_owned(), entry);
+            }
+            None => {
+                self.sessions.remove(session);
             }
         }
     }

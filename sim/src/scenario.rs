@@ -1,0 +1,496 @@
+//! Scenario families: a sequential client program (swept for crash cuts),
+//! optionally followed by concurrent operations on several hosts (swept for
+//! interleavings), and what must hold at the end.
+
+use agentsessions_machine::host::Code;
+
+/// Where a fork branches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    /// At the head.
+    Head,
+    /// At the END of the n-th execution (1-based, in journal order).
+    Turn(usize),
+}
+
+/// A call that must be refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Approve the gate a fork child inherited.
+    ApproveInherited,
+    /// Resume the session.
+    Resume,
+    /// Exec new input while a gate is open.
+    Exec(&'static str),
+}
+
+/// One step of a client program. Every step knows how to finish after a
+/// crash: it re-reads the durable journal and retries what is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// CreateSession on `harness`; the uid goes to `slot`.
+    Create {
+        /// Slot for the uid.
+        slot: usize,
+        /// Route.
+        harness: &'static str,
+    },
+    /// Load a Go v0.1.2 journal into `slot` (setup; not a call).
+    Import {
+        /// Slot for the session.
+        slot: usize,
+        /// Fixture name (without `.json`).
+        fixture: &'static str,
+    },
+    /// The executor fails the first attempt for `key` (setup).
+    FailTool {
+        /// Idempotency key.
+        key: &'static str,
+    },
+    /// A turn with input `text`; done when it ended (or parked on a gate).
+    Exec {
+        /// Session slot.
+        slot: usize,
+        /// Input text, unique within the scenario.
+        text: &'static str,
+        /// The turn parks on an approval request.
+        park: bool,
+    },
+    /// Decide the session's pending gate.
+    Approve {
+        /// Session slot.
+        slot: usize,
+        /// Verdict.
+        approved: bool,
+    },
+    /// Decide the last decided gate again: an exact retry answers with the
+    /// committed decision, a different verdict is refused; neither writes.
+    Decide {
+        /// Session slot.
+        slot: usize,
+        /// Verdict.
+        approved: bool,
+        /// Expected status.
+        expect: Code,
+    },
+    /// Resume; done when nothing is left to recover.
+    Resume {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Suspend.
+    Suspend {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Fork one child into `child`.
+    Fork {
+        /// Parent slot.
+        slot: usize,
+        /// Child slot.
+        child: usize,
+        /// Fork point.
+        at: At,
+    },
+    /// A call the host must refuse with `expect`, writing nothing.
+    Refuse {
+        /// Session slot.
+        slot: usize,
+        /// The call.
+        what: Refusal,
+        /// Expected status.
+        expect: Code,
+    },
+}
+
+/// A client operation raced against others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaceOp {
+    /// Approve the gate pending when the race started.
+    Approve {
+        /// Session slot.
+        slot: usize,
+        /// Verdict.
+        approved: bool,
+    },
+    /// Sessions.Resume.
+    Resume {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Sessions.Suspend.
+    Suspend {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Exec with input.
+    Exec {
+        /// Session slot.
+        slot: usize,
+        /// Input.
+        text: &'static str,
+    },
+    /// Inputless Exec (recovers an approval-bearing turn).
+    Recover {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Fork one child at the head into `child`.
+    Fork {
+        /// Parent slot.
+        slot: usize,
+        /// Child slot.
+        child: usize,
+    },
+}
+
+/// What must hold once the scenario finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Post {
+    /// The executor performed exactly `n` effects for the slot's session.
+    ToolEffects {
+        /// Session slot.
+        slot: usize,
+        /// Effects.
+        n: usize,
+    },
+    /// Exactly `n` executions of the slot's session completed.
+    Completed {
+        /// Session slot.
+        slot: usize,
+        /// Completed executions.
+        n: usize,
+    },
+    /// A harness replay of the slot's session must fail (its harness
+    /// drifts), without calling anything.
+    ReplayDiverges {
+        /// Session slot.
+        slot: usize,
+    },
+}
+
+/// One scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name (command line).
+    pub name: &'static str,
+    /// The family it belongs to.
+    pub family: &'static str,
+    /// The sequential program.
+    pub program: Vec<Step>,
+    /// Operations raced after the program, as (host, op).
+    pub race: Vec<(usize, RaceOp)>,
+    /// Final conditions.
+    pub post: Vec<Post>,
+}
+
+impl Scenario {
+    /// Hosts the scenario needs.
+    pub fn hosts(&self) -> usize {
+        self.race.iter().map(|(h, _)| h + 1).max().unwrap_or(1)
+    }
+}
+
+fn s(name: &'static str, family: &'static str, program: Vec<Step>, post: Vec<Post>) -> Scenario {
+    Scenario {
+        name,
+        family,
+        program,
+        race: Vec::new(),
+        post,
+    }
+}
+
+use Step::*;
+
+fn create(harness: &'static str) -> Step {
+    Create { slot: 0, harness }
+}
+
+fn exec(text: &'static str) -> Step {
+    Exec {
+        slot: 0,
+        text,
+        park: false,
+    }
+}
+
+fn park(text: &'static str) -> Step {
+    Exec {
+        slot: 0,
+        text,
+        park: true,
+    }
+}
+
+fn approval_flow(name: &'static str, approved: bool, fail: bool) -> Scenario {
+    let mut program = Vec::new();
+    if fail {
+        program.push(FailTool { key: "k1" });
+    }
+    program.extend([
+        create("approval"),
+        park("t1"),
+        Approve { slot: 0, approved },
+        Resume { slot: 0 },
+    ]);
+    let mut post = vec![Post::Completed { slot: 0, n: 1 }];
+    if !fail {
+        // A failed attempt performs nothing; whether a re-drive after a
+        // crash performs the effect depends on where the crash cut.
+        post.push(Post::ToolEffects {
+            slot: 0,
+            n: usize::from(approved),
+        });
+    }
+    s(name, "approval", program, post)
+}
+
+/// Every crash-swept scenario.
+pub fn crash_scenarios() -> Vec<Scenario> {
+    vec![
+        s("echo-turn", "normal turn", vec![create("echo"), exec("t1")], vec![Post::Completed { slot: 0, n: 1 }]),
+        s(
+            "multi-turn",
+            "multi-turn",
+            vec![create("echo"), exec("t1"), exec("t2"), exec("t3")],
+            vec![Post::Completed { slot: 0, n: 3 }],
+        ),
+        s(
+            "in-harness-tool",
+            "in-harness tool",
+            vec![create("reporter"), exec("t1")],
+            vec![Post::Completed { slot: 0, n: 1 }, Post::ToolEffects { slot: 0, n: 0 }],
+        ),
+        s(
+            "mediated-tool",
+            "controller-mediated tool",
+            vec![create("tools"), exec("t1"), exec("t2")],
+            vec![Post::Completed { slot: 0, n: 2 }, Post::ToolEffects { slot: 0, n: 1 }],
+        ),
+        approval_flow("approval-approved", true, false),
+        approval_flow("approval-denied", false, false),
+        approval_flow("approval-executor-error", true, true),
+        s(
+            "approval-dup-conflict",
+            "approval duplicate/conflicting decisions",
+            vec![
+                create("approval"),
+                park("t1"),
+                Approve { slot: 0, approved: true },
+                Decide { slot: 0, approved: true, expect: Code::Ok },
+                Decide { slot: 0, approved: false, expect: Code::FailedPrecondition },
+                Refuse { slot: 0, what: Refusal::Exec("t2"), expect: Code::FailedPrecondition },
+                Resume { slot: 0 },
+                Decide { slot: 0, approved: true, expect: Code::Ok },
+            ],
+            vec![Post::ToolEffects { slot: 0, n: 1 }, Post::Completed { slot: 0, n: 1 }],
+        ),
+        s(
+            "suspend-resume",
+            "suspend/resume",
+            vec![create("echo"), exec("t1"), Suspend { slot: 0 }, Resume { slot: 0 }, exec("t2")],
+            vec![Post::Completed { slot: 0, n: 2 }],
+        ),
+        s(
+            "fork-head",
+            "fork",
+            vec![
+                create("echo"),
+                exec("t1"),
+                Fork { slot: 0, child: 1, at: At::Head },
+                Exec { slot: 1, text: "c1", park: false },
+                exec("t2"),
+            ],
+            vec![Post::Completed { slot: 0, n: 2 }, Post::Completed { slot: 1, n: 2 }],
+        ),
+        s(
+            "fork-historical",
+            "fork",
+            vec![
+                create("tools"),
+                exec("t1"),
+                exec("t2"),
+                Fork { slot: 0, child: 1, at: At::Turn(1) },
+                Exec { slot: 1, text: "c1", park: false },
+            ],
+            vec![Post::Completed { slot: 1, n: 2 }, Post::ToolEffects { slot: 1, n: 1 }],
+        ),
+        s(
+            "fork-pending-approval",
+            "fork",
+            vec![
+                create("approval"),
+                park("t1"),
+                Fork { slot: 0, child: 1, at: At::Head },
+                Refuse { slot: 1, what: Refusal::ApproveInherited, expect: Code::FailedPrecondition },
+                Refuse { slot: 1, what: Refusal::Resume, expect: Code::FailedPrecondition },
+                Approve { slot: 0, approved: true },
+                Resume { slot: 0 },
+                Exec { slot: 1, text: "c1", park: true },
+                Approve { slot: 1, approved: true },
+                Resume { slot: 1 },
+            ],
+            vec![
+                Post::ToolEffects { slot: 0, n: 1 },
+                Post::ToolEffects { slot: 1, n: 1 },
+                Post::Completed { slot: 1, n: 1 },
+            ],
+        ),
+        s(
+            "memory-suspend-resume",
+            "memory-snapshot harness",
+            vec![create("counter"), exec("t1"), Suspend { slot: 0 }, Resume { slot: 0 }, exec("t2")],
+            vec![Post::Completed { slot: 0, n: 2 }],
+        ),
+        s(
+            "memory-fork",
+            "memory-snapshot harness",
+            vec![
+                create("counter"),
+                exec("t1"),
+                Fork { slot: 0, child: 1, at: At::Head },
+                Exec { slot: 1, text: "c1", park: false },
+            ],
+            vec![Post::Completed { slot: 1, n: 2 }],
+        ),
+        s(
+            "legacy-crashed-output",
+            "legacy v0.1.2 resume",
+            vec![Import { slot: 0, fixture: "crashed-output" }, Resume { slot: 0 }, exec("t2")],
+            vec![],
+        ),
+        s(
+            "legacy-crashed-input",
+            "legacy v0.1.2 resume",
+            vec![Import { slot: 0, fixture: "crashed-input" }, Resume { slot: 0 }, exec("t2")],
+            vec![],
+        ),
+        s(
+            "legacy-mixed-interrupted",
+            "legacy v0.1.2 resume",
+            vec![Import { slot: 0, fixture: "mixed-interrupted" }, Resume { slot: 0 }, exec("t2")],
+            vec![],
+        ),
+        s(
+            "drift",
+            "diverging harness",
+            vec![create("drift"), exec("t1")],
+            vec![Post::ReplayDiverges { slot: 0 }],
+        ),
+    ]
+}
+
+fn race(
+    name: &'static str,
+    family: &'static str,
+    program: Vec<Step>,
+    ops: Vec<(usize, RaceOp)>,
+) -> Scenario {
+    Scenario {
+        name,
+        family,
+        program,
+        race: ops,
+        post: Vec::new(),
+    }
+}
+
+/// Every interleaving-swept scenario.
+pub fn race_scenarios() -> Vec<Scenario> {
+    use RaceOp as R;
+    let parked = || vec![create("approval"), park("t1")];
+    let decided = || {
+        vec![
+            create("approval"),
+            park("t1"),
+            Approve { slot: 0, approved: true },
+        ]
+    };
+    vec![
+        race(
+            "race-approve-dup",
+            "duplicate Approve",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Approve { slot: 0, approved: true })],
+        ),
+        race(
+            "race-approve-dup-one-host",
+            "duplicate Approve",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (0, R::Approve { slot: 0, approved: true })],
+        ),
+        race(
+            "race-approve-conflict",
+            "conflicting Approve",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Approve { slot: 0, approved: false })],
+        ),
+        race(
+            "race-approve-resume",
+            "Approve vs Resume",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Resume { slot: 0 })],
+        ),
+        race(
+            "race-approve-suspend",
+            "Approve vs Suspend",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Suspend { slot: 0 })],
+        ),
+        race(
+            "race-approve-recover",
+            "Approve vs inputless Exec",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: false }), (1, R::Recover { slot: 0 })],
+        ),
+        race(
+            "race-approve-fork",
+            "Approve vs Fork",
+            parked(),
+            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Fork { slot: 0, child: 1 })],
+        ),
+        race(
+            "race-resume-resume",
+            "two recoveries of a decided gate",
+            decided(),
+            vec![(0, R::Resume { slot: 0 }), (1, R::Resume { slot: 0 })],
+        ),
+        race(
+            "race-zombie-echo",
+            "zombie incarnation",
+            vec![create("echo")],
+            vec![(0, R::Exec { slot: 0, text: "t1" }), (1, R::Resume { slot: 0 })],
+        ),
+        race(
+            "race-zombie-tools",
+            "zombie incarnation",
+            vec![create("tools")],
+            vec![(0, R::Exec { slot: 0, text: "t1" }), (1, R::Resume { slot: 0 })],
+        ),
+        race(
+            "race-exec-suspend-one-host",
+            "overlap guard",
+            vec![create("echo")],
+            vec![(0, R::Exec { slot: 0, text: "t1" }), (0, R::Suspend { slot: 0 })],
+        ),
+        race(
+            "race-exec-fork",
+            "Exec vs Fork",
+            vec![create("echo"), exec("t1")],
+            vec![(0, R::Exec { slot: 0, text: "t2" }), (1, R::Fork { slot: 0, child: 1 })],
+        ),
+    ]
+}
+
+/// Every scenario, crash-swept ones first.
+pub fn all() -> Vec<Scenario> {
+    let mut v = crash_scenarios();
+    v.extend(race_scenarios());
+    v
+}
+
+/// The scenario called `name`.
+pub fn by_name(name: &str) -> Option<Scenario> {
+    all().into_iter().find(|s| s.name == name)
+}

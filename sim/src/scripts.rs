@@ -1,0 +1,71 @@
+//! Harness scripts: the testkit's kinds plus two the simulator needs.
+//!
+//! - `reporter` runs a tool itself and reports the result (an in-harness
+//!   tool: the host journals the report, executes nothing), then makes one
+//!   model call.
+//! - `drift` is the echo harness whose prompt changes once it has been
+//!   started before for the same session (as a harness that reads a clock
+//!   would): recovery and replay must refuse to serve its recorded answers.
+
+use agentsessions_machine::events;
+use agentsessions_machine::testkit::harness::{self, FnScript, Reply, Script, ev};
+use agentsessions_proto::v1::{
+    ControllerFrame, Event, EventKind, ModelCall, ToolResult, controller_frame::Frame, event::Body,
+};
+
+/// The in-harness tool harness.
+pub const REPORTER: &str = "reporter";
+/// The drifting echo harness.
+pub const DRIFT: &str = "drift";
+/// Kinds defined here (the testkit defines the rest).
+pub const KINDS: &[&str] = &[REPORTER, DRIFT];
+
+/// A fresh script for a connection to `kind`.
+pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
+    match kind {
+        REPORTER => Some(Box::new(FnScript::new(REPORTER, reporter()))),
+        DRIFT => harness::by_kind("echo"),
+        other => harness::by_kind(other),
+    }
+}
+
+fn reporter() -> impl FnMut(&ControllerFrame) -> Reply + Send {
+    let mut exec = String::new();
+    move |frame| match &frame.frame {
+        Some(Frame::Start(start)) => {
+            exec = frame.execution_id.clone();
+            let text = start
+                .inputs
+                .last()
+                .map(events::message_text)
+                .unwrap_or_default();
+            let report = ToolResult {
+                id: "r1".into(),
+                ..ToolResult::default()
+            };
+            let call = ModelCall {
+                model: "echo".into(),
+                id: "m1".into(),
+                messages: vec![events::text_message("user", &format!("ran r1 for {text}"))],
+                ..ModelCall::default()
+            };
+            Reply::send(vec![
+                ev(&exec, EventKind::EventToolResult, Body::Result(report)),
+                ev(&exec, EventKind::EventModelCall, Body::Model(call)),
+            ])
+        }
+        Some(Frame::Model(_)) => Reply::finish(vec![harness::end(&exec)]),
+        _ => Reply::default(),
+    }
+}
+
+/// Changes the prompt of a drifting harness's model call on start
+/// `ordinal` (> 1) of its session.
+pub fn drift(ev: &mut Event, ordinal: u32) {
+    if let Some(Body::Model(mc)) = &mut ev.body
+        && let Some(last) = mc.messages.last_mut()
+    {
+        let text = format!("{} (start {ordinal})", events::message_text(last));
+        *last = events::text_message("user", &text);
+    }
+}

@@ -1,0 +1,829 @@
+//! The simulated world around one or more hosts sharing one journal.
+//!
+//! Unlike the testkit world, nothing happens on its own: every effect with
+//! an outcome waits as an [`Item`] until it is chosen and performed, and
+//! every outcome or harness event waits until it is chosen and delivered.
+//! The default choice (item 0) reproduces the testkit world's FIFO order;
+//! an explorer may pick any enabled item instead, or crash.
+//!
+//! Effects without an outcome happen when they are emitted: a `Send` is
+//! answered by the scripted harness at once (its events become items), a
+//! `Stream` or `Reply` is the client seeing an answer.
+//!
+//! Everything that survives a crash lives in [`Durable`] (the store's
+//! durable part, the executor's dedup table, the oracle), which is cheap to
+//! clone, so an explorer can branch at a crash without replaying.
+
+use std::collections::BTreeMap;
+
+use agentsessions_machine::events::{self, body};
+use agentsessions_machine::host::{
+    Backend, ConnId, CountingIds, Effect, EffectId, HarnessInput, Host, HostConfig, ModelReply,
+    Nanos, Outcome, Request, RequestId, Response, Route, RuntimeOp, RuntimeReply, Status,
+    StreamItem,
+};
+use agentsessions_machine::testkit::harness::Script;
+use agentsessions_machine::testkit::world as testworld;
+use agentsessions_proto::v1::{
+    ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
+    event::Body,
+};
+
+use crate::digest::Fnv;
+use crate::oracle::{Check, Oracle, Rule, violation};
+use crate::scripts;
+use crate::store::{CrashVariant, SimStore, is_store_effect};
+
+/// A tool executor that deduplicates by (session, idempotency key).
+#[derive(Debug, Clone, Default)]
+pub struct Executor {
+    done: BTreeMap<(String, String), ToolResult>,
+    /// Calls received (re-drives included).
+    pub attempts: u64,
+    /// Effects performed (first call per key).
+    pub effects: u64,
+    /// Keys whose first attempt fails with an executor error.
+    pub fail_first: std::collections::BTreeSet<String>,
+}
+
+impl Executor {
+    /// Effects performed for `session`.
+    pub fn effects_for(&self, session: &str) -> usize {
+        self.done.keys().filter(|(s, _)| s == session).count()
+    }
+}
+
+/// Everything a crash leaves behind.
+#[derive(Debug, Clone)]
+pub struct Durable {
+    /// The journal.
+    pub store: SimStore,
+    /// The external tool executor (its dedup rows survive).
+    pub executor: Executor,
+    /// Live model invocations so far.
+    pub model_calls: u64,
+    /// The rules and their memory.
+    pub oracle: Oracle,
+    /// Virtual time.
+    pub now: Nanos,
+    /// Host incarnations started so far (ids never repeat).
+    pub incarnations: u64,
+    /// Harness starts per session (the drift harness changes after one).
+    pub starts: BTreeMap<String, u32>,
+    /// Digest of every effect performed so far.
+    pub digest: Fnv,
+}
+
+impl Default for Durable {
+    fn default() -> Self {
+        Self {
+            store: SimStore::new(),
+            executor: Executor::default(),
+            model_calls: 0,
+            oracle: Oracle::default(),
+            now: 1_700_000_000_000_000_000,
+            incarnations: 0,
+            starts: BTreeMap::new(),
+            digest: Fnv::default(),
+        }
+    }
+}
+
+/// Something waiting to be performed or delivered.
+#[derive(Debug, Clone)]
+pub struct Item {
+    /// The host it belongs to.
+    pub host: usize,
+    /// What it is.
+    pub what: What,
+}
+
+/// The kinds of [`Item`].
+#[derive(Debug, Clone)]
+pub enum What {
+    /// An effect the host emitted, not performed yet.
+    Effect(Effect),
+    /// An effect's answer, not delivered yet (with its store transaction).
+    Outcome(EffectId, Outcome, Option<u64>),
+    /// A harness frame or stream end, not delivered yet.
+    Harness(ConnId, HarnessInput),
+}
+
+struct Conn {
+    kind: String,
+    script: Box<dyn Script>,
+    session: String,
+    ordinal: u32,
+    requests: Vec<ModelCall>,
+    answers: usize,
+}
+
+struct Slot {
+    host: Host,
+    inc: u64,
+    next_request: u64,
+    /// Digest of every input this incarnation took, in order: with the
+    /// host deterministic, it stands for the host's whole state.
+    hist: Fnv,
+}
+
+/// A client call as the client sees it.
+#[derive(Debug, Clone, Default)]
+pub struct Call {
+    /// The session the call is about (for acknowledged records).
+    pub session: String,
+    /// Frames streamed so far.
+    pub items: Vec<StreamItem>,
+    /// The reply, once sent.
+    pub reply: Option<Result<Response, Status>>,
+}
+
+/// The world. See the module docs.
+pub struct Sim {
+    /// What survives crashes.
+    pub d: Durable,
+    config: HostConfig,
+    hosts: Vec<Slot>,
+    items: Vec<Item>,
+    conns: BTreeMap<(usize, ConnId), Conn>,
+    calls: BTreeMap<(usize, RequestId), Call>,
+}
+
+/// The host configuration every simulated host runs with: the testkit
+/// routes plus the simulator's own harness kinds.
+pub fn config() -> HostConfig {
+    let mut config = testworld::config();
+    for kind in scripts::KINDS {
+        config.harnesses.entry((*kind).into()).or_insert(Route {
+            backend: Backend::Local {
+                kind: (*kind).into(),
+            },
+            descriptor_id: String::new(),
+            registered: false,
+            spec: None,
+        });
+    }
+    config
+}
+
+fn backend_kind(backend: &Backend) -> String {
+    match backend {
+        Backend::Local { kind } | Backend::Memory { kind } => kind.clone(),
+        Backend::Remote { address } => address.clone(),
+    }
+}
+
+impl Sim {
+    /// A world of `hosts` fresh hosts over `d`.
+    pub fn new(mut d: Durable, hosts: usize) -> Self {
+        let config = config();
+        let slots = (0..hosts)
+            .map(|_| Self::slot(&mut d, &config))
+            .collect();
+        Self {
+            d,
+            config,
+            hosts: slots,
+            items: Vec::new(),
+            conns: BTreeMap::new(),
+            calls: BTreeMap::new(),
+        }
+    }
+
+    fn slot(d: &mut Durable, config: &HostConfig) -> Slot {
+        d.incarnations += 1;
+        let inc = d.incarnations;
+        Slot {
+            host: Host::new(config.clone(), Box::new(CountingIds::starting_at(inc << 40))),
+            inc,
+            next_request: 0,
+            hist: Fnv::default(),
+        }
+    }
+
+    /// Items waiting, in FIFO order.
+    pub fn items(&self) -> &[Item] {
+        &self.items
+    }
+
+    /// True when nothing waits and no call is open.
+    pub fn quiescent(&self) -> bool {
+        self.items.is_empty() && self.calls.values().all(|c| c.reply.is_some())
+    }
+
+    /// The call `(host, id)`, if it was made by the current incarnation.
+    pub fn call(&self, host: usize, id: RequestId) -> Option<&Call> {
+        self.calls.get(&(host, id))
+    }
+
+    /// Forgets a finished call.
+    pub fn forget(&mut self, host: usize, id: RequestId) {
+        self.calls.remove(&(host, id));
+    }
+
+    /// Makes a client call on `host`.
+    pub fn request(&mut self, host: usize, session: &str, req: Request) -> Result<RequestId, crate::oracle::Violation> {
+        self.d.now += 1_000;
+        let slot = &mut self.hosts[host];
+        slot.next_request += 1;
+        let id = RequestId(slot.next_request);
+        slot.hist.str("req").u64(id.0);
+        self.calls.insert(
+            (host, id),
+            Call {
+                session: session.to_owned(),
+                ..Call::default()
+            },
+        );
+        slot.host
+            .handle_request(self.d.now, id, req)
+            .expect("the world drains after every input");
+        self.drain(host)?;
+        Ok(id)
+    }
+
+    /// Indices of the items that may go next. Without `interleave` only the
+    /// FIFO head; with it, any outcome, the oldest effect of each host (a
+    /// shell performs one host's effects in order) and the oldest frame of
+    /// each connection (a stream is ordered).
+    pub fn enabled(&self, interleave: bool) -> Vec<usize> {
+        if self.items.is_empty() {
+            return Vec::new();
+        }
+        if !interleave {
+            return vec![0];
+        }
+        let mut seen_effect = std::collections::BTreeSet::new();
+        let mut seen_conn = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for (i, item) in self.items.iter().enumerate() {
+            let ok = match &item.what {
+                What::Effect(_) => seen_effect.insert(item.host),
+                What::Harness(conn, _) => seen_conn.insert((item.host, *conn)),
+                What::Outcome(..) => true,
+            };
+            if ok {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Performs or delivers item `index`.
+    pub fn step(&mut self, index: usize) -> Check {
+        let item = self.items.remove(index);
+        self.d.now += 1_000;
+        let host = item.host;
+        match item.what {
+            What::Effect(effect) => self.perform(host, effect),
+            What::Outcome(id, outcome, tx) => {
+                if let Some(tx) = tx {
+                    self.d.store.delivered(tx);
+                }
+                let slot = &mut self.hosts[host];
+                slot.hist.str("out").u64(id.0);
+                hash_outcome(&mut slot.hist, &outcome);
+                slot.host
+                    .handle_outcome(self.d.now, id, outcome)
+                    .expect("drained");
+                self.drain(host)
+            }
+            What::Harness(conn, input) => {
+                let slot = &mut self.hosts[host];
+                slot.hist.str("harness").u64(conn.0);
+                hash_input(&mut slot.hist, &input);
+                slot.host
+                    .handle_harness(self.d.now, conn, input)
+                    .expect("drained");
+                self.drain(host)
+            }
+        }
+    }
+
+    /// Crashes every host: in-flight calls, connections and waiting items
+    /// are lost, the store applies `variant` to its pending write, and fresh
+    /// incarnations start over the durable journal.
+    pub fn crash(&mut self, variant: CrashVariant) -> Check {
+        self.d.store.crash(variant);
+        self.note_crash(variant);
+        self.items.clear();
+        self.conns.clear();
+        self.calls.clear();
+        let n = self.hosts.len();
+        self.hosts = (0..n).map(|_| Self::slot(&mut self.d, &self.config)).collect();
+        self.d.oracle.on_crash(&self.d.store)
+    }
+
+    fn note_crash(&mut self, variant: CrashVariant) {
+        self.d.digest.str("crash").str(&variant.label());
+        self.d.oracle.note(match variant {
+            CrashVariant::Drop => "crash: pending write lost",
+            CrashVariant::Keep => "crash: committed, ack lost",
+            CrashVariant::Tear(_) => "crash: torn transaction",
+        });
+    }
+
+    /// What a crash with `variant` would leave, without touching `self`.
+    pub fn crashed(&self, variant: CrashVariant) -> Result<Durable, crate::oracle::Violation> {
+        let mut d = self.d.clone();
+        d.store.crash(variant);
+        d.oracle.on_crash(&d.store)?;
+        let mut sim_d = d;
+        sim_d.digest.str("crash").str(&variant.label());
+        Ok(sim_d)
+    }
+
+    /// Restarts every host without losing anything (a clean restart).
+    pub fn restart(&mut self) {
+        assert!(self.items.is_empty(), "a clean restart needs a quiet world");
+        self.d.store.commit();
+        self.conns.clear();
+        self.calls.clear();
+        let n = self.hosts.len();
+        self.hosts = (0..n).map(|_| Self::slot(&mut self.d, &self.config)).collect();
+    }
+
+    /// Mixes the world's state into `h` (for state deduplication).
+    pub fn digest_state(&self, h: &mut Fnv) {
+        self.d.store.digest(h);
+        for slot in &self.hosts {
+            h.u64(slot.hist.finish());
+        }
+        for item in &self.items {
+            h.u64(item.host as u64);
+            match &item.what {
+                What::Effect(e) => {
+                    h.str("e").u64(e.id().map_or(0, |i| i.0));
+                }
+                What::Outcome(id, o, _) => {
+                    h.str("o").u64(id.0);
+                    hash_outcome(h, o);
+                }
+                What::Harness(c, i) => {
+                    h.str("h").u64(c.0);
+                    hash_input(h, i);
+                }
+            }
+        }
+        for ((host, id), call) in &self.calls {
+            h.u64(*host as u64).u64(id.0).u64(call.items.len() as u64);
+            match &call.reply {
+                None => h.str("open"),
+                Some(Ok(_)) => h.str("ok"),
+                Some(Err(s)) => h.str("err").i64(s.code as i64),
+            };
+        }
+        for (key, r) in &self.d.executor.done {
+            h.str(&key.0).str(&key.1).u64(u64::from(r.is_error));
+        }
+    }
+
+    fn drain(&mut self, host: usize) -> Check {
+        let mut fresh = Vec::new();
+        while let Some(effect) = self.hosts[host].host.poll_effect() {
+            digest_effect(&mut self.d.digest, host, &effect);
+            match effect {
+                Effect::Send { conn, frame } => self.send(host, conn, frame)?,
+                Effect::Close { conn } => {
+                    self.conns.remove(&(host, conn));
+                }
+                Effect::Stream { request, item } => {
+                    let Some(call) = self.calls.get_mut(&(host, request)) else {
+                        continue;
+                    };
+                    if let StreamItem::Record(r) = &item {
+                        let session = call.session.clone();
+                        self.d
+                            .oracle
+                            .on_ack(&self.d.store, &session, r.record())?;
+                    }
+                    if let Some(call) = self.calls.get_mut(&(host, request)) {
+                        call.items.push(item);
+                    }
+                }
+                Effect::Reply { request, result } => {
+                    let Some(call) = self.calls.get_mut(&(host, request)) else {
+                        continue;
+                    };
+                    assert!(call.reply.is_none(), "a call replies once");
+                    if let Ok(Response::Approve(a)) = &result
+                        && let Some(record) = &a.decision
+                    {
+                        let session = call.session.clone();
+                        self.d.oracle.on_ack(&self.d.store, &session, record)?;
+                    }
+                    if let Some(call) = self.calls.get_mut(&(host, request)) {
+                        call.reply = Some(result);
+                    }
+                }
+                other => fresh.push(Item {
+                    host,
+                    what: What::Effect(other),
+                }),
+            }
+        }
+        // New effects go first, in order: FIFO then performs them before
+        // anything else, as a shell that drains and performs would.
+        self.items.splice(0..0, fresh);
+        Ok(())
+    }
+
+    fn push(&mut self, host: usize, what: What) {
+        self.items.push(Item { host, what });
+    }
+
+    fn send(&mut self, host: usize, conn: ConnId, frame: ControllerFrame) -> Check {
+        let Some(c) = self.conns.get_mut(&(host, conn)) else {
+            return Ok(()); // closed: the frame is lost
+        };
+        match &frame.frame {
+            Some(Frame::Start(_)) => {
+                c.session = frame.session.clone();
+                let n = self.d.starts.entry(frame.session.clone()).or_default();
+                *n += 1;
+                c.ordinal = *n;
+            }
+            Some(Frame::Model(_)) => {
+                let k = c.answers;
+                c.answers += 1;
+                let request = c.requests.get(k).cloned().unwrap_or_default();
+                let session = c.session.clone();
+                self.d.oracle.on_model_answer(
+                    &self.d.store,
+                    &session,
+                    &frame.execution_id,
+                    k,
+                    &request,
+                )?;
+            }
+            Some(Frame::Tool(tr)) => {
+                let session = c.session.clone();
+                self.d
+                    .oracle
+                    .on_tool_answer(&self.d.store, &session, &frame.execution_id, &tr.id)?;
+            }
+            _ => {}
+        }
+        let c = self.conns.get_mut(&(host, conn)).expect("checked above");
+        let reply = c.script.on_frame(&frame);
+        let (kind, ordinal) = (c.kind.clone(), c.ordinal);
+        for mut ev in reply.events {
+            if events::kind_of(&ev) == EventKind::EventModelCall {
+                if kind == scripts::DRIFT && ordinal > 1 {
+                    scripts::drift(&mut ev, ordinal);
+                }
+                if let Some(Body::Model(mc)) = &ev.body {
+                    c.requests.push(mc.clone());
+                }
+            }
+            self.items.push(Item {
+                host,
+                what: What::Harness(conn, HarnessInput::Event(ev)),
+            });
+        }
+        if let Some(e) = reply.fail {
+            self.push(host, What::Harness(conn, HarnessInput::Failed(e)));
+        } else if reply.close {
+            self.push(host, What::Harness(conn, HarnessInput::Closed));
+        }
+        Ok(())
+    }
+
+    fn perform(&mut self, host: usize, effect: Effect) -> Check {
+        let inc = self.hosts[host].inc;
+        let now = self.d.now;
+        if is_store_effect(&effect) {
+            let id = effect.id().expect("store effects expect outcomes");
+            let stored = match &effect {
+                Effect::Append { session, fence, .. } => {
+                    self.d.oracle.on_append(inc, session, *fence)?;
+                    self.d.store.live_fence(session)
+                }
+                _ => 0,
+            };
+            let (outcome, tx) = self.d.store.perform(&effect, now).expect("store effect");
+            match (&effect, &outcome) {
+                (
+                    Effect::Append {
+                        session,
+                        expected_last_seq,
+                        fence,
+                        ..
+                    },
+                    Outcome::Appended(r),
+                ) => {
+                    self.d
+                        .oracle
+                        .on_commit(session, *expected_last_seq, *fence, stored, r)?;
+                }
+                (Effect::MintFence { session, .. }, Outcome::Fence(Ok(f))) => {
+                    self.d.oracle.on_mint(inc, session, *f);
+                }
+                _ => {}
+            }
+            self.push(host, What::Outcome(id, outcome, tx));
+            return Ok(());
+        }
+        let (id, outcome) = match effect {
+            Effect::Describe {
+                id, backend, conn, ..
+            } => {
+                let live = conn.and_then(|c| self.conns.get(&(host, c)));
+                let d = match live {
+                    Some(c) => Ok(c.script.descriptor()),
+                    None => scripts::by_kind(&backend_kind(&backend))
+                        .map(|s| s.descriptor())
+                        .ok_or_else(|| {
+                            agentsessions_machine::host::HarnessFailure::Unavailable(
+                                "no such harness".into(),
+                            )
+                        }),
+                };
+                (id, Outcome::Described(d))
+            }
+            Effect::Runtime {
+                id, backend, op, ..
+            } => (id, Outcome::Runtime(Ok(runtime(&backend, op)))),
+            Effect::Dial {
+                id, backend, conn, ..
+            } => {
+                let kind = backend_kind(&backend);
+                let outcome = match scripts::by_kind(&kind) {
+                    Some(script) => {
+                        self.conns.insert(
+                            (host, conn),
+                            Conn {
+                                kind,
+                                script,
+                                session: String::new(),
+                                ordinal: 0,
+                                requests: Vec::new(),
+                                answers: 0,
+                            },
+                        );
+                        Ok(())
+                    }
+                    None => Err(agentsessions_machine::host::HarnessFailure::Unavailable(
+                        "no such harness".into(),
+                    )),
+                };
+                (id, Outcome::Dialed(outcome))
+            }
+            Effect::InvokeModel {
+                id,
+                session,
+                execution_id,
+                request,
+            } => {
+                self.d
+                    .oracle
+                    .on_invoke_model(&self.d.store, &session, &execution_id)?;
+                self.d.model_calls += 1;
+                let text = request
+                    .messages
+                    .last()
+                    .map(events::message_text)
+                    .unwrap_or_default();
+                let reply = ModelReply {
+                    message: Some(events::assistant_text(&format!("echo:{text}"))),
+                    usage: None,
+                };
+                (id, Outcome::Model(Ok(reply)))
+            }
+            Effect::ExecuteTool {
+                id,
+                session,
+                intent,
+                call,
+            } => {
+                self.d
+                    .oracle
+                    .on_execute_tool(&self.d.store, &session, intent.record(), &call)?;
+                (id, Outcome::Tool(self.execute(&session, &call)?))
+            }
+            other => {
+                return Err(violation(
+                    Rule::Expectation,
+                    format!("the world cannot perform {other:?}"),
+                ));
+            }
+        };
+        self.push(host, What::Outcome(id, outcome, None));
+        Ok(())
+    }
+
+    fn execute(
+        &mut self,
+        session: &str,
+        call: &agentsessions_proto::v1::ToolCall,
+    ) -> Result<Result<ToolResult, String>, crate::oracle::Violation> {
+        let ex = &mut self.d.executor;
+        ex.attempts += 1;
+        let key = call.idempotency_key.clone();
+        let dedup = (session.to_owned(), key.clone());
+        if !ex.done.contains_key(&dedup) {
+            if ex.fail_first.remove(&key) {
+                return Ok(Err(format!("executor failed on {key}")));
+            }
+            ex.effects += 1;
+            ex.done.insert(
+                dedup.clone(),
+                ToolResult {
+                    id: call.id.clone(),
+                    ..ToolResult::default()
+                },
+            );
+            self.d.oracle.on_tool_effect(session, &key)?;
+        } else {
+            self.d.oracle.note("executor deduplicated a re-drive");
+        }
+        let mut result = self.d.executor.done[&dedup].clone();
+        result.id = call.id.clone();
+        Ok(Ok(result))
+    }
+}
+
+fn runtime(backend: &Backend, op: RuntimeOp) -> RuntimeReply {
+    let kind = backend_kind(backend);
+    match op {
+        RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } | RuntimeOp::Fork { .. } => {
+            RuntimeReply::Incarnation {
+                address: format!("local://{kind}"),
+            }
+        }
+        RuntimeOp::Snapshot { session } => RuntimeReply::Snapshot(SnapshotRef {
+            external_uri: if backend.memory_snapshot() {
+                format!("snap://{session}")
+            } else {
+                String::new()
+            },
+            local: session,
+            memory: backend.memory_snapshot(),
+            sealed: false,
+        }),
+        RuntimeOp::Stop { .. } => RuntimeReply::Done,
+    }
+}
+
+/// A compact, stable digest of an outcome (enough to tell states apart).
+fn hash_outcome(h: &mut Fnv, o: &Outcome) {
+    match o {
+        Outcome::Appended(Ok(r)) => {
+            h.str("appended");
+            for x in r {
+                h.i64(x.seq).str(&x.content_hash);
+            }
+        }
+        Outcome::Appended(Err(e)) => {
+            h.str("append-err").str(&format!("{e:?}"));
+        }
+        Outcome::Fence(r) => {
+            h.str("fence").i64(*r.as_ref().unwrap_or(&-1));
+        }
+        Outcome::Log(Ok(r)) => {
+            h.str("log").u64(r.len() as u64);
+            if let Some(last) = r.last() {
+                h.str(&last.content_hash);
+            }
+        }
+        Outcome::Session(Ok(Some(row))) => {
+            h.str("row").i64(row.last_seq).i64(row.compute_state as i64);
+        }
+        other => {
+            h.str(&format!("{other:?}"));
+        }
+    }
+}
+
+fn hash_input(h: &mut Fnv, i: &HarnessInput) {
+    match i {
+        HarnessInput::Event(ev) => {
+            h.str("ev").i64(i64::from(ev.kind)).str(&ev.execution_id);
+            if let Some(m) = body::model(ev) {
+                h.str(&format!("{:?}", m.messages));
+            }
+        }
+        HarnessInput::Closed => {
+            h.str("closed");
+        }
+        HarnessInput::Failed(e) => {
+            h.str("failed").str(e);
+        }
+    }
+}
+
+/// Mixes a performed effect into the trace digest.
+fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
+    h.u64(host as u64);
+    match e {
+        Effect::Append {
+            session,
+            expected_last_seq,
+            fence,
+            events,
+            ..
+        } => {
+            h.str("append").str(session).i64(*expected_last_seq).i64(*fence);
+            for ev in events {
+                h.i64(i64::from(ev.kind));
+            }
+        }
+        Effect::Stream { request, item } => {
+            h.str("stream").u64(request.0);
+            if let StreamItem::Record(r) = item {
+                h.str(&r.record().content_hash);
+            }
+        }
+        Effect::Reply { request, result } => {
+            h.str("reply").u64(request.0).i64(match result {
+                Ok(_) => 0,
+                Err(s) => s.code as i64,
+            });
+        }
+        Effect::Send { conn, frame } => {
+            h.str("send").u64(conn.0).str(&frame.execution_id);
+        }
+        other => {
+            h.str(effect_name(other)).u64(other.id().map_or(0, |i| i.0));
+        }
+    }
+}
+
+/// The variant name of an effect.
+pub fn effect_name(e: &Effect) -> &'static str {
+    match e {
+        Effect::Append { .. } => "Append",
+        Effect::MintFence { .. } => "MintFence",
+        Effect::ReadLog { .. } => "ReadLog",
+        Effect::GetSession { .. } => "GetSession",
+        Effect::PutSession { .. } => "PutSession",
+        Effect::ListSessions { .. } => "ListSessions",
+        Effect::GetHarnessRow { .. } => "GetHarnessRow",
+        Effect::ListHarnessRows { .. } => "ListHarnessRows",
+        Effect::RegisterHarnessRow { .. } => "RegisterHarnessRow",
+        Effect::RetireHarnessRow { .. } => "RetireHarnessRow",
+        Effect::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+        Effect::Describe { .. } => "Describe",
+        Effect::Runtime { .. } => "Runtime",
+        Effect::Dial { .. } => "Dial",
+        Effect::Send { .. } => "Send",
+        Effect::Close { .. } => "Close",
+        Effect::InvokeModel { .. } => "InvokeModel",
+        Effect::ExecuteTool { .. } => "ExecuteTool",
+        Effect::Stream { .. } => "Stream",
+        Effect::Reply { .. } => "Reply",
+    }
+}
+
+/// A one-line description of an item (for printed traces).
+pub fn describe(item: &Item) -> String {
+    match &item.what {
+        What::Effect(e) => match e {
+            Effect::Append {
+                session,
+                expected_last_seq,
+                fence,
+                events,
+                ..
+            } => format!(
+                "h{} perform Append {session} after={expected_last_seq} fence={fence} [{}]",
+                item.host,
+                events
+                    .iter()
+                    .map(|e| events::kind_of(e).as_str_name().trim_start_matches("EVENT_"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            other => format!("h{} perform {}", item.host, effect_name(other)),
+        },
+        What::Outcome(id, o, _) => {
+            let what = match o {
+                Outcome::Appended(Ok(r)) => format!(
+                    "Appended seq {}..={}",
+                    r.first().map_or(0, |x| x.seq),
+                    r.last().map_or(0, |x| x.seq)
+                ),
+                Outcome::Appended(Err(e)) => format!("Append failed {e:?}"),
+                Outcome::Fence(f) => format!("Fence {f:?}"),
+                other => format!("{:?}", std::mem::discriminant(other))
+                    .replace("Discriminant", "outcome"),
+            };
+            format!("h{} deliver #{} {what}", item.host, id.0)
+        }
+        What::Harness(c, i) => match i {
+            HarnessInput::Event(ev) => format!(
+                "h{} harness conn {} {}",
+                item.host,
+                c.0,
+                events::kind_of(ev).as_str_name()
+            ),
+            HarnessInput::Closed => format!("h{} harness conn {} closed", item.host, c.0),
+            HarnessInput::Failed(e) => format!("h{} harness conn {} failed: {e}", item.host, c.0),
+        },
+    }
+}
+
+/// The route names a scenario may create sessions on.
+pub fn route_names() -> Vec<String> {
+    config().harnesses.keys().cloned().collect()
+}
