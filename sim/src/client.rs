@@ -190,6 +190,17 @@ fn gate_ref(g: &(String, String, i64)) -> ApprovalRef {
     }
 }
 
+/// A reply in one line (status code and message, or the response kind).
+pub fn brief(reply: &Result<Response, Status>) -> String {
+    match reply {
+        Ok(r) => {
+            let name = format!("{r:?}");
+            format!("Ok({})", name.split('(').next().unwrap_or_default())
+        }
+        Err(s) => format!("{:?}: {}", s.code, s.message),
+    }
+}
+
 fn code(reply: &Result<Response, Status>) -> Code {
     match reply {
         Ok(_) => Code::Ok,
@@ -423,7 +434,7 @@ impl Client {
                 if got != expect {
                     return Err(violation(
                         Rule::Expectation,
-                        format!("step {} ({step:?}): expected {expect:?}, got {reply:?}", self.step),
+                        format!("step {} ({step:?}): expected {expect:?}, got {}", self.step, brief(reply)),
                     ));
                 }
                 let sid = self.slot(slot);
@@ -452,7 +463,7 @@ impl Client {
         if strict && got != Code::Ok {
             return Err(violation(
                 Rule::Expectation,
-                format!("step {} ({step:?}) failed without a crash: {reply:?}", self.step),
+                format!("step {} ({step:?}) failed without a crash: {}", self.step, brief(reply)),
             ));
         }
         if got == Code::Ok {

@@ -209,7 +209,7 @@ pub fn sweep_race(scn: &Scenario, depth: usize) -> Result<Stats, Failure> {
             ..Stats::default()
         },
     };
-    let paths = s.visit(&mut Vec::new())?;
+    let paths = s.visit(&mut Vec::new(), None)?;
     s.stats.interleavings = paths;
     Ok(s.stats)
 }
@@ -238,8 +238,19 @@ impl<'a> RaceSweep<'a> {
         Ok((run, moves))
     }
 
-    fn visit(&mut self, path: &mut Vec<u16>) -> Result<u128, Failure> {
-        let (mut run, moves) = self.replay(path)?;
+    /// Counts the interleavings from the state `path` leads to. `carried`
+    /// is that state when the caller already has it (the first child is
+    /// reached by applying one move; the others need a replay, as a host
+    /// cannot be cloned).
+    fn visit(
+        &mut self,
+        path: &mut Vec<u16>,
+        carried: Option<(Run<'a>, Vec<Move>)>,
+    ) -> Result<u128, Failure> {
+        let (mut run, moves) = match carried {
+            Some(c) => c,
+            None => self.replay(path)?,
+        };
         let h = run.state_digest();
         if let Some(&n) = self.memo.get(&h) {
             return Ok(n);
@@ -255,12 +266,19 @@ impl<'a> RaceSweep<'a> {
             return Ok(1);
         }
         self.stats.states += 1;
-        let n = moves.len();
-        drop(run);
         let mut total: u128 = 0;
-        for i in 0..n {
+        let mut first = Some(run);
+        for (i, &m) in moves.iter().enumerate() {
             path.push(i as u16);
-            total = total.saturating_add(self.visit(path)?);
+            let carried = match first.take() {
+                Some(mut run) => {
+                    guard(|| run.apply(m)).map_err(|v| self.fail(path, v))?;
+                    let next = guard(|| run.moves()).map_err(|v| self.fail(path, v))?;
+                    Some((run, next))
+                }
+                None => None,
+            };
+            total = total.saturating_add(self.visit(path, carried)?);
             path.pop();
         }
         self.memo.insert(h, total);

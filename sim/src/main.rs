@@ -9,17 +9,19 @@
 //! sim --scenario NAME --crashes C --path P   replay a printed failure
 //! sim --crashes C --race-depth D        deeper exhaustive sweeps
 //! sim --list                            scenario names
+//! sim --fault NAME ...                  arm a planted bug (the sweep must fail)
 //! ```
 
 use std::process::ExitCode;
 
+use agentsessions_machine::faults::{self, Fault};
 use agentsessions_sim::explore;
 use agentsessions_sim::scenario;
 use agentsessions_sim::sweep::{self, Config};
 
 fn usage() -> ExitCode {
     eprintln!(
-        "usage: sim [--seeds N] [--seed S] [--scenario NAME] [--crashes C] [--race-depth D] [--path P] [--walks-only] [--list]"
+        "usage: sim [--seeds N] [--seed S] [--scenario NAME] [--crashes C] [--race-depth D] [--path P] [--walks-only] [--fault NAME] [--list]"
     );
     ExitCode::from(2)
 }
@@ -51,6 +53,14 @@ fn main() -> ExitCode {
             },
             "--path" => path = val(),
             "--walks-only" => cfg.walks_only = true,
+            "--fault" => match val().as_deref().and_then(Fault::by_name) {
+                // Leaked on purpose: the fault stays armed for the process.
+                Some(f) => std::mem::forget(faults::arm(f)),
+                None => {
+                    eprintln!("faults: {}", Fault::ALL.map(Fault::name).join(", "));
+                    return usage();
+                }
+            },
             "--list" => {
                 for s in scenario::all() {
                     println!("{:<28} {}", s.name, s.family);

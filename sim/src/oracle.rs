@@ -173,6 +173,9 @@ pub struct Oracle {
     acked: BTreeMap<(String, i64), String>,
     /// Executor effects per (session, idempotency key).
     effects: BTreeMap<(String, String), u32>,
+    /// The highest seq each incarnation has seen of each session (through
+    /// reads and its own appends).
+    seen: BTreeMap<(u64, String), i64>,
     /// True while a replay is being checked: nothing may be invoked.
     replaying: bool,
     /// "Sometimes" coverage: how often each interesting thing happened.
@@ -269,10 +272,19 @@ impl Oracle {
         Ok(())
     }
 
-    /// The executor is about to run `intent` of `session`.
+    /// Incarnation `inc` has seen `session` through seq `head` (a read or
+    /// one of its own appends was delivered to it).
+    pub fn on_observed(&mut self, inc: u64, session: &str, head: i64) {
+        let seen = self.seen.entry((inc, session.to_owned())).or_default();
+        *seen = (*seen).max(head);
+    }
+
+    /// Incarnation `inc` is about to have the executor run `intent` of
+    /// `session`.
     pub fn on_execute_tool(
         &mut self,
         view: &dyn JournalView,
+        inc: u64,
         session: &str,
         intent: &LogRecord,
         call: &agentsessions_proto::v1::ToolCall,
@@ -296,15 +308,27 @@ impl Oracle {
             if body::tool(ev).is_some_and(|t| t.id == call.id) {
                 break; // a later call reusing the id owns what follows
             }
+            // A racing recovery may re-run a tool whose result another
+            // incarnation wrote after it read the journal (the executor
+            // dedups by key); running it once its result was seen is a bug.
+            let seen = self
+                .seen
+                .get(&(inc, session.to_owned()))
+                .copied()
+                .unwrap_or(0);
             ensure(
-                !body::result(ev).is_some_and(|t| t.id == call.id),
+                !(r.seq <= seen && body::result(ev).is_some_and(|t| t.id == call.id)),
                 Rule::DuplicateExecution,
-                || format!("{session}: tool {} ran again after its result (seq {}) was durable", call.id, r.seq),
+                || format!("{session}: tool {} ran again after its result (seq {}) was read", call.id, r.seq),
             )?;
+        }
+        if intent.fence < view.fence(session) {
+            self.note("tool intent re-driven by a later incarnation");
         }
         if call.mediation != Mediation::RequiresApproval as i32 {
             return Ok(());
         }
+        self.note("approved gate executed");
         self.check_gate(records, session, intent, call)
     }
 
@@ -375,21 +399,43 @@ impl Oracle {
         }
     }
 
-    /// The model provider is about to be invoked for `exec`: only for a
-    /// durable MODEL_CALL that has no answer yet.
-    pub fn on_invoke_model(&mut self, view: &dyn JournalView, session: &str, exec: &str) -> Check {
+    /// Incarnation `inc` is about to invoke the model provider for `exec`:
+    /// only for a durable MODEL_CALL, and never for one it has seen
+    /// answered (a racing recovery may re-drive a call whose OUTPUT
+    /// another incarnation wrote after it read; its own append then fails).
+    pub fn on_invoke_model(
+        &mut self,
+        view: &dyn JournalView,
+        inc: u64,
+        session: &str,
+        exec: &str,
+    ) -> Check {
         ensure(!self.replaying, Rule::ReplayCalls, || {
             format!("{session}: replay invoked the model")
         })?;
         let records = Self::execution(view.records(session), exec);
+        ensure(
+            records.iter().any(|r| kind(r) == EventKind::EventModelCall),
+            Rule::RecordBeforeEffect,
+            || format!("{session}: model invoked for {exec} without a durable MODEL_CALL"),
+        )?;
+        let seen = self
+            .seen
+            .get(&(inc, session.to_owned()))
+            .copied()
+            .unwrap_or(0);
         let last = records
             .iter()
             .rev()
+            .filter(|r| r.seq <= seen)
             .find(|r| kind(r) != EventKind::EventError);
+        if last.is_some_and(|r| r.fence < view.fence(session)) {
+            self.note("model call re-driven by a later incarnation");
+        }
         ensure(
             last.is_some_and(|r| kind(r) == EventKind::EventModelCall),
-            Rule::RecordBeforeEffect,
-            || format!("{session}: model invoked for {exec} without a durable unanswered MODEL_CALL"),
+            Rule::DuplicateExecution,
+            || format!("{session}: model invoked for {exec} although its last model call was seen answered"),
         )
     }
 

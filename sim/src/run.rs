@@ -423,7 +423,8 @@ impl<'a> Run<'a> {
         if let Some(Ok(Response::Session(s))) = &get.reply {
             self.sim.d.oracle.check_session(&self.sim.d.store, s)?;
         } else {
-            return Err(violation(Rule::Projection, format!("{sid}: GetSession {:?}", get.reply)));
+            let got = get.reply.as_ref().map_or("none".into(), client::brief);
+            return Err(violation(Rule::Projection, format!("{sid}: GetSession {got}")));
         }
         self.sim.d.oracle.set_replaying(true);
         let replay = Request::Replay(ReplayRequest {
@@ -461,7 +462,10 @@ impl<'a> Run<'a> {
             (Err(_), true) => Ok(()),
             (other, _) => Err(violation(
                 Rule::ReplayMismatch,
-                format!("{sid}: harness replay answered {other:?} (divergence expected: {diverges})"),
+                format!(
+                    "{sid}: harness replay answered {} (divergence expected: {diverges})",
+                    client::brief(&other)
+                ),
             )),
         }
     }

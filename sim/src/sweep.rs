@@ -56,20 +56,27 @@ pub fn run(cfg: &Config, log: &mut dyn FnMut(&str)) -> Result<Stats, Failure> {
     let mut total = Stats::default();
     if !cfg.walks_only {
         for scn in scenario::crash_scenarios().iter().filter(|s| cfg.wanted(s)) {
+            let t = std::time::Instant::now();
             let s = explore::sweep_crashes(scn, cfg.crashes)?;
             log(&format!(
-                "crash  {:<28} cuts {:>6}  recoveries {:>5}  runs {:>5}",
-                scn.name, s.cuts, s.recoveries, s.runs
+                "crash  {:<28} cuts {:>6}  recoveries {:>5}  runs {:>5}  {:>6.2}s",
+                scn.name,
+                s.cuts,
+                s.recoveries,
+                s.runs,
+                t.elapsed().as_secs_f64()
             ));
             total.add(&s);
         }
         for scn in scenario::race_scenarios().iter().filter(|s| cfg.wanted(s)) {
+            let t = std::time::Instant::now();
             let s = explore::sweep_race(scn, cfg.race_depth)?;
             log(&format!(
-                "race   {:<28} states {:>6}  end states {:>5}  interleavings {}{}",
+                "race   {:<28} states {:>6}  end states {:>5}  {:>6.2}s  interleavings {}{}",
                 scn.name,
                 s.states,
                 s.terminals,
+                t.elapsed().as_secs_f64(),
                 s.interleavings,
                 if s.truncated > 0 {
                     format!("  (depth-bounded: {})", s.truncated)

@@ -103,8 +103,9 @@ pub struct Item {
 pub enum What {
     /// An effect the host emitted, not performed yet.
     Effect(Effect),
-    /// An effect's answer, not delivered yet (with its store transaction).
-    Outcome(EffectId, Outcome, Option<u64>),
+    /// An effect's answer, not delivered yet, with its store transaction
+    /// and, for journal reads and appends, the session.
+    Outcome(EffectId, Outcome, Option<u64>, Option<String>),
     /// A harness frame or stream end, not delivered yet.
     Harness(ConnId, HarnessInput),
 }
@@ -276,9 +277,12 @@ impl Sim {
         let host = item.host;
         match item.what {
             What::Effect(effect) => self.perform(host, effect),
-            What::Outcome(id, outcome, tx) => {
+            What::Outcome(id, outcome, tx, session) => {
                 if let Some(tx) = tx {
                     self.d.store.delivered(tx);
+                }
+                if let Some(session) = session {
+                    self.observe(host, &session, &outcome);
                 }
                 let slot = &mut self.hosts[host];
                 slot.hist.str("out").u64(id.0);
@@ -304,33 +308,20 @@ impl Sim {
     /// are lost, the store applies `variant` to its pending write, and fresh
     /// incarnations start over the durable journal.
     pub fn crash(&mut self, variant: CrashVariant) -> Check {
-        self.d.store.crash(variant);
-        self.note_crash(variant);
+        let result = crash_durable(&mut self.d, variant);
         self.items.clear();
         self.conns.clear();
         self.calls.clear();
         let n = self.hosts.len();
         self.hosts = (0..n).map(|_| Self::slot(&mut self.d, &self.config)).collect();
-        self.d.oracle.on_crash(&self.d.store)
-    }
-
-    fn note_crash(&mut self, variant: CrashVariant) {
-        self.d.digest.str("crash").str(&variant.label());
-        self.d.oracle.note(match variant {
-            CrashVariant::Drop => "crash: pending write lost",
-            CrashVariant::Keep => "crash: committed, ack lost",
-            CrashVariant::Tear(_) => "crash: torn transaction",
-        });
+        result
     }
 
     /// What a crash with `variant` would leave, without touching `self`.
     pub fn crashed(&self, variant: CrashVariant) -> Result<Durable, crate::oracle::Violation> {
         let mut d = self.d.clone();
-        d.store.crash(variant);
-        d.oracle.on_crash(&d.store)?;
-        let mut sim_d = d;
-        sim_d.digest.str("crash").str(&variant.label());
-        Ok(sim_d)
+        crash_durable(&mut d, variant)?;
+        Ok(d)
     }
 
     /// Restarts every host without losing anything (a clean restart).
@@ -355,7 +346,7 @@ impl Sim {
                 What::Effect(e) => {
                     h.str("e").u64(e.id().map_or(0, |i| i.0));
                 }
-                What::Outcome(id, o, _) => {
+                What::Outcome(id, o, ..) => {
                     h.str("o").u64(id.0);
                     hash_outcome(h, o);
                 }
@@ -426,6 +417,19 @@ impl Sim {
         // anything else, as a shell that drains and performs would.
         self.items.splice(0..0, fresh);
         Ok(())
+    }
+
+    /// Tells the oracle how far the host has now seen a journal.
+    fn observe(&mut self, host: usize, session: &str, outcome: &Outcome) {
+        let records = match outcome {
+            Outcome::Appended(Ok(r)) | Outcome::Log(Ok(r)) => r,
+            _ => return,
+        };
+        if let Some(last) = records.last() {
+            self.d
+                .oracle
+                .on_observed(self.hosts[host].inc, session, last.seq);
+        }
     }
 
     fn push(&mut self, host: usize, what: What) {
@@ -521,7 +525,13 @@ impl Sim {
                 }
                 _ => {}
             }
-            self.push(host, What::Outcome(id, outcome, tx));
+            let session = match &effect {
+                Effect::Append { session, .. } | Effect::ReadLog { session, .. } => {
+                    Some(session.clone())
+                }
+                _ => None,
+            };
+            self.push(host, What::Outcome(id, outcome, tx, session));
             return Ok(());
         }
         let (id, outcome) = match effect {
@@ -577,7 +587,7 @@ impl Sim {
             } => {
                 self.d
                     .oracle
-                    .on_invoke_model(&self.d.store, &session, &execution_id)?;
+                    .on_invoke_model(&self.d.store, inc, &session, &execution_id)?;
                 self.d.model_calls += 1;
                 let text = request
                     .messages
@@ -598,7 +608,7 @@ impl Sim {
             } => {
                 self.d
                     .oracle
-                    .on_execute_tool(&self.d.store, &session, intent.record(), &call)?;
+                    .on_execute_tool(&self.d.store, inc, &session, intent.record(), &call)?;
                 (id, Outcome::Tool(self.execute(&session, &call)?))
             }
             other => {
@@ -608,7 +618,7 @@ impl Sim {
                 ));
             }
         };
-        self.push(host, What::Outcome(id, outcome, None));
+        self.push(host, What::Outcome(id, outcome, None, None));
         Ok(())
     }
 
@@ -641,6 +651,18 @@ impl Sim {
         result.id = call.id.clone();
         Ok(Ok(result))
     }
+}
+
+/// What a crash does to the durable part of the world.
+fn crash_durable(d: &mut Durable, variant: CrashVariant) -> Check {
+    d.store.crash(variant);
+    d.digest.str("crash").str(&variant.label());
+    d.oracle.note(match variant {
+        CrashVariant::Drop => "crash: pending write lost (or none)",
+        CrashVariant::Keep => "crash: write committed, answer lost",
+        CrashVariant::Tear(_) => "crash: torn transaction",
+    });
+    d.oracle.on_crash(&d.store)
 }
 
 fn runtime(backend: &Backend, op: RuntimeOp) -> RuntimeReply {
@@ -796,7 +818,7 @@ pub fn describe(item: &Item) -> String {
             ),
             other => format!("h{} perform {}", item.host, effect_name(other)),
         },
-        What::Outcome(id, o, _) => {
+        What::Outcome(id, o, ..) => {
             let what = match o {
                 Outcome::Appended(Ok(r)) => format!(
                     "Appended seq {}..={}",
