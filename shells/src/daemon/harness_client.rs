@@ -100,12 +100,21 @@ pub struct GrpcHarnesses {
 
 impl GrpcHarnesses {
     fn client(&self, address: &str) -> Result<HarnessClient<Channel>, HarnessFailure> {
-        let mut channels = self.channels.lock().expect("channel cache lock");
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ch) = channels.get(address) {
             return Ok(HarnessClient::new(ch.clone()));
         }
         let target = parse_address(address).map_err(HarnessFailure::Unavailable)?;
         let ch = channel(&target).map_err(HarnessFailure::Unavailable)?;
+        if matches!(target, Target::Unix(_)) {
+            // Per-session incarnations come and go on fresh socket paths;
+            // a path that no longer exists will never answer again, so its
+            // channel is dropped rather than kept for the daemon's life.
+            channels.retain(|a, _| match parse_address(a) {
+                Ok(Target::Unix(p)) => std::path::Path::new(&p).exists(),
+                _ => true,
+            });
+        }
         channels.insert(address.to_owned(), ch.clone());
         Ok(HarnessClient::new(ch))
     }

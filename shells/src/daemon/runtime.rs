@@ -8,11 +8,16 @@
 //! * **remote** attaches to a harness already running at an address. It
 //!   owns no compute: create, restore and fork just hand out the address.
 //!
-//! Neither can capture memory, so a REQUIRES_MEMORY_SNAPSHOT harness is
-//! refused at admission (the CanPlace rule lives in the machine).
+//! * **memory** ([`super::memory`]) keeps one instance per session and
+//!   captures its memory on Snapshot, so REQUIRES_MEMORY_SNAPSHOT harnesses
+//!   (the built-in `counter`) can be placed, suspended and forked.
+//!
+//! Local and remote cannot capture memory, so a REQUIRES_MEMORY_SNAPSHOT
+//! harness routed to them is refused at admission (the CanPlace rule lives
+//! in the machine).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
@@ -20,7 +25,8 @@ use agentsessions_proto::v1::SnapshotRef;
 use tokio::sync::oneshot;
 
 use super::driver::{PortFuture, RuntimePort};
-use crate::harness::{HarnessService, builtin};
+use super::memory::MemoryRuntime;
+use crate::harness::{Harness, HarnessService, builtin};
 
 /// A built-in harness being served on a unix socket.
 struct Served {
@@ -33,6 +39,7 @@ pub struct Runtimes {
     dir: PathBuf,
     model: String,
     served: Mutex<BTreeMap<String, Arc<Served>>>,
+    memory: MemoryRuntime,
 }
 
 impl Runtimes {
@@ -40,6 +47,7 @@ impl Runtimes {
     /// is the default model for harnesses that need one (`chat`).
     pub fn new(dir: PathBuf, model: String) -> Self {
         Self {
+            memory: MemoryRuntime::new(dir.clone()),
             dir,
             model,
             served: Mutex::new(BTreeMap::new()),
@@ -47,40 +55,20 @@ impl Runtimes {
     }
 
     /// The socket address of the built-in `kind`, starting it on first use.
-    fn local_address(&self, kind: &str) -> Result<String, String> {
-        let mut served = self.served.lock().expect("runtime lock");
-        if let Some(s) = served.get(kind) {
+    /// `prefix` keeps the describe-only instances of memory kinds apart
+    /// from instances that run turns.
+    fn local_address(&self, prefix: &str, kind: &str) -> Result<String, String> {
+        let key = format!("{prefix}{kind}");
+        let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = served.get(&key) {
             return Ok(s.address.clone());
         }
         let harness = builtin::build(kind, &self.model).map_err(|e| e.to_string())?;
-        let path = self.dir.join(format!("{kind}.sock"));
-        // Binding is synchronous work; do it on a std listener so this stays
-        // callable from the drive loop without awaiting.
-        let std_listener = std::os::unix::net::UnixListener::bind(&path)
-            .or_else(|_| {
-                let _ = std::fs::remove_file(&path);
-                std::os::unix::net::UnixListener::bind(&path)
-            })
-            .map_err(|e| format!("serve {kind}: bind {}: {e}", path.display()))?;
-        std_listener
-            .set_nonblocking(true)
-            .map_err(|e| format!("serve {kind}: {e}"))?;
-        let listener = tokio::net::UnixListener::from_std(std_listener)
-            .map_err(|e| format!("serve {kind}: {e}"))?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let service = HarnessService::new(harness);
-        tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder()
-                .add_service(service.into_server())
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stopped.await;
-                })
-                .await;
-        });
+        let path = self.dir.join(format!("{key}.sock"));
+        let stop = serve_unix(&path, HarnessService::new(harness).into_server())?;
         let address = format!("unix://{}", path.display());
         served.insert(
-            kind.to_owned(),
+            key,
             Arc::new(Served {
                 address: address.clone(),
                 _stop: stop,
@@ -91,11 +79,10 @@ impl Runtimes {
 
     fn address(&self, backend: &Backend) -> Result<String, String> {
         match backend {
-            Backend::Local { kind } => self.local_address(kind),
+            Backend::Local { kind } => self.local_address("", kind),
             Backend::Remote { address } => Ok(address.clone()),
-            Backend::Memory { kind } => Err(format!(
-                "no memory-snapshot runtime is configured for {kind:?}"
-            )),
+            // Describe needs no session: a fresh instance answers it.
+            Backend::Memory { kind } => self.local_address("describe-", kind),
         }
     }
 }
@@ -111,6 +98,27 @@ impl RuntimePort for Runtimes {
         op: RuntimeOp,
     ) -> PortFuture<'_, Result<RuntimeReply, String>> {
         Box::pin(async move {
+            if let Backend::Memory { kind } = &backend {
+                let m = &self.memory;
+                return match op {
+                    RuntimeOp::Create { session } => m
+                        .create(kind, &session)
+                        .map(|address| RuntimeReply::Incarnation { address }),
+                    RuntimeOp::Restore { snapshot } => m
+                        .restore(kind, &snapshot)
+                        .map(|address| RuntimeReply::Incarnation { address }),
+                    RuntimeOp::Fork { snapshot, child } => m
+                        .fork(kind, &snapshot, &child)
+                        .map(|address| RuntimeReply::Incarnation { address }),
+                    RuntimeOp::Snapshot { session } => {
+                        m.snapshot(kind, &session).map(RuntimeReply::Snapshot)
+                    }
+                    RuntimeOp::Stop { session } => {
+                        m.stop(&session);
+                        Ok(RuntimeReply::Done)
+                    }
+                };
+            }
             match op {
                 RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } | RuntimeOp::Fork { .. } => {
                     Ok(RuntimeReply::Incarnation {
@@ -126,4 +134,35 @@ impl RuntimePort for Runtimes {
             }
         })
     }
+}
+
+/// Serves `server` on a new unix socket at `path` until the returned sender
+/// is dropped or fired. Binding is synchronous so callers need not await.
+pub(crate) fn serve_unix<H: Harness + ?Sized>(
+    path: &Path,
+    server: agentsessions_proto::grpc::harness_server::HarnessServer<HarnessService<H>>,
+) -> Result<oneshot::Sender<()>, String> {
+    let std_listener = std::os::unix::net::UnixListener::bind(path)
+        .or_else(|_| {
+            // A stale file from an earlier daemon in the same directory.
+            let _ = std::fs::remove_file(path);
+            std::os::unix::net::UnixListener::bind(path)
+        })
+        .map_err(|e| format!("bind {}: {e}", path.display()))?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("bind {}: {e}", path.display()))?;
+    let listener = tokio::net::UnixListener::from_std(std_listener)
+        .map_err(|e| format!("bind {}: {e}", path.display()))?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        let _ = tonic::transport::Server::builder()
+            .add_service(server)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    Ok(stop)
 }

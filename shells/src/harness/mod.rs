@@ -27,6 +27,7 @@
 
 pub mod builtin;
 mod error;
+mod memory;
 #[cfg(not(madsim))]
 pub mod serve;
 mod service;
@@ -40,6 +41,7 @@ use agentsessions_proto::v1::{
 };
 
 pub use error::HarnessError;
+pub use memory::{MemoryHarness, SnapshotError};
 pub use service::HarnessService;
 pub use sink::Sink;
 

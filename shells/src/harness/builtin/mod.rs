@@ -20,7 +20,7 @@ pub use chat::{CONFIG_NOT_OBJECT, Chat, PROMPT_NOT_STRING};
 pub use counter::Counter;
 pub use echo::Echo;
 
-use super::Harness;
+use super::{Harness, MemoryHarness};
 
 /// Every built-in kind name.
 pub const KINDS: [&str; 4] = ["echo", "counter", "chat", "approval"];
@@ -34,6 +34,17 @@ pub enum BuiltinError {
     /// The kind needs a model id and none was given.
     #[error("harness kind {0:?} needs a model")]
     ModelRequired(String),
+    /// The kind keeps no memory a snapshot could capture.
+    #[error("harness kind {0:?} has no memory snapshots")]
+    NoMemory(String),
+    /// Saved memory that the kind cannot load.
+    #[error("harness kind {kind:?}: {reason}")]
+    BadSnapshot {
+        /// The kind.
+        kind: String,
+        /// Why the bytes were refused.
+        reason: String,
+    },
 }
 
 /// Makes the built-in harness `kind`; `model` ("" for none) is used by
@@ -47,6 +58,21 @@ pub fn build(kind: &str, model: &str) -> Result<Arc<dyn Harness>, BuiltinError> 
         "chat" if model.is_empty() => Err(BuiltinError::ModelRequired(kind.to_owned())),
         "chat" => Ok(Arc::new(Chat::new(model))),
         other => Err(BuiltinError::UnknownKind(other.to_owned())),
+    }
+}
+
+/// Makes a memory-snapshot instance of `kind`: fresh when `saved` is None,
+/// else with the saved memory loaded.
+pub fn memory(kind: &str, saved: Option<&[u8]>) -> Result<Arc<dyn MemoryHarness>, BuiltinError> {
+    match (kind, saved) {
+        ("counter", None) => Ok(Arc::new(Counter::default())),
+        ("counter", Some(bytes)) => Counter::load(bytes)
+            .map(|c| Arc::new(c) as Arc<dyn MemoryHarness>)
+            .map_err(|e| BuiltinError::BadSnapshot {
+                kind: kind.to_owned(),
+                reason: e.to_string(),
+            }),
+        _ => Err(BuiltinError::NoMemory(kind.to_owned())),
     }
 }
 
