@@ -61,6 +61,8 @@ fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // RUST_LOG filters; AGENTSESSIONS_LOG_FORMAT=json switches to JSON lines.
+    agentsessions_shells::daemon::observe::init_logging();
     let harnesses = args
         .harnesses
         .iter()

@@ -85,6 +85,17 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
     for kind in BUILTINS {
         host.harnesses.insert(kind.into(), local(kind));
     }
+    // The counter keeps its state in RAM only, so it always runs on the
+    // in-process memory-snapshot runtime (one instance per session).
+    host.harnesses.insert(
+        "counter".into(),
+        Route {
+            backend: Backend::Memory {
+                kind: "counter".into(),
+            },
+            ..local("counter")
+        },
+    );
     if !config.model.is_empty() {
         host.harnesses.insert("chat".into(), local("chat"));
     }

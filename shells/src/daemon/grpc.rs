@@ -1,6 +1,7 @@
 //! The gRPC surface: `Sessions` and `HarnessRegistry` as thin translations
 //! into the host's requests. Validation, ordering and status codes are all
-//! the machine's; this layer only converts types.
+//! the machine's; this layer only converts types, and logs each call's
+//! start and finish with its request id ([`super::observe`]).
 
 use std::pin::Pin;
 
@@ -19,6 +20,47 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::driver::DriverHandle;
+use super::observe::{LoggedStream, RpcKind, RpcLog};
+
+fn session_uid(s: &Session) -> Option<&str> {
+    s.metadata.as_ref().map(|m| m.uid.as_str())
+}
+
+fn exec_session(u: &ExecUpdate) -> Option<&str> {
+    match &u.update {
+        Some(agentsessions_proto::v1::exec_update::Update::Session(s)) => session_uid(s),
+        _ => None,
+    }
+}
+
+fn start(method: &'static str, metadata: &tonic::metadata::MetadataMap, uid: &str) -> RpcLog {
+    RpcLog::start("Sessions", method, RpcKind::Unary, metadata, uid)
+}
+
+fn start_registry(method: &'static str, metadata: &tonic::metadata::MetadataMap) -> RpcLog {
+    RpcLog::start("HarnessRegistry", method, RpcKind::Unary, metadata, "")
+}
+
+/// Wraps a driver stream so its finish is logged and the request id is on
+/// its headers.
+fn logged<T: Send + 'static>(
+    rx: tokio::sync::mpsc::UnboundedReceiver<Result<T, Status>>,
+    log: RpcLog,
+    session_of: fn(&T) -> Option<&str>,
+) -> tonic::Response<FrameStream<T>> {
+    let request_id = log.request_id().to_owned();
+    let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
+    let mut response =
+        tonic::Response::new(
+            Box::pin(LoggedStream::new(Box::pin(stream), log, session_of)) as FrameStream<T>,
+        );
+    if let Ok(v) = request_id.parse() {
+        response
+            .metadata_mut()
+            .insert(super::observe::REQUEST_ID, v);
+    }
+    response
+}
 
 /// The machine's status as a tonic status (codes are numbered alike).
 pub fn to_tonic(status: Status) -> tonic::Status {
@@ -66,23 +108,30 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::CreateSession(request.into_inner()), "create")
-            .await
+        let log = start("CreateSession", request.metadata(), "");
+        let result = self
+            .session(Request::CreateSession(request.into_inner()), "create")
+            .await;
+        log.unary(result, session_uid)
     }
 
     async fn get_session(
         &self,
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::GetSession(request.into_inner()), "get")
-            .await
+        let log = start("GetSession", request.metadata(), &request.get_ref().uid);
+        let result = self
+            .session(Request::GetSession(request.into_inner()), "get")
+            .await;
+        log.unary(result, |_| None)
     }
 
     async fn list_sessions(
         &self,
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
-        match self
+        let log = start("ListSessions", request.metadata(), "");
+        let result = match self
             .driver
             .unary(Request::ListSessions(request.into_inner()))
             .await
@@ -90,15 +139,19 @@ impl Sessions for SessionsService {
             Ok(Response::Sessions(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("list", other)),
             Err(status) => Err(to_tonic(status)),
-        }
+        };
+        log.unary(result, |_| None)
     }
 
     async fn delete_session(
         &self,
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::DeleteSession(request.into_inner()), "delete")
-            .await
+        let log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
+        let result = self
+            .session(Request::DeleteSession(request.into_inner()), "delete")
+            .await;
+        log.unary(result, |_| None)
     }
 
     type ExecStream = FrameStream<ExecUpdate>;
@@ -107,9 +160,15 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ExecRequest>,
     ) -> Result<tonic::Response<Self::ExecStream>, tonic::Status> {
+        let log = RpcLog::start(
+            "Sessions",
+            "Exec",
+            RpcKind::ServerStream,
+            request.metadata(),
+            &request.get_ref().session,
+        );
         let rx = self.driver.exec(Request::Exec(request.into_inner()));
-        let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
-        Ok(tonic::Response::new(Box::pin(stream)))
+        Ok(logged(rx, log, exec_session))
     }
 
     type ReplayStream = FrameStream<LogRecord>;
@@ -118,16 +177,23 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ReplayRequest>,
     ) -> Result<tonic::Response<Self::ReplayStream>, tonic::Status> {
+        let log = RpcLog::start(
+            "Sessions",
+            "Replay",
+            RpcKind::ServerStream,
+            request.metadata(),
+            &request.get_ref().session,
+        );
         let rx = self.driver.replay(Request::Replay(request.into_inner()));
-        let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
-        Ok(tonic::Response::new(Box::pin(stream)))
+        Ok(logged(rx, log, |_| None))
     }
 
     async fn approve(
         &self,
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
-        match self
+        let log = start("Approve", request.metadata(), &request.get_ref().session);
+        let result = match self
             .driver
             .unary(Request::Approve(request.into_inner()))
             .await
@@ -135,42 +201,54 @@ impl Sessions for SessionsService {
             Ok(Response::Approve(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("approve", other)),
             Err(status) => Err(to_tonic(status)),
-        }
+        };
+        log.unary(result, |_| None)
     }
 
     async fn cancel(
         &self,
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::Cancel(request.into_inner()), "cancel")
-            .await
+        let log = start("Cancel", request.metadata(), &request.get_ref().session);
+        let result = self
+            .session(Request::Cancel(request.into_inner()), "cancel")
+            .await;
+        log.unary(result, |_| None)
     }
 
     async fn suspend(
         &self,
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::Suspend(request.into_inner()), "suspend")
-            .await
+        let log = start("Suspend", request.metadata(), &request.get_ref().session);
+        let result = self
+            .session(Request::Suspend(request.into_inner()), "suspend")
+            .await;
+        log.unary(result, |_| None)
     }
 
     async fn resume(
         &self,
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        self.session(Request::Resume(request.into_inner()), "resume")
-            .await
+        let log = start("Resume", request.metadata(), &request.get_ref().session);
+        let result = self
+            .session(Request::Resume(request.into_inner()), "resume")
+            .await;
+        log.unary(result, |_| None)
     }
 
     async fn fork(
         &self,
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
-        match self.driver.unary(Request::Fork(request.into_inner())).await {
+        let log = start("Fork", request.metadata(), &request.get_ref().session);
+        let result = match self.driver.unary(Request::Fork(request.into_inner())).await {
             Ok(Response::Fork(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("fork", other)),
             Err(status) => Err(to_tonic(status)),
-        }
+        };
+        log.unary(result, |_| None)
     }
 }
 
@@ -205,7 +283,8 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
-        match self
+        let log = start_registry("RegisterHarness", request.metadata());
+        let result = match self
             .driver
             .unary(Request::RegisterHarness(request.into_inner()))
             .await
@@ -213,22 +292,27 @@ impl HarnessRegistry for RegistryService {
             Ok(Response::Registered(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("register", other)),
             Err(status) => Err(to_tonic(status)),
-        }
+        };
+        log.unary(result, |_| None)
     }
 
     async fn get_harness(
         &self,
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        self.registration(Request::GetHarness(request.into_inner()), "get harness")
-            .await
+        let log = start_registry("GetHarness", request.metadata());
+        let result = self
+            .registration(Request::GetHarness(request.into_inner()), "get harness")
+            .await;
+        log.unary(result, |_| None)
     }
 
     async fn list_harnesses(
         &self,
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
-        match self
+        let log = start_registry("ListHarnesses", request.metadata());
+        let result = match self
             .driver
             .unary(Request::ListHarnesses(request.into_inner()))
             .await
@@ -236,17 +320,21 @@ impl HarnessRegistry for RegistryService {
             Ok(Response::Harnesses(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("list harnesses", other)),
             Err(status) => Err(to_tonic(status)),
-        }
+        };
+        log.unary(result, |_| None)
     }
 
     async fn retire_harness(
         &self,
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        self.registration(
-            Request::RetireHarness(request.into_inner()),
-            "retire harness",
-        )
-        .await
+        let log = start_registry("RetireHarness", request.metadata());
+        let result = self
+            .registration(
+                Request::RetireHarness(request.into_inner()),
+                "retire harness",
+            )
+            .await;
+        log.unary(result, |_| None)
     }
 }

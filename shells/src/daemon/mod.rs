@@ -9,4 +9,6 @@ pub mod convert;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;
+pub mod memory;
+pub mod observe;
 pub mod runtime;

@@ -1,0 +1,349 @@
+//! Per-RPC logging and request-id correlation.
+//!
+//! Every RPC logs one `start` and one `finish` event (target
+//! `agentsessions::grpc`) with the stable fields listed in
+//! docs/observability.md. The request id comes from the caller's
+//! `x-request-id` metadata when it is well formed, else it is generated,
+//! and it is echoed in the response metadata (headers on success, the
+//! status's metadata on failure) so a client can quote it.
+//!
+//! What the events carry is deliberately narrow: ids, names, codes, counts
+//! and durations. Message content, tool arguments and results, config
+//! bytes, fences, snapshot references, keys and raw error strings are never
+//! logged — an error's detail goes to the caller in its status, and the
+//! log only says which kind of error it was.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio_stream::Stream;
+
+/// The correlation header.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// A caller-supplied id is adopted when it is 1–128 characters from
+/// `[A-Za-z0-9-_.]`; anything else could smuggle text into the logs.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A fresh id: 12 random bytes as lowercase hex.
+pub fn new_request_id() -> String {
+    let mut out = String::with_capacity(24);
+    for _ in 0..12 {
+        out.push_str(&format!("{:02x}", fastrand::u8(..)));
+    }
+    out
+}
+
+/// The `error_kind` of a gRPC code (the reference's vocabulary: ABORTED is
+/// a conflict, and every code without a kind of its own is internal).
+pub fn error_kind(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "",
+        Cancelled => "canceled",
+        InvalidArgument => "invalid_argument",
+        DeadlineExceeded => "deadline_exceeded",
+        NotFound => "not_found",
+        AlreadyExists => "already_exists",
+        FailedPrecondition => "failed_precondition",
+        Aborted => "conflict",
+        Unavailable => "unavailable",
+        _ => "internal",
+    }
+}
+
+fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// Unary or server-streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    /// One request, one response.
+    Unary,
+    /// One request, a stream of responses.
+    ServerStream,
+}
+
+impl RpcKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Unary => "unary",
+            Self::ServerStream => "server_stream",
+        }
+    }
+}
+
+/// One RPC being logged: created (and its start event written) when the
+/// call arrives, finished exactly once.
+#[derive(Debug)]
+pub struct RpcLog {
+    service: &'static str,
+    method: &'static str,
+    kind: RpcKind,
+    request_id: String,
+    session_uid: String,
+    started: Instant,
+    /// Frames sent (streams only).
+    frames: u64,
+    finished: bool,
+}
+
+impl RpcLog {
+    /// Logs the start of `service/method` and settles its request id from
+    /// the caller's metadata.
+    pub fn start(
+        service: &'static str,
+        method: &'static str,
+        kind: RpcKind,
+        metadata: &tonic::metadata::MetadataMap,
+        session_uid: &str,
+    ) -> Self {
+        let request_id = metadata
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| valid_request_id(v))
+            .map(str::to_owned)
+            .unwrap_or_else(new_request_id);
+        tracing::info!(
+            target: "agentsessions::grpc",
+            component = "grpc",
+            operation = method,
+            rpc_method = %format_args!("/agentsessions.v1.{service}/{method}"),
+            rpc_kind = kind.as_str(),
+            phase = "start",
+            request_id = %request_id,
+            session_uid = session_uid,
+            "rpc start"
+        );
+        Self {
+            service,
+            method,
+            kind,
+            request_id,
+            session_uid: session_uid.to_owned(),
+            started: Instant::now(),
+            frames: 0,
+            finished: false,
+        }
+    }
+
+    /// The settled request id.
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// Names the session once it is known (a created session, or the
+    /// first Session frame of an auto-creating Exec).
+    pub fn set_session(&mut self, uid: &str) {
+        if self.session_uid.is_empty() {
+            self.session_uid = uid.to_owned();
+        }
+    }
+
+    /// Logs the finish event with `code`.
+    pub fn finish(&mut self, code: tonic::Code) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let kind = error_kind(code);
+        let outcome = if code == tonic::Code::Ok {
+            "success"
+        } else {
+            "error"
+        };
+        macro_rules! finish_event {
+            ($level:ident) => {
+                tracing::$level!(
+                    target: "agentsessions::grpc",
+                    component = "grpc",
+                    operation = self.method,
+                    rpc_method = %format_args!("/agentsessions.v1.{}/{}", self.service, self.method),
+                    rpc_kind = self.kind.as_str(),
+                    phase = "finish",
+                    outcome,
+                    grpc_code = code_name(code),
+                    error_kind = kind,
+                    duration_ms,
+                    request_id = %self.request_id,
+                    session_uid = %self.session_uid,
+                    frames = self.frames,
+                    "rpc finish"
+                )
+            };
+        }
+        // Refusals the caller caused (or can retry) are routine; an outage
+        // is worth a warning; everything else is the host's own failure.
+        match kind {
+            ""
+            | "conflict"
+            | "canceled"
+            | "deadline_exceeded"
+            | "failed_precondition"
+            | "not_found"
+            | "already_exists"
+            | "invalid_argument" => finish_event!(info),
+            "unavailable" => finish_event!(warn),
+            _ => finish_event!(error),
+        }
+    }
+
+    /// Finishes a unary call and stamps the request id on its answer.
+    pub fn unary<T>(
+        mut self,
+        result: Result<tonic::Response<T>, tonic::Status>,
+        session_of: impl FnOnce(&T) -> Option<&str>,
+    ) -> Result<tonic::Response<T>, tonic::Status> {
+        match result {
+            Ok(mut response) => {
+                if let Some(uid) = session_of(response.get_ref()) {
+                    self.set_session(uid);
+                }
+                self.finish(tonic::Code::Ok);
+                stamp(response.metadata_mut(), &self.request_id);
+                Ok(response)
+            }
+            Err(status) => Err(self.failed(status)),
+        }
+    }
+
+    /// Finishes with `status` and stamps the request id on it.
+    pub fn failed(&mut self, mut status: tonic::Status) -> tonic::Status {
+        self.finish(status.code());
+        stamp(status.metadata_mut(), &self.request_id);
+        status
+    }
+}
+
+impl Drop for RpcLog {
+    fn drop(&mut self) {
+        // A stream dropped before its end: the client went away.
+        if !self.finished {
+            self.finish(tonic::Code::Cancelled);
+        }
+    }
+}
+
+fn stamp(metadata: &mut tonic::metadata::MetadataMap, request_id: &str) {
+    // Adopted ids were validated and generated ids are hex, so this parse
+    // cannot fail; a failure would only drop the echo, never the call.
+    if let Ok(v) = request_id.parse() {
+        metadata.insert(REQUEST_ID, v);
+    }
+}
+
+/// A response stream that logs its call's finish when it ends, fails or is
+/// dropped, and learns the session from the first frame that names it.
+pub struct LoggedStream<T> {
+    inner: Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>,
+    log: RpcLog,
+    session_of: fn(&T) -> Option<&str>,
+}
+
+impl<T> LoggedStream<T> {
+    /// Wraps `inner`; `session_of` reads a session uid from a frame.
+    pub fn new(
+        inner: Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>,
+        log: RpcLog,
+        session_of: fn(&T) -> Option<&str>,
+    ) -> Self {
+        Self {
+            inner,
+            log,
+            session_of,
+        }
+    }
+}
+
+impl<T> Stream for LoggedStream<T> {
+    type Item = Result<T, tonic::Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let item = std::task::ready!(this.inner.as_mut().poll_next(cx));
+        match item {
+            Some(Ok(frame)) => {
+                this.log.frames += 1;
+                if let Some(uid) = (this.session_of)(&frame) {
+                    this.log.set_session(uid);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Some(Err(status)) => Poll::Ready(Some(Err(this.log.failed(status)))),
+            None => {
+                this.log.finish(tonic::Code::Ok);
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+/// Installs the process-wide subscriber for a daemon: stderr, filtered by
+/// `RUST_LOG` (default `info`), JSON lines when `AGENTSESSIONS_LOG_FORMAT`
+/// is `json`, else compact text. Returns false when a subscriber was
+/// already installed (the existing one is kept).
+pub fn init_logging() -> bool {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("AGENTSESSIONS_LOG_FORMAT").is_ok_and(|f| f == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).try_init().is_ok()
+    } else {
+        builder.compact().try_init().is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_adopted_only_when_well_formed() {
+        assert!(valid_request_id("abc-123_X.y"));
+        assert!(valid_request_id(&"a".repeat(128)));
+        assert!(!valid_request_id(""));
+        assert!(!valid_request_id(&"a".repeat(129)));
+        assert!(!valid_request_id("has space"));
+        assert!(!valid_request_id("new\nline"));
+        let id = new_request_id();
+        assert_eq!(id.len(), 24);
+        assert!(valid_request_id(&id));
+    }
+
+    #[test]
+    fn error_kinds_follow_the_reference_vocabulary() {
+        assert_eq!(error_kind(tonic::Code::Aborted), "conflict");
+        assert_eq!(error_kind(tonic::Code::Unimplemented), "internal");
+        assert_eq!(error_kind(tonic::Code::Cancelled), "canceled");
+        assert_eq!(error_kind(tonic::Code::Ok), "");
+    }
+}
