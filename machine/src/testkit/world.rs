@@ -336,6 +336,19 @@ impl World {
         self.run();
     }
 
+    /// Open harness connections, in id order.
+    pub fn connections(&self) -> Vec<ConnId> {
+        self.conns.keys().copied().collect()
+    }
+
+    /// Delivers `input` on `conn` as if its harness had sent it, bypassing
+    /// the script, then runs until idle. Fuzzing uses it to forge frames;
+    /// input on a closed connection is delivered too (the host ignores it).
+    pub fn inject(&mut self, conn: ConnId, input: HarnessInput) {
+        self.queue.push_back(Input::Harness(conn, input));
+        self.run();
+    }
+
     /// Delivers queued inputs until nothing is left.
     pub fn run(&mut self) {
         self.drain();
