@@ -10,7 +10,7 @@ use agentsessions_proto::v1::{
 };
 use serde_json::json;
 
-use super::core::{log, resume_ok, session, turn_ok, turn_records};
+use super::support::{log, resume_ok, session, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names};
 use crate::env::Env;

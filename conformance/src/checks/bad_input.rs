@@ -9,7 +9,7 @@ use agentsessions_proto::v1::{
 };
 use tonic::Code;
 
-use super::core::{session, turn_ok};
+use super::support::{session, turn_ok};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts};
 use crate::env::Env;

@@ -1,15 +1,13 @@
-//! Core items of surface.md §3: replay, restarts, crash re-drive, usage,
-//! fork, single writer, golden vectors, provider isolation, streaming, and
-//! the wire items for failing harnesses and execution starts.
+//! Core items of surface.md §3: replay, restarts, fork, single writer,
+//! golden vectors, provider isolation, streaming, and a failing harness.
 
-use std::time::Duration;
+use agentsessions_proto::v1::{EventKind, event::Body};
 
-use agentsessions_proto::v1::{EventKind, LogRecord, event::Body};
-
+use super::support::{log, resume_ok, same_entry, session, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, Turn, count, kind_names, outputs};
 use crate::env::Env;
-use crate::harnesses::{APPROVAL, ECHO, FAIL, NONDET, USAGE};
+use crate::harnesses::{APPROVAL, ECHO, FAIL, NONDET};
 use crate::host::BoxFuture;
 
 pub(super) fn checks() -> Vec<Check> {
@@ -27,12 +25,12 @@ pub(super) fn checks() -> Vec<Check> {
         check!(
             "crash_mid_turn_redrive_at_most_once",
             "§3.3",
-            crash_mid_turn
+            super::recovery::crash_mid_turn
         ),
         check!(
             "crash_after_usage_does_not_duplicate_accounting",
             "§3.3 (usage)",
-            crash_after_usage
+            super::recovery::crash_after_usage
         ),
         check!("fork_equivalence", "§3.4", fork_equivalence),
         check!("single_writer", "§3.5", single_writer),
@@ -56,103 +54,9 @@ pub(super) fn checks() -> Vec<Check> {
         check!(
             "wire_execution_start_reopen_resume_replay_fork",
             "execution_start_test",
-            execution_start
+            super::recovery::execution_start
         ),
     ]
-}
-
-/// How long a harness may take to reach its hold point.
-pub(super) const HOLD_WAIT: Duration = Duration::from_secs(20);
-
-/// Runs an Exec that must succeed.
-pub(super) async fn turn_ok(
-    env: &Env,
-    sid: &str,
-    inputs: &[&str],
-    opts: ExecOpts,
-) -> Result<Turn, Failure> {
-    let mut c = env.client()?;
-    let t = client::exec(&mut c, sid, inputs, opts).await;
-    ensure!(t.ok(), "Exec {inputs:?} on {sid}: {}", t.describe());
-    Ok(t)
-}
-
-/// Creates a session on `harness`.
-pub(super) async fn session(env: &Env, harness: &str) -> Result<String, Failure> {
-    let mut c = env.client()?;
-    Ok(client::create(&mut c, harness).await?)
-}
-
-/// The whole journal through Replay, chain-verified.
-pub(super) async fn log(env: &Env, sid: &str) -> Result<Vec<LogRecord>, Failure> {
-    let mut c = env.client()?;
-    let records = client::replay(&mut c, sid).await?;
-    client::verify(&records).map_err(|e| Failure(format!("{sid}: {e}")))?;
-    Ok(records)
-}
-
-/// Resume that must succeed.
-pub(super) async fn resume_ok(env: &Env, sid: &str) -> Result<(), Failure> {
-    let mut c = env.client()?;
-    client::resume(&mut c, sid)
-        .await
-        .map_err(|s| Failure(format!("Resume {sid}: {:?}: {}", s.code(), s.message())))?;
-    Ok(())
-}
-
-/// Records a turn's journal records would add: everything but lifecycle
-/// markers, which a host may write around recoveries.
-pub(super) fn turn_records(records: &[LogRecord]) -> Vec<&LogRecord> {
-    records
-        .iter()
-        .filter(|r| client::kind(r) != EventKind::EventLifecycle)
-        .collect()
-}
-
-/// The same journal entry: seq, links, hash and event. The fence is the
-/// writer's token, and a fork child writes its copies under its own.
-pub(super) fn same_entry(a: &LogRecord, b: &LogRecord) -> bool {
-    a.seq == b.seq
-        && a.prev_hash == b.prev_hash
-        && a.content_hash == b.content_hash
-        && a.event == b.event
-}
-
-/// Starts an Exec that holds at the harness, waits for the hold and for
-/// `durable` kinds to be in the journal (an event the harness sent just
-/// before holding may still be on its way), kills the host and starts a
-/// new one. Returns the session.
-pub(super) async fn crash_while_held(
-    env: &mut Env,
-    harness: &str,
-    input: &str,
-    opts: ExecOpts,
-    durable: &[EventKind],
-) -> Result<String, Failure> {
-    let sid = session(env, harness).await?;
-    env.peers.control.arm_hold();
-    let mut c = env.client()?;
-    let (s, text) = (sid.clone(), input.to_owned());
-    let task = tokio::spawn(async move { client::exec(&mut c, &s, &[&text], opts).await });
-    ensure!(
-        env.peers.control.wait_held(HOLD_WAIT).await,
-        "the harness never reached its hold point (is {harness} attached?)"
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let k = client::kinds(&log(env, &sid).await?);
-        if durable.iter().all(|d| k.contains(d)) {
-            break;
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "held turn never journaled {durable:?}: {k:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    env.crash().await?;
-    task.abort();
-    Ok(sid)
 }
 
 async fn replay_nondeterministic(env: &mut Env) -> CheckResult {
@@ -246,139 +150,6 @@ async fn multi_turn_restarts(env: &mut Env) -> CheckResult {
         "each incarnation must write under a newer fence: {fences:?}"
     );
     env.snapshot("multi_turn_restarts", &[&sid], &records);
-    Ok(Verdict::Pass)
-}
-
-/// Shared by the crash checks: after the re-drive, exactly one turn with
-/// one output and one END COMPLETED, all under one execution id.
-fn one_completed_turn(records: &[LogRecord]) -> Result<String, Failure> {
-    let turn = turn_records(records);
-    let outs = outputs(records);
-    ensure!(outs.len() == 1, "want exactly one OUTPUT, got {outs:?}");
-    ensure!(
-        count(records, EventKind::EventEnd) == 1,
-        "want one END: {}",
-        kind_names(records)
-    );
-    ensure!(
-        client::end_state(records) == "COMPLETED",
-        "END is {:?}",
-        client::end_state(records)
-    );
-    ensure!(
-        count(records, EventKind::EventModelCall) == 1,
-        "want one MODEL_CALL: {}",
-        kind_names(records)
-    );
-    let ids: std::collections::BTreeSet<String> =
-        turn.iter().map(|r| client::event(r).execution_id).collect();
-    ensure!(
-        ids.len() == 1 && !ids.contains(""),
-        "the turn's events must share one non-empty execution id: {ids:?}"
-    );
-    Ok(outs[0].clone())
-}
-
-async fn crash_mid_turn(env: &mut Env) -> CheckResult {
-    env.start().await?;
-    let sid = crash_while_held(
-        env,
-        ECHO,
-        "hello",
-        ExecOpts::default(),
-        &[EventKind::EventOutput],
-    )
-    .await?;
-    let before = log(env, &sid).await?;
-    let k = client::kinds(&before);
-    ensure!(
-        k.contains(&EventKind::EventOutput) && !k.contains(&EventKind::EventEnd),
-        "before recovery the turn must hold OUTPUT but no END: {}",
-        kind_names(&before)
-    );
-    ensure!(
-        env.model_requests() == 1,
-        "{} model requests before recovery",
-        env.model_requests()
-    );
-    let runs = env.peers.control.runs();
-    resume_ok(env, &sid).await?;
-    let after = log(env, &sid).await?;
-    ensure!(
-        after[..before.len()] == before[..],
-        "recovery rewrote committed records"
-    );
-    let out = one_completed_turn(&after)?;
-    ensure!(out.starts_with("echo:hello"), "output {out:?}");
-    ensure!(
-        env.model_requests() == 1,
-        "the re-drive asked the model again"
-    );
-    ensure!(
-        env.peers.control.runs() == runs + 1,
-        "the harness ran {} times during recovery, want once",
-        env.peers.control.runs() - runs
-    );
-    // A second Resume has nothing to re-drive.
-    resume_ok(env, &sid).await?;
-    let again = log(env, &sid).await?;
-    ensure!(
-        turn_records(&again).len() == turn_records(&after).len(),
-        "a second Resume added turn records: {}",
-        kind_names(&again)
-    );
-    ensure!(
-        env.model_requests() == 1,
-        "the second Resume asked the model"
-    );
-    env.snapshot("crash_mid_turn_recovered", &[&sid], &after);
-    Ok(Verdict::Pass)
-}
-
-async fn crash_after_usage(env: &mut Env) -> CheckResult {
-    env.start().await?;
-    let input = format!("hello {USAGE}");
-    let sid = crash_while_held(
-        env,
-        ECHO,
-        &input,
-        ExecOpts::default(),
-        &[EventKind::EventUsage],
-    )
-    .await?;
-    let before = log(env, &sid).await?;
-    let usage: Vec<&LogRecord> = before
-        .iter()
-        .filter(|r| client::kind(r) == EventKind::EventUsage)
-        .collect();
-    ensure!(
-        usage.len() == 1,
-        "before recovery want one USAGE: {}",
-        kind_names(&before)
-    );
-    let usage = usage[0].clone();
-    ensure!(
-        client::end_state(&before).is_empty(),
-        "the turn already ended: {}",
-        kind_names(&before)
-    );
-    resume_ok(env, &sid).await?;
-    let after = log(env, &sid).await?;
-    let usages: Vec<&LogRecord> = after
-        .iter()
-        .filter(|r| client::kind(r) == EventKind::EventUsage)
-        .collect();
-    ensure!(
-        usages.len() == 1 && *usages[0] == usage,
-        "usage was duplicated or changed: {}",
-        kind_names(&after)
-    );
-    one_completed_turn(&after)?;
-    ensure!(env.model_requests() == 1, "recovery asked the model");
-    env.restart().await?;
-    let _ = log(env, &sid).await?;
-    ensure!(env.model_requests() == 1, "a later replay asked the model");
-    env.snapshot("crash_after_usage_recovered", &[&sid], &after);
     Ok(Verdict::Pass)
 }
 
@@ -732,115 +503,5 @@ async fn failed_harness(env: &mut Env) -> CheckResult {
         "a failed turn was journaled as END COMPLETED"
     );
     env.snapshot("failed_harness", &[&sid], &records);
-    Ok(Verdict::Pass)
-}
-
-/// Odd bytes: NUL, 0xff, whitespace, invalid UTF-8 on purpose.
-const ODD_CONFIG: &[u8] = b"\x00\xff \n\t{not json}\r\n  ";
-const CURSOR: i64 = 9_007_199_254_740_993;
-
-async fn execution_start(env: &mut Env) -> CheckResult {
-    env.start().await?;
-    let opts = ExecOpts {
-        config: ODD_CONFIG.to_vec(),
-        resume_from_seq: CURSOR,
-        ..ExecOpts::default()
-    };
-    let sid = session(env, ECHO).await?;
-    turn_ok(env, &sid, &["first"], ExecOpts::default()).await?;
-    let start_count = env.peers.control.starts().len();
-    // The second turn is interrupted, then resumed by a fresh host.
-    env.peers.control.arm_hold();
-    let mut c = env.client()?;
-    let s = sid.clone();
-    let o = opts.clone();
-    let task = tokio::spawn(async move { client::exec(&mut c, &s, &["second"], o).await });
-    ensure!(
-        env.peers.control.wait_held(HOLD_WAIT).await,
-        "the harness never held"
-    );
-    env.crash().await?;
-    task.abort();
-    let calls = env.model_requests();
-    resume_ok(env, &sid).await?;
-    ensure!(
-        env.model_requests() == calls,
-        "resume repeated a model call"
-    );
-    let starts = env.peers.control.starts();
-    ensure!(
-        starts.len() == start_count + 2,
-        "want the interrupted Start and one recovery Start, saw {}",
-        starts.len() - start_count
-    );
-    let (live, rebuilt) = (&starts[start_count].start, &starts[start_count + 1].start);
-    ensure!(
-        rebuilt.config == ODD_CONFIG,
-        "recovery lost the config bytes: {:?}",
-        rebuilt.config
-    );
-    ensure!(
-        rebuilt.resume_from_seq == CURSOR,
-        "recovery cursor {} != {CURSOR}",
-        rebuilt.resume_from_seq
-    );
-    ensure!(rebuilt.inputs == live.inputs, "recovery inputs differ");
-    ensure!(
-        rebuilt.history == live.history,
-        "recovery history boundary differs ({} vs {} events)",
-        rebuilt.history.len(),
-        live.history.len()
-    );
-    ensure!(
-        rebuilt.execution_id == live.execution_id,
-        "recovery ran another execution"
-    );
-
-    let records = log(env, &sid).await?;
-    let starts_rec: Vec<_> = records
-        .iter()
-        .filter_map(|r| match r.event.as_ref().and_then(|e| e.body.as_ref()) {
-            Some(Body::ExecutionStart(s)) => Some(s.clone()),
-            _ => None,
-        })
-        .collect();
-    ensure!(
-        starts_rec.len() == 2,
-        "want 2 EXECUTION_START records: {}",
-        kind_names(&records)
-    );
-    ensure!(
-        starts_rec[1].config == ODD_CONFIG && starts_rec[1].resume_from_seq == CURSOR,
-        "EXECUTION_START did not journal the config and cursor verbatim"
-    );
-    ensure!(
-        starts_rec[1].input_count == Some(1),
-        "input_count {:?}",
-        starts_rec[1].input_count
-    );
-    ensure!(log(env, &sid).await? == records, "Replay is not read-only");
-
-    let first_end = records
-        .iter()
-        .find(|r| client::kind(r) == EventKind::EventEnd)
-        .map(|r| r.seq)
-        .unwrap_or(0);
-    let mut c = env.client()?;
-    for at in [first_end, 0] {
-        let children = client::fork(&mut c, &sid, at, 1).await?;
-        for child in children {
-            let cr = log(env, &child).await?;
-            let cut = if at == 0 { records.len() } else { at as usize };
-            ensure!(
-                cr.len() >= cut
-                    && cr[..cut]
-                        .iter()
-                        .zip(&records[..cut])
-                        .all(|(a, b)| same_entry(a, b)),
-                "fork at {at}: the child's inherited records differ"
-            );
-        }
-    }
-    env.snapshot("execution_start_resumed", &[&sid], &records);
     Ok(Verdict::Pass)
 }

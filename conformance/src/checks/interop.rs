@@ -13,7 +13,7 @@ use agentsessions_proto::wkt::Timestamp;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{AppendBatch, JournalStore, SessionMeta};
 
-use super::core::{log, resume_ok, turn_ok, turn_records};
+use super::support::{log, resume_ok, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, kind_names, outputs};
 use crate::env::Env;

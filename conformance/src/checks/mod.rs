@@ -90,6 +90,8 @@ mod approval;
 mod bad_input;
 mod core;
 mod interop;
+mod recovery;
+mod support;
 mod tools;
 
 /// Every check, in report order.

@@ -5,7 +5,7 @@
 use agentsessions_proto::v1::{EventKind, ExecRequest, LogRecord, exec_update::Update};
 use serde_json::json;
 
-use super::core::{HOLD_WAIT, log, resume_ok, session, turn_ok, turn_records};
+use super::support::{HOLD_WAIT, log, resume_ok, session, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names};
 use crate::env::Env;
@@ -138,7 +138,7 @@ async fn kill_at_intent(env: &mut Env, sid: &str) -> Result<(), Failure> {
 async fn crash_mid_tool(env: &mut Env) -> CheckResult {
     env.start().await?;
     // Cut 1: the receipt is durable and the harness holds the turn.
-    let sid = super::core::crash_while_held(
+    let sid = super::support::crash_while_held(
         env,
         TOOL,
         "held note",
@@ -258,7 +258,7 @@ async fn argument_hygiene(env: &mut Env) -> CheckResult {
 
 async fn request_change(env: &mut Env) -> CheckResult {
     env.start().await?;
-    let sid = super::core::crash_while_held(
+    let sid = super::support::crash_while_held(
         env,
         TOOL,
         "changing",
