@@ -13,7 +13,7 @@ use agentsessions_proto::wkt::Timestamp;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{AppendBatch, JournalStore, SessionMeta};
 
-use super::support::{log, resume_ok, turn_ok, turn_records};
+use super::support::{extends, log, resume_ok, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, kind_names, outputs};
 use crate::env::Env;
@@ -332,10 +332,10 @@ async fn resume_completes(
     resume_ok(env, &l.sid).await?;
     let after = log(env, &l.sid).await?;
     ensure!(
-        after[..l.records.len()] == l.records[..],
+        extends(&after, &l.records),
         "Resume rewrote fixture records"
     );
-    let added = after[l.records.len()..].to_vec();
+    let added = after.get(l.records.len()..).unwrap_or_default().to_vec();
     ensure!(
         client::count(&added, EventKind::EventEnd) == 1 && client::end_state(&added) == "COMPLETED",
         "Resume must finish the turn with END COMPLETED, added {}",
@@ -361,7 +361,7 @@ async fn exec_new(env: &mut Env, l: &Loaded, want: &[&str]) -> Result<(), Failur
     );
     let records = log(env, &l.sid).await?;
     ensure!(
-        records[..l.records.len().min(records.len())] == l.records[..],
+        extends(&records, &l.records),
         "the new Exec rewrote fixture records"
     );
     ensure!(

@@ -4,7 +4,8 @@
 use agentsessions_proto::v1::{EventKind, LogRecord, event::Body};
 
 use super::support::{
-    HOLD_WAIT, crash_while_held, log, resume_ok, same_entry, session, turn_ok, turn_records,
+    HOLD_WAIT, crash_while_held, extends, log, resume_ok, same_entry, session, turn_ok,
+    turn_records,
 };
 use super::{CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names, outputs};
@@ -67,7 +68,7 @@ pub(super) async fn crash_mid_turn(env: &mut Env) -> CheckResult {
     resume_ok(env, &sid).await?;
     let after = log(env, &sid).await?;
     ensure!(
-        after[..before.len()] == before[..],
+        extends(&after, &before),
         "recovery rewrote committed records"
     );
     let out = one_completed_turn(&after)?;

@@ -102,3 +102,9 @@ pub(super) async fn crash_while_held(
     task.abort();
     Ok(sid)
 }
+
+/// True when `after` starts with exactly the records of `before` (a host
+/// may append, never rewrite).
+pub(super) fn extends(after: &[LogRecord], before: &[LogRecord]) -> bool {
+    after.get(..before.len()) == Some(before)
+}

@@ -5,7 +5,7 @@
 use agentsessions_proto::v1::{EventKind, ExecRequest, LogRecord, exec_update::Update};
 use serde_json::json;
 
-use super::support::{HOLD_WAIT, log, resume_ok, session, turn_ok, turn_records};
+use super::support::{HOLD_WAIT, extends, log, resume_ok, session, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names};
 use crate::env::Env;
@@ -283,10 +283,7 @@ async fn request_change(env: &mut Env) -> CheckResult {
         client::end_state(&after) != "COMPLETED",
         "the diverged turn completed"
     );
-    ensure!(
-        after[..before.len()] == before[..],
-        "recovery rewrote records"
-    );
+    ensure!(extends(&after, &before), "recovery rewrote records");
     effects(env, &sid, 1)?;
     Ok(Verdict::Pass)
 }
