@@ -193,6 +193,8 @@ streams = {
     "no-executor": [LIVE, 2, 0] + frame(act_tool(0, 2)) + DONE * 3,
     "host-owned": [LIVE, 0, 0] + frame(act_host_owned(0)) + DONE + frame(act_host_owned(2)),
     "report": [LIVE, 0, 0] + frame(act_report(0)) + DONE + frame(act_report(1, True)) + DONE,
+    "tool-replay": [REPLAY, 0, 0] + frame(act_tool(0, 2)) + DONE * 3 + frame(ACT_OUTPUT) + DONE
+    + frame(ACT_END) + DONE + frame(act_tool(0, 2)) + frame(ACT_OUTPUT) + frame(ACT_END),
     "usage": [LIVE, 0, 2] + frame(ACT_USAGE) + DONE + frame(ACT_END) + DONE,
     "append-lost": [RESUME, 0, 0] + frame(ACT_MODEL) + [0, 15] + DONE + frame(ACT_END) + DONE,
     "model-fails": [LIVE, 0, 0] + frame(ACT_MODEL) + [0, 0] + [0, 7] + DONE,

@@ -99,10 +99,10 @@ fn check(ev: &Event, prev: &str, seq: i64, wild: bool) {
         );
     }
     // The generic JSON writer (spec digests) agrees on what pbjson emits.
-    if let (Ok(fast), Ok(v)) = (&fast_event, serde_json::to_value(ev)) {
-        if let Ok(generic) = canon::canonical_json_value(&v) {
-            assert_eq!(show(&generic), show(fast), "generic writer agrees");
-        }
+    if let (Ok(fast), Ok(v)) = (&fast_event, serde_json::to_value(ev))
+        && let Ok(generic) = canon::canonical_json_value(&v)
+    {
+        assert_eq!(show(&generic), show(fast), "generic writer agrees");
     }
     // Protobuf is the stored form: the canonical bytes must survive it.
     let back = Event::decode(ev.encode_to_vec().as_slice()).expect("prost decodes its own");

@@ -57,3 +57,54 @@ pub const TARGETS: &[Target] = &[
         run: input_hash,
     },
 ];
+
+/// The oracles have teeth: with one of the machine's planted bugs armed,
+/// replaying the committed corpus fails in the targets that watch for it.
+#[cfg(test)]
+mod teeth {
+    use std::panic::{self, AssertUnwindSafe};
+    use std::path::Path;
+
+    use super::TARGETS;
+    use crate::faults::{self, Fault};
+
+    /// True when some corpus entry of `target` fails with `fault` armed.
+    fn caught(target: &str, fault: Fault) -> bool {
+        let t = TARGETS.iter().find(|t| t.name == target).expect("a target");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus")
+            .join(target);
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .expect("the corpus is committed")
+            .map(|e| e.expect("a directory entry").path())
+            .collect();
+        paths.sort();
+        paths.iter().any(|p| {
+            let data = std::fs::read(p).expect("a corpus file");
+            let _armed = faults::arm(fault);
+            panic::catch_unwind(AssertUnwindSafe(|| (t.run)(&data))).is_err()
+        })
+    }
+
+    #[test]
+    fn a_denial_that_executes_is_caught() {
+        assert!(caught("approval_protocol", Fault::DenialExecutes));
+        assert!(caught("harness_stream", Fault::DenialExecutes));
+    }
+
+    #[test]
+    fn execution_before_the_intent_is_durable_is_caught() {
+        assert!(caught("approval_protocol", Fault::ExecuteBeforeDurable));
+        assert!(caught("harness_stream", Fault::ExecuteBeforeDurable));
+    }
+
+    #[test]
+    fn execution_on_replay_is_caught() {
+        assert!(caught("harness_stream", Fault::ReexecuteOnReplay));
+    }
+
+    #[test]
+    fn a_store_without_cas_is_caught() {
+        assert!(caught("harness_stream", Fault::DropCas));
+    }
+}
