@@ -103,7 +103,9 @@ pub fn fork(session: &str, at_seq: i64) -> Request {
 }
 
 fn kind(r: &LogRecord) -> EventKind {
-    r.event.as_ref().map_or(EventKind::Unspecified, events::kind_of)
+    r.event
+        .as_ref()
+        .map_or(EventKind::Unspecified, events::kind_of)
 }
 
 /// One execution as the client reads it.
@@ -292,8 +294,8 @@ impl Client {
                 Some(Action::Import(uid, fixture)).filter(|_| first)
             }
             Step::FailTool { key } => Some(Action::FailTool(key)).filter(|_| first),
-            Step::Create { slot, harness } => (!self.replied || self.slot(slot).is_empty())
-                .then(|| {
+            Step::Create { slot, harness } => {
+                (!self.replied || self.slot(slot).is_empty()).then(|| {
                     let req = Request::CreateSession(CreateSessionRequest {
                         session: Some(Session {
                             harness: harness.into(),
@@ -301,19 +303,24 @@ impl Client {
                         }),
                     });
                     Action::Call(String::new(), req)
-                }),
+                })
+            }
             Step::Exec { slot, text, park } => {
                 let sid = self.slot(slot).to_owned();
                 let records = view.records(&sid);
-                let base = *self
-                    .base
-                    .get_or_insert(records.last().map_or(0, |r| r.seq));
+                let base = *self.base.get_or_insert(records.last().map_or(0, |r| r.seq));
                 let turns = turns(records, base);
-                let ours = turns.values().filter(|t| t.inputs.iter().any(|i| i == text));
+                let ours = turns
+                    .values()
+                    .filter(|t| t.inputs.iter().any(|i| i == text));
                 let mut reached = false;
                 let mut recoverable = false;
                 for t in ours {
-                    reached |= if park { t.awaiting && !t.ended } else { t.ended };
+                    reached |= if park {
+                        t.awaiting && !t.ended
+                    } else {
+                        t.ended
+                    };
                     recoverable |= !t.ended && t.inputs.len() as i64 == t.input_count;
                 }
                 if reached {
@@ -346,11 +353,13 @@ impl Client {
             }
             Step::Decide { slot, approved, .. } => {
                 let sid = self.slot(slot).to_owned();
-                self.base.get_or_insert(view.records(&sid).last().map_or(0, |r| r.seq));
+                self.base
+                    .get_or_insert(view.records(&sid).last().map_or(0, |r| r.seq));
                 let g = self.gate.clone().ok_or_else(|| {
                     violation(Rule::Expectation, "Decide needs an earlier Approve")
                 })?;
-                (!self.replied).then(|| Action::Call(sid.clone(), approve(&sid, &gate_ref(&g), approved)))
+                (!self.replied)
+                    .then(|| Action::Call(sid.clone(), approve(&sid, &gate_ref(&g), approved)))
             }
             Step::Resume { slot } => {
                 let sid = self.slot(slot).to_owned();
@@ -377,7 +386,8 @@ impl Client {
             }
             Step::Refuse { slot, what, .. } => {
                 let sid = self.slot(slot).to_owned();
-                self.base.get_or_insert(view.records(&sid).last().map_or(0, |r| r.seq));
+                self.base
+                    .get_or_insert(view.records(&sid).last().map_or(0, |r| r.seq));
                 let req = match what {
                     Refusal::Resume => resume(&sid),
                     Refusal::Exec(text) => exec(&sid, text),
@@ -434,7 +444,11 @@ impl Client {
                 if got != expect {
                     return Err(violation(
                         Rule::Expectation,
-                        format!("step {} ({step:?}): expected {expect:?}, got {}", self.step, brief(reply)),
+                        format!(
+                            "step {} ({step:?}): expected {expect:?}, got {}",
+                            self.step,
+                            brief(reply)
+                        ),
                     ));
                 }
                 let sid = self.slot(slot);
@@ -463,7 +477,11 @@ impl Client {
         if strict && got != Code::Ok {
             return Err(violation(
                 Rule::Expectation,
-                format!("step {} ({step:?}) failed without a crash: {}", self.step, brief(reply)),
+                format!(
+                    "step {} ({step:?}) failed without a crash: {}",
+                    self.step,
+                    brief(reply)
+                ),
             ));
         }
         if got == Code::Ok {

@@ -184,7 +184,9 @@ struct RaceSweep<'a> {
 }
 
 /// Every interleaving of `scn`'s race operations and their effects and
-/// answers, up to `depth` choices, with states deduplicated by digest.
+/// answers, up to `depth` real choices (steps with more than one move) per
+/// path — past that the rest runs FIFO — with states deduplicated by
+/// digest.
 pub fn sweep_race(scn: &Scenario, depth: usize) -> Result<Stats, Failure> {
     let mut setup = Run::new(scn, 0);
     setup.stop_at_race = true;
@@ -209,7 +211,7 @@ pub fn sweep_race(scn: &Scenario, depth: usize) -> Result<Stats, Failure> {
             ..Stats::default()
         },
     };
-    let paths = s.visit(&mut Vec::new(), None)?;
+    let paths = s.visit(&mut Vec::new(), 0, None)?;
     s.stats.interleavings = paths;
     Ok(s.stats)
 }
@@ -245,6 +247,7 @@ impl<'a> RaceSweep<'a> {
     fn visit(
         &mut self,
         path: &mut Vec<u16>,
+        branched: usize,
         carried: Option<(Run<'a>, Vec<Move>)>,
     ) -> Result<u128, Failure> {
         let (mut run, moves) = match carried {
@@ -255,7 +258,7 @@ impl<'a> RaceSweep<'a> {
         if let Some(&n) = self.memo.get(&h) {
             return Ok(n);
         }
-        if moves.is_empty() || path.len() >= self.depth {
+        if moves.is_empty() || branched >= self.depth {
             if !moves.is_empty() {
                 self.stats.truncated += 1;
             }
@@ -278,7 +281,8 @@ impl<'a> RaceSweep<'a> {
                 }
                 None => None,
             };
-            total = total.saturating_add(self.visit(path, carried)?);
+            let branched = branched + usize::from(moves.len() > 1);
+            total = total.saturating_add(self.visit(path, branched, carried)?);
             path.pop();
         }
         self.memo.insert(h, total);

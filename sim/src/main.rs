@@ -87,7 +87,10 @@ fn main() -> ExitCode {
             },
             (None, Some(s)) => match explore::walk(&scn, s, 3) {
                 Ok((digest, p)) => {
-                    println!("scenario {name} seed {s}: ok, trace digest {digest:016x}, {} choices", p.len());
+                    println!(
+                        "scenario {name} seed {s}: ok, trace digest {digest:016x}, {} choices",
+                        p.len()
+                    );
                     return ExitCode::SUCCESS;
                 }
                 Err(f) => {
@@ -130,7 +133,11 @@ fn main() -> ExitCode {
                 stats.interleavings,
                 stats.walks
             );
-            println!("trace digest {:016x}  ({:.1} s)", stats.digest.finish(), started.elapsed().as_secs_f64());
+            println!(
+                "trace digest {:016x}  ({:.1} s)",
+                stats.digest.finish(),
+                started.elapsed().as_secs_f64()
+            );
             for (k, v) in &stats.coverage {
                 println!("  coverage: {k}: {v} runs");
             }

@@ -117,7 +117,9 @@ fn ensure(ok: bool, rule: Rule, detail: impl FnOnce() -> String) -> Check {
 }
 
 fn kind(r: &LogRecord) -> EventKind {
-    r.event.as_ref().map_or(EventKind::Unspecified, events::kind_of)
+    r.event
+        .as_ref()
+        .map_or(EventKind::Unspecified, events::kind_of)
 }
 
 fn exec_of(r: &LogRecord) -> &str {
@@ -209,7 +211,11 @@ impl Oracle {
                 .get(&(inc, session.to_owned()))
                 .is_some_and(|f| f.contains(&fence)),
             Rule::FenceProvenance,
-            || format!("incarnation {inc} appends to {session} under fence {fence} it never minted"),
+            || {
+                format!(
+                    "incarnation {inc} appends to {session} under fence {fence} it never minted"
+                )
+            },
         )
     }
 
@@ -250,7 +256,12 @@ impl Oracle {
         ensure(
             durable.is_some_and(|d| d.content_hash == record.content_hash),
             Rule::AckBeforeDurable,
-            || format!("{session}: seq {} acknowledged before it was durable", record.seq),
+            || {
+                format!(
+                    "{session}: seq {} acknowledged before it was durable",
+                    record.seq
+                )
+            },
         )?;
         self.acked.insert(
             (session.to_owned(), record.seq),
@@ -295,9 +306,16 @@ impl Oracle {
         let records = view.records(session);
         let stored = records.get(intent.seq as usize - 1);
         ensure(
-            stored.is_some_and(|r| r.content_hash == intent.content_hash && !r.content_hash.is_empty()),
+            stored.is_some_and(|r| {
+                r.content_hash == intent.content_hash && !r.content_hash.is_empty()
+            }),
             Rule::RecordBeforeEffect,
-            || format!("{session}: tool {} ran before its TOOL_CALL (seq {}) was durable", call.id, intent.seq),
+            || {
+                format!(
+                    "{session}: tool {} ran before its TOOL_CALL (seq {}) was durable",
+                    call.id, intent.seq
+                )
+            },
         )?;
         let exec = exec_of(intent);
         let later = records[intent.seq as usize..]
@@ -319,7 +337,12 @@ impl Oracle {
             ensure(
                 !(r.seq <= seen && body::result(ev).is_some_and(|t| t.id == call.id)),
                 Rule::DuplicateExecution,
-                || format!("{session}: tool {} ran again after its result (seq {}) was read", call.id, r.seq),
+                || {
+                    format!(
+                        "{session}: tool {} ran again after its result (seq {}) was read",
+                        call.id, r.seq
+                    )
+                },
             )?;
         }
         if intent.fence < view.fence(session) {
@@ -344,7 +367,10 @@ impl Oracle {
         let exec = exec_of(intent);
         let fork = last_fork(records);
         ensure(intent.seq > fork, Rule::Inherited, || {
-            format!("{session}: gate {} inherited through the fork at seq {fork} was executed", call.id)
+            format!(
+                "{session}: gate {} inherited through the fork at seq {fork} was executed",
+                call.id
+            )
         })?;
         let after = &records[intent.seq as usize..];
         let request = after.iter().find(|r| {
@@ -368,7 +394,10 @@ impl Oracle {
         let Some(decision) = decision else {
             return Err(violation(
                 Rule::Approval,
-                format!("{session}: gate {} ran without a committed decision", call.id),
+                format!(
+                    "{session}: gate {} ran without a committed decision",
+                    call.id
+                ),
             ));
         };
         ensure(decision.approved, Rule::Denial, || {
@@ -435,7 +464,11 @@ impl Oracle {
         ensure(
             last.is_some_and(|r| kind(r) == EventKind::EventModelCall),
             Rule::DuplicateExecution,
-            || format!("{session}: model invoked for {exec} although its last model call was seen answered"),
+            || {
+                format!(
+                    "{session}: model invoked for {exec} although its last model call was seen answered"
+                )
+            },
         )
     }
 
@@ -476,7 +509,12 @@ impl Oracle {
         ensure(
             recorded.is_some_and(|m| m.input_hash == want),
             Rule::InputHash,
-            || format!("{session}: answer {k} of {exec} served for a request whose input hash differs from seq {}", records[at].seq),
+            || {
+                format!(
+                    "{session}: answer {k} of {exec} served for a request whose input hash differs from seq {}",
+                    records[at].seq
+                )
+            },
         )?;
         let next = records[at + 1..]
             .iter()
@@ -530,9 +568,18 @@ impl Oracle {
                 format!("{s}: seq {} at position {}", r.seq, i + 1)
             })?;
             if i > 0 {
-                ensure(r.fence >= records[i - 1].fence, Rule::FenceMonotonic, || {
-                    format!("{s}: seq {} has fence {} after {}", r.seq, r.fence, records[i - 1].fence)
-                })?;
+                ensure(
+                    r.fence >= records[i - 1].fence,
+                    Rule::FenceMonotonic,
+                    || {
+                        format!(
+                            "{s}: seq {} has fence {} after {}",
+                            r.seq,
+                            r.fence,
+                            records[i - 1].fence
+                        )
+                    },
+                )?;
             }
         }
         approval::scan(records, 0)
@@ -547,7 +594,10 @@ impl Oracle {
             })?;
             let want = compute_state_of(records);
             ensure(row.compute_state == want, Rule::Projection, || {
-                format!("{s}: row compute_state {:?}, journal says {want:?}", row.compute_state)
+                format!(
+                    "{s}: row compute_state {:?}, journal says {want:?}",
+                    row.compute_state
+                )
             })?;
             if !row.parent_uid.is_empty() {
                 self.check_fork_prefix(view, s, &row)?;
@@ -574,7 +624,10 @@ impl Oracle {
                         .is_some_and(|t| t.id == d.tool_call_id)
             });
             ensure(!inherited, Rule::Inherited, || {
-                format!("{s}: seq {} decides gate {} inherited through the fork at {fork}", r.seq, d.tool_call_id)
+                format!(
+                    "{s}: seq {} decides gate {} inherited through the fork at {fork}",
+                    r.seq, d.tool_call_id
+                )
             })?;
         }
         Ok(())
@@ -587,7 +640,13 @@ impl Oracle {
         ensure(
             child.len() > n && parent.len() >= n,
             Rule::ForkPrefix,
-            || format!("{s}: fork at {n} but child has {} and parent {} records", child.len(), parent.len()),
+            || {
+                format!(
+                    "{s}: fork at {n} but child has {} and parent {} records",
+                    child.len(),
+                    parent.len()
+                )
+            },
         )?;
         for (c, p) in child[..n].iter().zip(&parent[..n]) {
             ensure(c.content_hash == p.content_hash, Rule::ForkPrefix, || {
@@ -603,7 +662,10 @@ impl Oracle {
         let records = view.records(uid);
         let head = records.last().map_or(0, |r| r.seq);
         ensure(rendered.last_seq == head, Rule::Projection, || {
-            format!("{uid}: rendered last_seq {} but head {head}", rendered.last_seq)
+            format!(
+                "{uid}: rendered last_seq {} but head {head}",
+                rendered.last_seq
+            )
         })?;
         let status = projection::session_status(records, head)
             .map_err(|e| violation(Rule::JournalInvalid, format!("{uid}: {e}")))?;
@@ -613,13 +675,22 @@ impl Oracle {
             status.exec_state as i32
         };
         ensure(
-            rendered.exec_state == exec_state && rendered.pending_approval == status.pending_approval,
+            rendered.exec_state == exec_state
+                && rendered.pending_approval == status.pending_approval,
             Rule::Projection,
-            || format!("{uid}: rendered exec_state {} / pending {:?}, journal says {:?}", rendered.exec_state, rendered.pending_approval, status),
+            || {
+                format!(
+                    "{uid}: rendered exec_state {} / pending {:?}, journal says {:?}",
+                    rendered.exec_state, rendered.pending_approval, status
+                )
+            },
         )?;
         let want = compute_state_of(records) as i32;
         ensure(rendered.compute_state == want, Rule::Projection, || {
-            format!("{uid}: rendered compute_state {}, journal says {want}", rendered.compute_state)
+            format!(
+                "{uid}: rendered compute_state {}, journal says {want}",
+                rendered.compute_state
+            )
         })
     }
 
@@ -633,7 +704,13 @@ impl Oracle {
         ensure(
             streamed == view.records(session),
             Rule::ReplayMismatch,
-            || format!("{session}: Replay streamed {} records, journal has {}", streamed.len(), view.records(session).len()),
+            || {
+                format!(
+                    "{session}: Replay streamed {} records, journal has {}",
+                    streamed.len(),
+                    view.records(session).len()
+                )
+            },
         )
     }
 
@@ -647,7 +724,10 @@ impl Oracle {
         let want = expected_replay_outputs(view.records(session))
             .map_err(|e| violation(Rule::JournalInvalid, format!("{session}: {e}")))?;
         ensure(report.outputs == want, Rule::ReplayMismatch, || {
-            format!("{session}: replay reported {:?}, journal records {want:?}", report.outputs)
+            format!(
+                "{session}: replay reported {:?}, journal records {want:?}",
+                report.outputs
+            )
         })
     }
 }

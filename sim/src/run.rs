@@ -237,7 +237,8 @@ impl<'a> Run<'a> {
             };
             self.sim.forget(host, id);
             self.race[j] = RaceState::Done;
-            if let (RaceOp::Fork { child, .. }, Ok(Response::Fork(f))) = (self.scn.race[j].1, &reply)
+            if let (RaceOp::Fork { child, .. }, Ok(Response::Fork(f))) =
+                (self.scn.race[j].1, &reply)
                 && let Some(uid) = f.children.first().and_then(|s| s.metadata.as_ref())
             {
                 self.client.set_slot(child, uid.uid.clone());
@@ -262,7 +263,14 @@ impl<'a> Run<'a> {
             v.push(Move::Item(0));
         }
         if !v.is_empty() && self.crashes_left > 0 {
-            v.extend(self.sim.d.store.crash_variants().into_iter().map(Move::Crash));
+            v.extend(
+                self.sim
+                    .d
+                    .store
+                    .crash_variants()
+                    .into_iter()
+                    .map(Move::Crash),
+            );
         }
         Ok(v)
     }
@@ -389,7 +397,8 @@ impl<'a> Run<'a> {
                 if let Some(gate) = client::awaiting(&records) {
                     self.call(0, &sid, client::approve(&sid, &gate, true))?;
                     acted = true;
-                } else if client::pending(&records) && !blocked(&records) && !refused.contains(&sid) {
+                } else if client::pending(&records) && !blocked(&records) && !refused.contains(&sid)
+                {
                     let call = self.call(0, &sid, client::resume(&sid))?;
                     if call.reply.as_ref().is_some_and(|r| r.is_err()) {
                         refused.insert(sid);
@@ -401,7 +410,10 @@ impl<'a> Run<'a> {
                 return Ok(());
             }
         }
-        Err(violation(Rule::Liveness, "the race left work that does not settle"))
+        Err(violation(
+            Rule::Liveness,
+            "the race left work that does not settle",
+        ))
     }
 
     /// Settles a race and checks the end state.
@@ -419,12 +431,19 @@ impl<'a> Run<'a> {
     }
 
     fn check_session(&mut self, sid: &str) -> Check {
-        let get = self.call(0, sid, Request::GetSession(GetSessionRequest { uid: sid.into() }))?;
+        let get = self.call(
+            0,
+            sid,
+            Request::GetSession(GetSessionRequest { uid: sid.into() }),
+        )?;
         if let Some(Ok(Response::Session(s))) = &get.reply {
             self.sim.d.oracle.check_session(&self.sim.d.store, s)?;
         } else {
             let got = get.reply.as_ref().map_or("none".into(), client::brief);
-            return Err(violation(Rule::Projection, format!("{sid}: GetSession {got}")));
+            return Err(violation(
+                Rule::Projection,
+                format!("{sid}: GetSession {got}"),
+            ));
         }
         self.sim.d.oracle.set_replaying(true);
         let replay = Request::Replay(ReplayRequest {
@@ -505,9 +524,9 @@ fn completed(records: &[LogRecord]) -> usize {
     records
         .iter()
         .filter(|r| {
-            r.event.as_ref().is_some_and(|e| {
-                agentsessions_machine::events::kind_of(e) == EventKind::EventEnd
-            })
+            r.event
+                .as_ref()
+                .is_some_and(|e| agentsessions_machine::events::kind_of(e) == EventKind::EventEnd)
         })
         .count()
 }

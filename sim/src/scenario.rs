@@ -249,7 +249,12 @@ fn approval_flow(name: &'static str, approved: bool, fail: bool) -> Scenario {
 /// Every crash-swept scenario.
 pub fn crash_scenarios() -> Vec<Scenario> {
     vec![
-        s("echo-turn", "normal turn", vec![create("echo"), exec("t1")], vec![Post::Completed { slot: 0, n: 1 }]),
+        s(
+            "echo-turn",
+            "normal turn",
+            vec![create("echo"), exec("t1")],
+            vec![Post::Completed { slot: 0, n: 1 }],
+        ),
         s(
             "multi-turn",
             "multi-turn",
@@ -260,13 +265,19 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             "in-harness-tool",
             "in-harness tool",
             vec![create("reporter"), exec("t1")],
-            vec![Post::Completed { slot: 0, n: 1 }, Post::ToolEffects { slot: 0, n: 0 }],
+            vec![
+                Post::Completed { slot: 0, n: 1 },
+                Post::ToolEffects { slot: 0, n: 0 },
+            ],
         ),
         s(
             "mediated-tool",
             "controller-mediated tool",
             vec![create("tools"), exec("t1"), exec("t2")],
-            vec![Post::Completed { slot: 0, n: 2 }, Post::ToolEffects { slot: 0, n: 1 }],
+            vec![
+                Post::Completed { slot: 0, n: 2 },
+                Post::ToolEffects { slot: 0, n: 1 },
+            ],
         ),
         approval_flow("approval-approved", true, false),
         approval_flow("approval-denied", false, false),
@@ -277,19 +288,47 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![
                 create("approval"),
                 park("t1"),
-                Approve { slot: 0, approved: true },
-                Decide { slot: 0, approved: true, expect: Code::Ok },
-                Decide { slot: 0, approved: false, expect: Code::FailedPrecondition },
-                Refuse { slot: 0, what: Refusal::Exec("t2"), expect: Code::FailedPrecondition },
+                Approve {
+                    slot: 0,
+                    approved: true,
+                },
+                Decide {
+                    slot: 0,
+                    approved: true,
+                    expect: Code::Ok,
+                },
+                Decide {
+                    slot: 0,
+                    approved: false,
+                    expect: Code::FailedPrecondition,
+                },
+                Refuse {
+                    slot: 0,
+                    what: Refusal::Exec("t2"),
+                    expect: Code::FailedPrecondition,
+                },
                 Resume { slot: 0 },
-                Decide { slot: 0, approved: true, expect: Code::Ok },
+                Decide {
+                    slot: 0,
+                    approved: true,
+                    expect: Code::Ok,
+                },
             ],
-            vec![Post::ToolEffects { slot: 0, n: 1 }, Post::Completed { slot: 0, n: 1 }],
+            vec![
+                Post::ToolEffects { slot: 0, n: 1 },
+                Post::Completed { slot: 0, n: 1 },
+            ],
         ),
         s(
             "suspend-resume",
             "suspend/resume",
-            vec![create("echo"), exec("t1"), Suspend { slot: 0 }, Resume { slot: 0 }, exec("t2")],
+            vec![
+                create("echo"),
+                exec("t1"),
+                Suspend { slot: 0 },
+                Resume { slot: 0 },
+                exec("t2"),
+            ],
             vec![Post::Completed { slot: 0, n: 2 }],
         ),
         s(
@@ -298,11 +337,22 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![
                 create("echo"),
                 exec("t1"),
-                Fork { slot: 0, child: 1, at: At::Head },
-                Exec { slot: 1, text: "c1", park: false },
+                Fork {
+                    slot: 0,
+                    child: 1,
+                    at: At::Head,
+                },
+                Exec {
+                    slot: 1,
+                    text: "c1",
+                    park: false,
+                },
                 exec("t2"),
             ],
-            vec![Post::Completed { slot: 0, n: 2 }, Post::Completed { slot: 1, n: 2 }],
+            vec![
+                Post::Completed { slot: 0, n: 2 },
+                Post::Completed { slot: 1, n: 2 },
+            ],
         ),
         s(
             "fork-historical",
@@ -311,10 +361,21 @@ pub fn crash_scenarios() -> Vec<Scenario> {
                 create("tools"),
                 exec("t1"),
                 exec("t2"),
-                Fork { slot: 0, child: 1, at: At::Turn(1) },
-                Exec { slot: 1, text: "c1", park: false },
+                Fork {
+                    slot: 0,
+                    child: 1,
+                    at: At::Turn(1),
+                },
+                Exec {
+                    slot: 1,
+                    text: "c1",
+                    park: false,
+                },
             ],
-            vec![Post::Completed { slot: 1, n: 2 }, Post::ToolEffects { slot: 1, n: 1 }],
+            vec![
+                Post::Completed { slot: 1, n: 2 },
+                Post::ToolEffects { slot: 1, n: 1 },
+            ],
         ),
         s(
             "fork-pending-approval",
@@ -322,13 +383,35 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![
                 create("approval"),
                 park("t1"),
-                Fork { slot: 0, child: 1, at: At::Head },
-                Refuse { slot: 1, what: Refusal::ApproveInherited, expect: Code::FailedPrecondition },
-                Refuse { slot: 1, what: Refusal::Resume, expect: Code::FailedPrecondition },
-                Approve { slot: 0, approved: true },
+                Fork {
+                    slot: 0,
+                    child: 1,
+                    at: At::Head,
+                },
+                Refuse {
+                    slot: 1,
+                    what: Refusal::ApproveInherited,
+                    expect: Code::FailedPrecondition,
+                },
+                Refuse {
+                    slot: 1,
+                    what: Refusal::Resume,
+                    expect: Code::FailedPrecondition,
+                },
+                Approve {
+                    slot: 0,
+                    approved: true,
+                },
                 Resume { slot: 0 },
-                Exec { slot: 1, text: "c1", park: true },
-                Approve { slot: 1, approved: true },
+                Exec {
+                    slot: 1,
+                    text: "c1",
+                    park: true,
+                },
+                Approve {
+                    slot: 1,
+                    approved: true,
+                },
                 Resume { slot: 1 },
             ],
             vec![
@@ -340,7 +423,13 @@ pub fn crash_scenarios() -> Vec<Scenario> {
         s(
             "memory-suspend-resume",
             "memory-snapshot harness",
-            vec![create("counter"), exec("t1"), Suspend { slot: 0 }, Resume { slot: 0 }, exec("t2")],
+            vec![
+                create("counter"),
+                exec("t1"),
+                Suspend { slot: 0 },
+                Resume { slot: 0 },
+                exec("t2"),
+            ],
             vec![Post::Completed { slot: 0, n: 2 }],
         ),
         s(
@@ -349,27 +438,56 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![
                 create("counter"),
                 exec("t1"),
-                Fork { slot: 0, child: 1, at: At::Head },
-                Exec { slot: 1, text: "c1", park: false },
+                Fork {
+                    slot: 0,
+                    child: 1,
+                    at: At::Head,
+                },
+                Exec {
+                    slot: 1,
+                    text: "c1",
+                    park: false,
+                },
             ],
             vec![Post::Completed { slot: 1, n: 2 }],
         ),
         s(
             "legacy-crashed-output",
             "legacy v0.1.2 resume",
-            vec![Import { slot: 0, fixture: "crashed-output" }, Resume { slot: 0 }, exec("t2")],
+            vec![
+                Import {
+                    slot: 0,
+                    fixture: "crashed-output",
+                },
+                Resume { slot: 0 },
+                exec("t2"),
+            ],
             vec![],
         ),
         s(
             "legacy-crashed-input",
             "legacy v0.1.2 resume",
-            vec![Import { slot: 0, fixture: "crashed-input" }, Resume { slot: 0 }, exec("t2")],
+            vec![
+                Import {
+                    slot: 0,
+                    fixture: "crashed-input",
+                },
+                Resume { slot: 0 },
+                exec("t2"),
+            ],
             vec![],
         ),
         s(
             "legacy-mixed-interrupted",
             "legacy v0.1.2 resume",
-            vec![Import { slot: 0, fixture: "mixed-interrupted" }, Resume { slot: 0 }, exec("t2")],
+            vec![
+                Import {
+                    slot: 0,
+                    fixture: "mixed-interrupted",
+                },
+                Resume { slot: 0 },
+                exec("t2"),
+            ],
             vec![],
         ),
         s(
@@ -404,7 +522,10 @@ pub fn race_scenarios() -> Vec<Scenario> {
         vec![
             create("approval"),
             park("t1"),
-            Approve { slot: 0, approved: true },
+            Approve {
+                slot: 0,
+                approved: true,
+            },
         ]
     };
     vec![
@@ -412,43 +533,124 @@ pub fn race_scenarios() -> Vec<Scenario> {
             "race-approve-dup",
             "duplicate Approve",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Approve { slot: 0, approved: true })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (
+                    1,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+            ],
         ),
         race(
             "race-approve-dup-one-host",
             "duplicate Approve",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (0, R::Approve { slot: 0, approved: true })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+            ],
         ),
         race(
             "race-approve-conflict",
             "conflicting Approve",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Approve { slot: 0, approved: false })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (
+                    1,
+                    R::Approve {
+                        slot: 0,
+                        approved: false,
+                    },
+                ),
+            ],
         ),
         race(
             "race-approve-resume",
             "Approve vs Resume",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Resume { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (1, R::Resume { slot: 0 }),
+            ],
         ),
         race(
             "race-approve-suspend",
             "Approve vs Suspend",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Suspend { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (1, R::Suspend { slot: 0 }),
+            ],
         ),
         race(
             "race-approve-recover",
             "Approve vs inputless Exec",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: false }), (1, R::Recover { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: false,
+                    },
+                ),
+                (1, R::Recover { slot: 0 }),
+            ],
         ),
         race(
             "race-approve-fork",
             "Approve vs Fork",
             parked(),
-            vec![(0, R::Approve { slot: 0, approved: true }), (1, R::Fork { slot: 0, child: 1 })],
+            vec![
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (1, R::Fork { slot: 0, child: 1 }),
+            ],
         ),
         race(
             "race-resume-resume",
@@ -460,25 +662,61 @@ pub fn race_scenarios() -> Vec<Scenario> {
             "race-zombie-echo",
             "zombie incarnation",
             vec![create("echo")],
-            vec![(0, R::Exec { slot: 0, text: "t1" }), (1, R::Resume { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t1",
+                    },
+                ),
+                (1, R::Resume { slot: 0 }),
+            ],
         ),
         race(
             "race-zombie-tools",
             "zombie incarnation",
             vec![create("tools")],
-            vec![(0, R::Exec { slot: 0, text: "t1" }), (1, R::Resume { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t1",
+                    },
+                ),
+                (1, R::Resume { slot: 0 }),
+            ],
         ),
         race(
             "race-exec-suspend-one-host",
             "overlap guard",
             vec![create("echo")],
-            vec![(0, R::Exec { slot: 0, text: "t1" }), (0, R::Suspend { slot: 0 })],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t1",
+                    },
+                ),
+                (0, R::Suspend { slot: 0 }),
+            ],
         ),
         race(
             "race-exec-fork",
             "Exec vs Fork",
             vec![create("echo"), exec("t1")],
-            vec![(0, R::Exec { slot: 0, text: "t2" }), (1, R::Fork { slot: 0, child: 1 })],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t2",
+                    },
+                ),
+                (1, R::Fork { slot: 0, child: 1 }),
+            ],
         ),
     ]
 }

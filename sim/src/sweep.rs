@@ -28,7 +28,7 @@ impl Config {
     pub fn default_sweep() -> Self {
         Self {
             crashes: 2,
-            race_depth: 64,
+            race_depth: 32,
             walks: 200,
             seed: 0,
             scenario: None,
@@ -99,7 +99,10 @@ pub fn run(cfg: &Config, log: &mut dyn FnMut(&str)) -> Result<Stats, Failure> {
         total.digest.u64(digest);
     }
     if cfg.walks > 0 {
-        log(&format!("walks  {} seeded runs (base seed {})", cfg.walks, cfg.seed));
+        log(&format!(
+            "walks  {} seeded runs (base seed {})",
+            cfg.walks, cfg.seed
+        ));
     }
     Ok(total)
 }

@@ -178,9 +178,7 @@ impl Sim {
     /// A world of `hosts` fresh hosts over `d`.
     pub fn new(mut d: Durable, hosts: usize) -> Self {
         let config = config();
-        let slots = (0..hosts)
-            .map(|_| Self::slot(&mut d, &config))
-            .collect();
+        let slots = (0..hosts).map(|_| Self::slot(&mut d, &config)).collect();
         Self {
             d,
             config,
@@ -195,7 +193,10 @@ impl Sim {
         d.incarnations += 1;
         let inc = d.incarnations;
         Slot {
-            host: Host::new(config.clone(), Box::new(CountingIds::starting_at(inc << 40))),
+            host: Host::new(
+                config.clone(),
+                Box::new(CountingIds::starting_at(inc << 40)),
+            ),
             inc,
             next_request: 0,
             hist: Fnv::default(),
@@ -223,7 +224,12 @@ impl Sim {
     }
 
     /// Makes a client call on `host`.
-    pub fn request(&mut self, host: usize, session: &str, req: Request) -> Result<RequestId, crate::oracle::Violation> {
+    pub fn request(
+        &mut self,
+        host: usize,
+        session: &str,
+        req: Request,
+    ) -> Result<RequestId, crate::oracle::Violation> {
         self.d.now += 1_000;
         let slot = &mut self.hosts[host];
         slot.next_request += 1;
@@ -313,7 +319,9 @@ impl Sim {
         self.conns.clear();
         self.calls.clear();
         let n = self.hosts.len();
-        self.hosts = (0..n).map(|_| Self::slot(&mut self.d, &self.config)).collect();
+        self.hosts = (0..n)
+            .map(|_| Self::slot(&mut self.d, &self.config))
+            .collect();
         result
     }
 
@@ -331,7 +339,9 @@ impl Sim {
         self.conns.clear();
         self.calls.clear();
         let n = self.hosts.len();
-        self.hosts = (0..n).map(|_| Self::slot(&mut self.d, &self.config)).collect();
+        self.hosts = (0..n)
+            .map(|_| Self::slot(&mut self.d, &self.config))
+            .collect();
     }
 
     /// Mixes the world's state into `h` (for state deduplication).
@@ -384,9 +394,7 @@ impl Sim {
                     };
                     if let StreamItem::Record(r) = &item {
                         let session = call.session.clone();
-                        self.d
-                            .oracle
-                            .on_ack(&self.d.store, &session, r.record())?;
+                        self.d.oracle.on_ack(&self.d.store, &session, r.record())?;
                     }
                     if let Some(call) = self.calls.get_mut(&(host, request)) {
                         call.items.push(item);
@@ -462,9 +470,12 @@ impl Sim {
             }
             Some(Frame::Tool(tr)) => {
                 let session = c.session.clone();
-                self.d
-                    .oracle
-                    .on_tool_answer(&self.d.store, &session, &frame.execution_id, &tr.id)?;
+                self.d.oracle.on_tool_answer(
+                    &self.d.store,
+                    &session,
+                    &frame.execution_id,
+                    &tr.id,
+                )?;
             }
             _ => {}
         }
@@ -606,9 +617,13 @@ impl Sim {
                 intent,
                 call,
             } => {
-                self.d
-                    .oracle
-                    .on_execute_tool(&self.d.store, inc, &session, intent.record(), &call)?;
+                self.d.oracle.on_execute_tool(
+                    &self.d.store,
+                    inc,
+                    &session,
+                    intent.record(),
+                    &call,
+                )?;
                 (id, Outcome::Tool(self.execute(&session, &call)?))
             }
             other => {
@@ -745,7 +760,10 @@ fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
             events,
             ..
         } => {
-            h.str("append").str(session).i64(*expected_last_seq).i64(*fence);
+            h.str("append")
+                .str(session)
+                .i64(*expected_last_seq)
+                .i64(*fence);
             for ev in events {
                 h.i64(i64::from(ev.kind));
             }
@@ -812,7 +830,9 @@ pub fn describe(item: &Item) -> String {
                 item.host,
                 events
                     .iter()
-                    .map(|e| events::kind_of(e).as_str_name().trim_start_matches("EVENT_"))
+                    .map(|e| events::kind_of(e)
+                        .as_str_name()
+                        .trim_start_matches("EVENT_"))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
