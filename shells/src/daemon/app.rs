@@ -225,6 +225,7 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The bound registry address, if served.
     pub registry_addr: Option<SocketAddr>,
+    journal: Arc<SqliteJournal>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     loop_task: tokio::task::JoinHandle<()>,
@@ -290,7 +291,7 @@ impl Daemon {
             .unwrap_or_else(|| PathBuf::from("notes"));
         let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
         let ports = Ports {
-            store,
+            store: store.clone(),
             harness: Arc::new(GrpcHarnesses::default()),
             runtime: Arc::new(Runtimes::new(
                 sockets.path().to_path_buf(),
@@ -331,11 +332,18 @@ impl Daemon {
             driver: handle,
             addr,
             registry_addr,
+            journal: store,
             servers,
             stop,
             loop_task,
             _sockets: sockets,
         })
+    }
+
+    /// The journal the daemon writes (benchmarks time appends and read
+    /// writer counters through it).
+    pub fn journal(&self) -> &SqliteJournal {
+        &self.journal
     }
 
     /// Stops accepting calls, lets the calls in flight finish, and exits.

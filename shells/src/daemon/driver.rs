@@ -54,6 +54,11 @@ pub trait HarnessPort: Send + Sync + 'static {
 pub trait RuntimePort: Send + Sync + 'static {
     /// Where `backend` can be described before anything is provisioned.
     fn describe_address(&self, backend: &Backend) -> Result<String, String>;
+    /// The descriptor of a harness this process serves itself, without a
+    /// round trip; None when `backend` must be asked over the wire.
+    fn describe_in_process(&self, _backend: &Backend) -> Option<Result<HarnessDescriptor, String>> {
+        None
+    }
     /// One Runtime call.
     fn call(&self, backend: Backend, op: RuntimeOp)
     -> PortFuture<'_, Result<RuntimeReply, String>>;
@@ -451,6 +456,18 @@ impl<S: JournalStore + 'static> Driver<S> {
                 timeout_ms,
                 ..
             } => {
+                // A built-in served by this process describes itself without
+                // a round trip (as the reference's local runtime does); only
+                // a turn's own connection is always asked over the wire.
+                if conn.is_none()
+                    && let Some(described) = ports.runtime.describe_in_process(&backend)
+                {
+                    reply(
+                        id,
+                        Outcome::Described(described.map_err(HarnessFailure::Unavailable)),
+                    );
+                    return;
+                }
                 let address = match conn.and_then(|c| self.conns.get(&c)) {
                     Some(c) if !c.address.is_empty() => Ok(c.address.clone()),
                     _ => ports.runtime.describe_address(&backend),

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
-use agentsessions_proto::v1::SnapshotRef;
+use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef};
 use tokio::sync::oneshot;
 
 use super::driver::{PortFuture, RuntimePort};
@@ -31,6 +31,8 @@ use crate::harness::{Harness, HarnessService, builtin};
 /// A built-in harness being served on a unix socket.
 struct Served {
     address: String,
+    /// Built-ins have a static descriptor, so it is taken once at start.
+    descriptor: HarnessDescriptor,
     _stop: oneshot::Sender<()>,
 }
 
@@ -58,23 +60,26 @@ impl Runtimes {
     /// `prefix` keeps the describe-only instances of memory kinds apart
     /// from instances that run turns.
     fn local_address(&self, prefix: &str, kind: &str) -> Result<String, String> {
+        self.local(prefix, kind).map(|s| s.address.clone())
+    }
+
+    fn local(&self, prefix: &str, kind: &str) -> Result<Arc<Served>, String> {
         let key = format!("{prefix}{kind}");
         let mut served = self.served.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = served.get(&key) {
-            return Ok(s.address.clone());
+            return Ok(s.clone());
         }
         let harness = builtin::build(kind, &self.model).map_err(|e| e.to_string())?;
+        let descriptor = harness.describe();
         let path = self.dir.join(format!("{key}.sock"));
         let stop = serve_unix(&path, HarnessService::new(harness).into_server())?;
-        let address = format!("unix://{}", path.display());
-        served.insert(
-            key,
-            Arc::new(Served {
-                address: address.clone(),
-                _stop: stop,
-            }),
-        );
-        Ok(address)
+        let s = Arc::new(Served {
+            address: format!("unix://{}", path.display()),
+            descriptor,
+            _stop: stop,
+        });
+        served.insert(key, s.clone());
+        Ok(s)
     }
 
     fn address(&self, backend: &Backend) -> Result<String, String> {
@@ -90,6 +95,15 @@ impl Runtimes {
 impl RuntimePort for Runtimes {
     fn describe_address(&self, backend: &Backend) -> Result<String, String> {
         self.address(backend)
+    }
+
+    fn describe_in_process(&self, backend: &Backend) -> Option<Result<HarnessDescriptor, String>> {
+        let served = match backend {
+            Backend::Local { kind } => self.local("", kind),
+            Backend::Memory { kind } => self.local("describe-", kind),
+            Backend::Remote { .. } => return None,
+        };
+        Some(served.map(|s| s.descriptor.clone()))
     }
 
     fn call(

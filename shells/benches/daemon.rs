@@ -1,0 +1,305 @@
+//! Daemon benchmark (`cargo bench -p agentsessions-shells --bench daemon`).
+//!
+//! Echo turns over gRPC on loopback against a real daemon (SQLite journal on
+//! the real disk, the embedded local echo harness on a unix socket, the echo
+//! model), next to the durable-append latency of the same journal measured
+//! in the same run:
+//!
+//! 1. one session, turns awaited one at a time, interleaved in blocks with
+//!    single-event appends through the daemon's own `SqliteJournal` (to a
+//!    session of their own), so disk noise hits both alike;
+//! 2. 64 sessions, one client task each, turns back to back for a fixed
+//!    time.
+//!
+//! A turn's durable writes are counted, not assumed: the writer's job
+//! counter over the measured turns divided by the turns (a fence mint and
+//! the turn's appends). The headline ratio is
+//! `turn p50 / (writes per turn × append p50)`.
+//!
+//! `DAEMON_BENCH_DIR` picks the disk (default: the temp dir);
+//! `DAEMON_BENCH_SCALE` (default 1.0) scales turn counts and durations;
+//! `DAEMON_BENCH_MARKS=1` prints, per turn, when each frame arrived (µs
+//! after the call), to see where a turn spends its time.
+
+use std::time::{Duration, Instant};
+
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    CreateSessionRequest, Event, EventKind, ExecRequest, Message, Part, Session, TextPart, event,
+    part,
+};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use agentsessions_shells::journal::{AppendBatch, JournalStore};
+use tonic::transport::Channel;
+
+fn scale() -> f64 {
+    std::env::var("DAEMON_BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1.0)
+}
+
+fn scaled(n: f64) -> usize {
+    ((n * scale()) as usize).max(1)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn text(t: &str) -> Message {
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Text(TextPart { text: t.into() })),
+        }],
+    }
+}
+
+/// An OUTPUT event the size of an echo turn's.
+fn output_event(i: usize) -> Event {
+    Event {
+        execution_id: "0123456789abcdef".into(),
+        kind: EventKind::EventOutput as i32,
+        body: Some(event::Body::Message(Message {
+            role: "assistant".into(),
+            parts: vec![Part {
+                part: Some(part::Part::Text(TextPart {
+                    text: format!("echo:hello {i:08}"),
+                })),
+            }],
+        })),
+        ..Default::default()
+    }
+}
+
+async fn connect(daemon: &Daemon) -> SessionsClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .unwrap();
+    SessionsClient::new(channel)
+}
+
+async fn create(c: &mut SessionsClient<Channel>) -> String {
+    c.create_session(CreateSessionRequest {
+        session: Some(Session {
+            harness: "echo".into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .metadata
+    .unwrap()
+    .uid
+}
+
+/// One echo turn, read to EOF; returns its latency.
+async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
+    let t = Instant::now();
+    let mut stream = c
+        .exec(ExecRequest {
+            session: session.into(),
+            inputs: vec![text("hello")],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut records = 0;
+    let mut marks = vec![t.elapsed()];
+    while let Some(u) = stream.message().await.unwrap() {
+        marks.push(t.elapsed());
+        if matches!(
+            u.update,
+            Some(agentsessions_proto::v1::exec_update::Update::Record(_))
+        ) {
+            records += 1;
+        }
+    }
+    let elapsed = t.elapsed();
+    if std::env::var_os("DAEMON_BENCH_MARKS").is_some() {
+        eprintln!(
+            "{:?}",
+            marks.iter().map(|d| d.as_micros()).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(records, 5, "an echo turn journals 5 records");
+    elapsed
+}
+
+struct Figures {
+    p50: Duration,
+    p99: Duration,
+    per_sec: f64,
+}
+
+fn figures(mut lat: Vec<Duration>, wall: Duration) -> Figures {
+    lat.sort();
+    Figures {
+        p50: pct(&lat, 0.5),
+        p99: pct(&lat, 0.99),
+        per_sec: lat.len() as f64 / wall.as_secs_f64(),
+    }
+}
+
+async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
+    let mut c = connect(daemon).await;
+    let session = create(&mut c).await;
+    for _ in 0..50 {
+        turn(&mut c, &session).await;
+    }
+    let store = daemon.journal();
+    let mut head = 0i64;
+    let blocks = scaled(20.0);
+    let (mut turns, mut appends) = (Vec::new(), Vec::new());
+    let (mut turn_wall, mut append_wall) = (Duration::ZERO, Duration::ZERO);
+    let mut writes = 0u64;
+    for block in 0..blocks {
+        // Every turn reads the whole journal of its session (the history
+        // the harness is started with), so a block gets a fresh session:
+        // the figures are for sessions of up to 50 turns.
+        let session = create(&mut c).await;
+        turn(&mut c, &session).await;
+        // One turn, then five single appends: both sides see the same disk,
+        // checkpoints and neighbours at the same moments.
+        for i in 0..50 {
+            let before = store.writer_stats().jobs;
+            let d = turn(&mut c, &session).await;
+            writes += store.writer_stats().jobs - before;
+            turns.push(d);
+            turn_wall += d;
+            for j in 0..5 {
+                let a = Instant::now();
+                let recs = store
+                    .append(AppendBatch {
+                        session: "bench-append".into(),
+                        expected_last_seq: head,
+                        fence: 0,
+                        events: vec![output_event((block * 50 + i) * 5 + j)],
+                        now_unix_nanos: 1,
+                    })
+                    .await
+                    .unwrap();
+                let d = a.elapsed();
+                appends.push(d);
+                append_wall += d;
+                head = recs[0].seq;
+            }
+        }
+    }
+    let per_turn = writes as f64 / turns.len() as f64;
+    (
+        figures(turns, turn_wall),
+        figures(appends, append_wall),
+        per_turn,
+    )
+}
+
+async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
+    let secs = 4.0 * scale();
+    let mut clients = Vec::new();
+    // One HTTP/2 connection per 16 sessions, as a pool of clients would.
+    for _ in 0..sessions.div_ceil(16) {
+        clients.push(connect(daemon).await);
+    }
+    let mut tasks = Vec::new();
+    let start = Instant::now() + Duration::from_millis(300);
+    let stop = start + Duration::from_secs_f64(secs);
+    for i in 0..sessions {
+        let mut c = clients[i / 16].clone();
+        tasks.push(tokio::spawn(async move {
+            let session = create(&mut c).await;
+            turn(&mut c, &session).await;
+            tokio::time::sleep_until(start.into()).await;
+            let mut lat = Vec::new();
+            while Instant::now() < stop {
+                lat.push(turn(&mut c, &session).await);
+            }
+            lat
+        }));
+    }
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let wall = Instant::now().saturating_duration_since(start);
+    figures(lat, wall)
+}
+
+fn main() {
+    let base = std::env::var_os("DAEMON_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new()
+        .prefix("daemon-bench-")
+        .tempdir_in(base)
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    println!(
+        "# daemon bench (scale {}, dir {})\n",
+        scale(),
+        dir.path().display()
+    );
+    rt.block_on(async {
+        let daemon = Daemon::start(DaemonConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            registry_addr: None,
+            journal: dir.path().join("journal.db"),
+            project: "default".into(),
+            model: String::new(),
+            model_base_url: None,
+            model_path: None,
+            model_auth_header: "Authorization".into(),
+            model_api_key: None,
+            harnesses: Vec::new(),
+        })
+        .await
+        .unwrap();
+
+        let (one, append, per_turn) = single_session(&daemon).await;
+        let many = concurrent(&daemon, 64).await;
+        let budget = per_turn * us(append.p50);
+        println!("| | p50 µs | p99 µs | per second |");
+        println!("|---|---|---|---|");
+        println!(
+            "| durable append (1 event, same journal) | {:.0} | {:.0} | {:.0} |",
+            us(append.p50),
+            us(append.p99),
+            append.per_sec
+        );
+        println!(
+            "| echo turn, 1 session | {:.0} | {:.0} | {:.0} |",
+            us(one.p50),
+            us(one.p99),
+            one.per_sec
+        );
+        println!(
+            "| echo turn, 64 sessions | {:.0} | {:.0} | {:.0} |",
+            us(many.p50),
+            us(many.p99),
+            many.per_sec
+        );
+        println!();
+        println!("durable writes per turn (writer jobs / turns): {per_turn:.2}");
+        println!(
+            "turn p50 / ({per_turn:.2} × append p50) = {:.0} / {:.0} = **{:.2}×** (goal ≤ 1.5×)",
+            us(one.p50),
+            budget,
+            us(one.p50) / budget
+        );
+        daemon.shutdown().await;
+    });
+}
