@@ -27,4 +27,5 @@ pub mod scenario;
 pub mod scripts;
 pub mod store;
 pub mod sweep;
+pub mod trace;
 pub mod world;

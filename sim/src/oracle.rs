@@ -669,13 +669,8 @@ impl Oracle {
         })?;
         let status = projection::session_status(records, head)
             .map_err(|e| violation(Rule::JournalInvalid, format!("{uid}: {e}")))?;
-        let exec_state = if head == 0 {
-            rendered.exec_state
-        } else {
-            status.exec_state as i32
-        };
         ensure(
-            rendered.exec_state == exec_state
+            rendered.exec_state == status.exec_state as i32
                 && rendered.pending_approval == status.pending_approval,
             Rule::Projection,
             || {

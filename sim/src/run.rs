@@ -19,7 +19,8 @@ use crate::digest::Fnv;
 use crate::oracle::{Check, JournalView, Rule, Violation, violation};
 use crate::scenario::{Post, RaceOp, Scenario};
 use crate::store::CrashVariant;
-use crate::world::{Call, Durable, Sim, describe};
+use crate::trace::{describe, request_brief};
+use crate::world::{Call, Durable, Sim};
 
 /// Steps after which a run counts as runaway.
 const MAX_STEPS: u64 = 20_000;
@@ -193,6 +194,9 @@ impl<'a> Run<'a> {
             match self.client.next(&self.scn.program, &self.sim.d.store)? {
                 None => break,
                 Some(Action::Call(session, req)) => {
+                    if let Some(t) = &mut self.trace {
+                        t.push(format!("client: {}", request_brief(&req)));
+                    }
                     self.inflight = Some(self.sim.request(0, &session, req)?);
                 }
                 Some(Action::Import(uid, fixture)) => self.import(&uid, fixture)?,

@@ -1,0 +1,219 @@
+//! Compact renderings of effects, outcomes and harness input: stable
+//! digests (for state deduplication and the trace digest) and one-line
+//! descriptions (for printed traces).
+
+use agentsessions_machine::events::{self, body};
+use agentsessions_machine::host::{Effect, HarnessInput, Outcome, Request, StreamItem};
+
+use crate::digest::Fnv;
+use crate::world::{Item, What};
+
+/// A compact, stable digest of an outcome (enough to tell states apart).
+pub(crate) fn hash_outcome(h: &mut Fnv, o: &Outcome) {
+    match o {
+        Outcome::Appended(Ok(r)) => {
+            h.str("appended");
+            for x in r {
+                h.i64(x.seq).str(&x.content_hash);
+            }
+        }
+        Outcome::Appended(Err(e)) => {
+            h.str("append-err").str(&format!("{e:?}"));
+        }
+        Outcome::Fence(r) => {
+            h.str("fence").i64(*r.as_ref().unwrap_or(&-1));
+        }
+        Outcome::Log(Ok(r)) => {
+            h.str("log").u64(r.len() as u64);
+            if let Some(last) = r.last() {
+                h.str(&last.content_hash);
+            }
+        }
+        Outcome::Session(Ok(Some(row))) => {
+            h.str("row").i64(row.last_seq).i64(row.compute_state as i64);
+        }
+        other => {
+            h.str(&format!("{other:?}"));
+        }
+    }
+}
+
+pub(crate) fn hash_input(h: &mut Fnv, i: &HarnessInput) {
+    match i {
+        HarnessInput::Event(ev) => {
+            h.str("ev").i64(i64::from(ev.kind)).str(&ev.execution_id);
+            if let Some(m) = body::model(ev) {
+                h.str(&format!("{:?}", m.messages));
+            }
+        }
+        HarnessInput::Closed => {
+            h.str("closed");
+        }
+        HarnessInput::Failed(e) => {
+            h.str("failed").str(e);
+        }
+    }
+}
+
+/// Mixes a performed effect into the trace digest.
+pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
+    h.u64(host as u64);
+    match e {
+        Effect::Append {
+            session,
+            expected_last_seq,
+            fence,
+            events,
+            ..
+        } => {
+            h.str("append")
+                .str(session)
+                .i64(*expected_last_seq)
+                .i64(*fence);
+            for ev in events {
+                h.i64(i64::from(ev.kind));
+            }
+        }
+        Effect::Stream { request, item } => {
+            h.str("stream").u64(request.0);
+            if let StreamItem::Record(r) = item {
+                h.str(&r.record().content_hash);
+            }
+        }
+        Effect::Reply { request, result } => {
+            h.str("reply").u64(request.0).i64(match result {
+                Ok(_) => 0,
+                Err(s) => s.code as i64,
+            });
+        }
+        Effect::Send { conn, frame } => {
+            h.str("send").u64(conn.0).str(&frame.execution_id);
+        }
+        other => {
+            h.str(effect_name(other)).u64(other.id().map_or(0, |i| i.0));
+        }
+    }
+}
+
+/// The variant name of an effect.
+pub fn effect_name(e: &Effect) -> &'static str {
+    match e {
+        Effect::Append { .. } => "Append",
+        Effect::MintFence { .. } => "MintFence",
+        Effect::ReadLog { .. } => "ReadLog",
+        Effect::GetSession { .. } => "GetSession",
+        Effect::PutSession { .. } => "PutSession",
+        Effect::ListSessions { .. } => "ListSessions",
+        Effect::GetHarnessRow { .. } => "GetHarnessRow",
+        Effect::ListHarnessRows { .. } => "ListHarnessRows",
+        Effect::RegisterHarnessRow { .. } => "RegisterHarnessRow",
+        Effect::RetireHarnessRow { .. } => "RetireHarnessRow",
+        Effect::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+        Effect::Describe { .. } => "Describe",
+        Effect::Runtime { .. } => "Runtime",
+        Effect::Dial { .. } => "Dial",
+        Effect::Send { .. } => "Send",
+        Effect::Close { .. } => "Close",
+        Effect::InvokeModel { .. } => "InvokeModel",
+        Effect::ExecuteTool { .. } => "ExecuteTool",
+        Effect::Stream { .. } => "Stream",
+        Effect::Reply { .. } => "Reply",
+    }
+}
+
+/// A one-line description of an item (for printed traces).
+pub fn describe(item: &Item) -> String {
+    match &item.what {
+        What::Effect(e) => match e {
+            Effect::Append {
+                session,
+                expected_last_seq,
+                fence,
+                events,
+                ..
+            } => format!(
+                "h{} perform Append {session} after={expected_last_seq} fence={fence} [{}]",
+                item.host,
+                events
+                    .iter()
+                    .map(|e| events::kind_of(e)
+                        .as_str_name()
+                        .trim_start_matches("EVENT_"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            other => format!("h{} perform {}", item.host, effect_name(other)),
+        },
+        What::Outcome(id, o, ..) => {
+            let what = match o {
+                Outcome::Appended(Ok(r)) => format!(
+                    "Appended seq {}..={}",
+                    r.first().map_or(0, |x| x.seq),
+                    r.last().map_or(0, |x| x.seq)
+                ),
+                Outcome::Appended(Err(e)) => format!("Append failed {e:?}"),
+                Outcome::Fence(f) => format!("Fence {f:?}"),
+                other => outcome_name(other).to_owned(),
+            };
+            format!("h{} deliver #{} {what}", item.host, id.0)
+        }
+        What::Harness(c, i) => match i {
+            HarnessInput::Event(ev) => format!(
+                "h{} harness conn {} {}",
+                item.host,
+                c.0,
+                events::kind_of(ev).as_str_name()
+            ),
+            HarnessInput::Closed => format!("h{} harness conn {} closed", item.host, c.0),
+            HarnessInput::Failed(e) => format!("h{} harness conn {} failed: {e}", item.host, c.0),
+        },
+    }
+}
+
+/// The variant name of an outcome.
+pub fn outcome_name(o: &Outcome) -> &'static str {
+    match o {
+        Outcome::Appended(_) => "Appended",
+        Outcome::Fence(_) => "Fence",
+        Outcome::Log(_) => "Log",
+        Outcome::Session(_) => "Session",
+        Outcome::Put(_) => "Put",
+        Outcome::SessionPage(_) => "SessionPage",
+        Outcome::HarnessRow(_) => "HarnessRow",
+        Outcome::HarnessRows(_) => "HarnessRows",
+        Outcome::Registered(_) => "Registered",
+        Outcome::Retired(_) => "Retired",
+        Outcome::Reserved(_) => "Reserved",
+        Outcome::Described(_) => "Described",
+        Outcome::Runtime(_) => "Runtime",
+        Outcome::Dialed(_) => "Dialed",
+        Outcome::Model(_) => "Model",
+        Outcome::Tool(_) => "Tool",
+    }
+}
+
+/// A client call in one line.
+pub fn request_brief(r: &Request) -> String {
+    let text = |inputs: &[agentsessions_proto::v1::Message]| {
+        inputs
+            .iter()
+            .map(events::message_text)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    match r {
+        Request::CreateSession(_) => "CreateSession".into(),
+        Request::Exec(e) => format!("Exec {} [{}]", e.session, text(&e.inputs)),
+        Request::Resume(x) => format!("Resume {}", x.session),
+        Request::Suspend(x) => format!("Suspend {}", x.session),
+        Request::Approve(a) => format!(
+            "Approve {} call={} request_seq={} approved={:?}",
+            a.session, a.tool_call_id, a.request_seq, a.approved
+        ),
+        Request::Fork(f) => format!("Fork {} at={}", f.session, f.at_seq),
+        Request::GetSession(g) => format!("GetSession {}", g.uid),
+        Request::Replay(x) => format!("Replay {}", x.session),
+        Request::ReplayHarness { session } => format!("ReplayHarness {session}"),
+        other => format!("{other:?}"),
+    }
+}
