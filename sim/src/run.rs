@@ -69,6 +69,10 @@ impl Checkpoint {
             h.str(key);
         }
         h.u64(self.d.executor.effects);
+        // Harness starts decide whether a drifting harness has drifted.
+        for (session, n) in &self.d.starts {
+            h.str(session).u64(u64::from(*n));
+        }
         h.finish()
     }
 }

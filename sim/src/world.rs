@@ -378,6 +378,9 @@ impl Sim {
         for (key, r) in &self.d.executor.done {
             h.str(&key.0).str(&key.1).u64(u64::from(r.is_error));
         }
+        for (session, n) in &self.d.starts {
+            h.str(session).u64(u64::from(*n));
+        }
     }
 
     fn drain(&mut self, host: usize) -> Check {
