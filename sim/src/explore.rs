@@ -24,6 +24,8 @@ pub struct Failure {
     pub path: Vec<u16>,
     /// What broke.
     pub violation: Violation,
+    /// The seed, for a failure found by a seeded walk.
+    pub seed: Option<u64>,
 }
 
 /// What a sweep covered.
@@ -140,6 +142,7 @@ impl CrashSweep<'_> {
             crashes: self.crashes,
             path: path.to_vec(),
             violation: v,
+            seed: None,
         }
     }
 
@@ -195,6 +198,7 @@ pub fn sweep_race(scn: &Scenario, depth: usize) -> Result<Stats, Failure> {
         crashes: 0,
         path,
         violation: v,
+        seed: None,
     };
     loop {
         let moves = guard(|| setup.moves()).map_err(|v| fail(Vec::new(), v))?;
@@ -225,6 +229,7 @@ impl<'a> RaceSweep<'a> {
             crashes: 0,
             path: full,
             violation: v,
+            seed: None,
         }
     }
 
@@ -304,6 +309,7 @@ pub fn walk(scn: &Scenario, seed: u64, crashes: u32) -> Result<(u64, Vec<u16>), 
         crashes,
         path: path.to_vec(),
         violation: v,
+        seed: Some(seed),
     };
     loop {
         let moves = guard(|| run.moves()).map_err(|v| fail(&path, v))?;
@@ -442,6 +448,12 @@ pub fn report(f: &Failure, scn: &Scenario) -> String {
             Ok(_) => "the shrunk path passes (the failure depends on the whole path)".into(),
         }
     );
+    if let Some(seed) = f.seed {
+        out.push_str(&format!(
+            "  or, as found: cargo run -p agentsessions-sim --release -- --scenario {} --seed {seed}\n",
+            f.scenario
+        ));
+    }
     let skip = trace.len().saturating_sub(60);
     if skip > 0 {
         out.push_str(&format!("  … {skip} earlier steps\n"));
