@@ -23,6 +23,34 @@ pub mod grpc {
     include!(concat!(env!("OUT_DIR"), "/grpc/agentsessions.v1.rs"));
     #[cfg(madsim)]
     include!(concat!(env!("OUT_DIR"), "/grpc/sim/agentsessions.v1.rs"));
+
+    // madsim-tonic's router finds a service by its own `NamedService`. Its
+    // codegen emits that impl only together with a `connect` constructor on
+    // every client, which clashes with the Harness service's Connect rpc,
+    // so the three impls are written here.
+    #[cfg(madsim)]
+    mod named {
+        use tonic::service::Interceptor;
+        use tonic::transport::NamedService;
+
+        impl<T: super::sessions_server::Sessions, F: Interceptor> NamedService
+            for super::sessions_server::SessionsServer<T, F>
+        {
+            const NAME: &'static str = "agentsessions.v1.Sessions";
+        }
+
+        impl<T: super::harness_server::Harness, F: Interceptor> NamedService
+            for super::harness_server::HarnessServer<T, F>
+        {
+            const NAME: &'static str = "agentsessions.v1.Harness";
+        }
+
+        impl<T: super::harness_registry_server::HarnessRegistry, F: Interceptor> NamedService
+            for super::harness_registry_server::HarnessRegistryServer<T, F>
+        {
+            const NAME: &'static str = "agentsessions.v1.HarnessRegistry";
+        }
+    }
 }
 
 /// The file descriptor set of the contract, for gRPC reflection.

@@ -15,10 +15,15 @@
 //! Event content is a pure function of (session, seq) — see [`expected_text`]
 //! — so the auditor can also detect a record holding the wrong bytes.
 
+// The writer drives the SQLite journal with real threads and files, so a
+// madsim build keeps only a stub `main`.
+#![cfg_attr(madsim, allow(dead_code, unused_imports))]
+
 use std::io::Write as _;
 use std::process::ExitCode;
 
 use agentsessions_proto::v1::{Event, EventKind, Message, Part, TextPart, event, part};
+#[cfg(not(madsim))]
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{AppendBatch, JournalStore, system_now_unix_nanos};
 
@@ -56,6 +61,7 @@ fn emit(line: &str) {
     }
 }
 
+#[cfg(not(madsim))]
 async fn run_session(store: SqliteJournal, session: String) -> Result<(), String> {
     let now = system_now_unix_nanos();
     let fence = store
@@ -88,6 +94,13 @@ async fn run_session(store: SqliteJournal, session: String) -> Result<(), String
     }
 }
 
+#[cfg(madsim)]
+fn main() -> ExitCode {
+    eprintln!("journal-crash-writer: not available in a madsim build");
+    ExitCode::FAILURE
+}
+
+#[cfg(not(madsim))]
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let Some(path) = args.get(1) else {

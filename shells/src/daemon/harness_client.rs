@@ -1,5 +1,9 @@
 //! The host side of the Harness SPI over gRPC: Describe and Connect to a
 //! harness at `host:port`, `dns:///host:port` or a unix socket.
+//!
+//! Under `--cfg madsim` tonic is madsim-tonic, whose channels run over the
+//! simulated network: TCP addresses work unchanged (a lazy channel to
+//! `http://ip:port`), unix sockets are refused.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -62,6 +66,11 @@ pub fn channel(target: &Target) -> Result<Channel, String> {
         Target::Tcp(uri) => Endpoint::from_shared(uri.clone())
             .map(|e| e.connect_lazy())
             .map_err(|e| format!("bad harness address: {e}")),
+        #[cfg(madsim)]
+        Target::Unix(path) => Err(format!(
+            "unix socket {path}: not available in the madsim simulation"
+        )),
+        #[cfg(not(madsim))]
         Target::Unix(path) => {
             let path = path.clone();
             // The URI is required by the API and ignored by the connector.

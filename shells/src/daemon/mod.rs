@@ -4,11 +4,17 @@
 //! (journal store, harness client, runtimes, model, tools); the gRPC layer
 //! turns RPCs into the host's requests.
 
+#[cfg(not(madsim))]
 pub mod app;
 pub mod convert;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;
+// Both serve built-in harnesses on unix sockets, which madsim does not
+// simulate; the simulation runs harnesses on their own nodes over TCP.
+#[cfg(not(madsim))]
 pub mod memory;
 pub mod observe;
+pub mod remote;
+#[cfg(not(madsim))]
 pub mod runtime;

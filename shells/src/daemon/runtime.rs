@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
-use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef};
+use agentsessions_proto::v1::HarnessDescriptor;
 use tokio::sync::oneshot;
 
 use super::driver::{PortFuture, RuntimePort};
@@ -133,19 +133,7 @@ impl RuntimePort for Runtimes {
                     }
                 };
             }
-            match op {
-                RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } | RuntimeOp::Fork { .. } => {
-                    Ok(RuntimeReply::Incarnation {
-                        address: self.address(&backend)?,
-                    })
-                }
-                // Nothing to capture: the journal is the state.
-                RuntimeOp::Snapshot { session } => Ok(RuntimeReply::Snapshot(SnapshotRef {
-                    local: session,
-                    ..SnapshotRef::default()
-                })),
-                RuntimeOp::Stop { .. } => Ok(RuntimeReply::Done),
-            }
+            super::remote::journal_only_reply(op, || self.address(&backend))
         })
     }
 }

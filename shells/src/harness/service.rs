@@ -14,6 +14,15 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use super::sink::{Sink, Stop, stopped};
 use super::{Harness, HarnessError, StartInfo};
 
+/// The generated server type wrapping a service; madsim-tonic's carries
+/// an interceptor parameter that real tonic's does not.
+#[cfg(not(madsim))]
+pub type ServerOf<S> = HarnessServer<S>;
+/// The generated server type wrapping a service; madsim-tonic's carries
+/// an interceptor parameter that real tonic's does not.
+#[cfg(madsim)]
+pub type ServerOf<S> = HarnessServer<S, tonic::codegen::IdentityInterceptor>;
+
 /// Events buffered towards the host before the harness has to wait.
 const OUT_CAPACITY: usize = 16;
 
@@ -39,7 +48,7 @@ impl<H: Harness + ?Sized> HarnessService<H> {
     }
 
     /// The tonic server to add to a router.
-    pub fn into_server(self) -> HarnessServer<Self> {
+    pub fn into_server(self) -> ServerOf<Self> {
         HarnessServer::new(self)
     }
 }

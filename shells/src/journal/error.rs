@@ -108,24 +108,28 @@ pub enum RegistryError {
     Failed(#[from] StoreError),
 }
 
+#[cfg(not(madsim))]
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         StoreError::Backend(Box::new(e))
     }
 }
 
+#[cfg(not(madsim))]
 impl From<rusqlite::Error> for AppendError {
     fn from(e: rusqlite::Error) -> Self {
         AppendError::Failed(e.into())
     }
 }
 
+#[cfg(not(madsim))]
 impl From<rusqlite::Error> for RegistryError {
     fn from(e: rusqlite::Error) -> Self {
         RegistryError::Failed(e.into())
     }
 }
 
+#[cfg(not(madsim))]
 impl From<rusqlite::Error> for VerifyError {
     fn from(e: rusqlite::Error) -> Self {
         VerifyError::Failed(e.into())

@@ -40,8 +40,12 @@ use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
 pub mod encode;
 mod error;
+pub mod memory;
 pub mod page_token;
 pub mod projection;
+// Threads and real files: not available in the madsim simulation, which
+// uses [`memory`] instead.
+#[cfg(not(madsim))]
 pub mod sqlite;
 
 pub use error::{AppendError, BackendError, RegistryError, StoreError, VerifyError};

@@ -20,8 +20,11 @@ use std::pin::Pin;
 use agentsessions_machine::host::{ModelReply, Outcome};
 use agentsessions_proto::v1::{Message, ModelCall, Part, TextPart, part};
 
+// HTTP over real sockets: not available in the madsim simulation.
+#[cfg(not(madsim))]
 pub mod openai;
 
+#[cfg(not(madsim))]
 pub use openai::{OpenAiClient, OpenAiConfig};
 
 /// A boxed, sendable future borrowed for `'a`.

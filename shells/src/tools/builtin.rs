@@ -96,7 +96,11 @@ impl Tool for AppendNote {
                 let _one = write.lock().unwrap_or_else(|e| e.into_inner());
                 append_once(&dir, &path, &tag, &line, redrive)
             };
-            tokio::task::spawn_blocking(io)
+            // madsim runs blocking closures inline (and marks the call
+            // deprecated to say so); the note file is real I/O either way.
+            #[cfg_attr(madsim, allow(deprecated))]
+            let written = tokio::task::spawn_blocking(io);
+            written
                 .await
                 .map_err(|_| io_err(std::io::ErrorKind::Other))?
                 .map_err(|e| io_err(e.kind()))?;

@@ -16,9 +16,13 @@
 //!
 //! [`Effect::ExecuteTool`]: agentsessions_machine::host::Effect::ExecuteTool
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+#[cfg(not(madsim))]
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(not(madsim))]
+use std::sync::Mutex;
 
 use agentsessions_machine::host::Outcome;
 use agentsessions_proto::v1::{ToolCall, ToolResult};
@@ -26,12 +30,17 @@ use agentsessions_proto::v1::{ToolCall, ToolResult};
 use crate::model::BoxFuture;
 
 pub mod builtin;
+// The ledger is a SQLite file driven from blocking threads; the madsim
+// simulation brings its own deduplicating executor.
+#[cfg(not(madsim))]
 pub mod ledger;
 
 pub use builtin::{AppendNote, EchoArgs};
+#[cfg(not(madsim))]
 pub use ledger::{LedgerEntry, ToolLedger};
 
 /// Longest tool name quoted in an error.
+#[cfg(not(madsim))]
 const MAX_NAME_IN_ERROR: usize = 64;
 
 /// Why a tool execution failed. Messages are short and never carry args,
@@ -80,6 +89,7 @@ impl ToolError {
         self.to_string()
     }
 
+    #[cfg(not(madsim))]
     fn unknown(name: &str) -> Self {
         Self::UnknownTool(name.chars().take(MAX_NAME_IN_ERROR).collect())
     }
@@ -173,9 +183,11 @@ impl ToolRegistry {
     }
 }
 
+#[cfg(not(madsim))]
 type KeyLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 
 /// The executor the host uses: registry lookup plus ledger dedup.
+#[cfg(not(madsim))]
 #[derive(Clone)]
 pub struct LedgerExecutor {
     registry: Arc<ToolRegistry>,
@@ -185,6 +197,7 @@ pub struct LedgerExecutor {
     locks: Arc<KeyLocks>,
 }
 
+#[cfg(not(madsim))]
 impl std::fmt::Debug for LedgerExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LedgerExecutor")
@@ -193,6 +206,7 @@ impl std::fmt::Debug for LedgerExecutor {
     }
 }
 
+#[cfg(not(madsim))]
 impl LedgerExecutor {
     /// An executor over `registry`, deduplicating through `ledger`.
     pub fn new(registry: ToolRegistry, ledger: ToolLedger) -> Self {
@@ -278,6 +292,7 @@ impl LedgerExecutor {
     }
 }
 
+#[cfg(not(madsim))]
 /// A per-(session, key) lock slot, dropped from the map when its last user
 /// goes, including a user whose future was cancelled.
 struct SlotGuard {
@@ -286,6 +301,7 @@ struct SlotGuard {
     lock: Arc<tokio::sync::Mutex<()>>,
 }
 
+#[cfg(not(madsim))]
 impl SlotGuard {
     fn acquire(locks: &Arc<KeyLocks>, session: &str, key: &str) -> Self {
         let slot = (session.to_owned(), key.to_owned());
@@ -301,6 +317,7 @@ impl SlotGuard {
     }
 }
 
+#[cfg(not(madsim))]
 impl Drop for SlotGuard {
     fn drop(&mut self) {
         let mut map = self.locks.lock().unwrap_or_else(|e| e.into_inner());
@@ -312,6 +329,7 @@ impl Drop for SlotGuard {
     }
 }
 
+#[cfg(not(madsim))]
 impl ToolExecutor for LedgerExecutor {
     fn execute<'a>(
         &'a self,

@@ -1,0 +1,432 @@
+//! The in-memory tables and the operations on them, mirroring the SQLite
+//! store's statements (`sqlite/write_ops.rs`, `sqlite/read_ops.rs`) one for
+//! one, so both backends answer every call alike.
+//!
+//! Every write validates before it mutates: a refused write leaves the
+//! tables untouched, as a rolled-back SAVEPOINT does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agentsessions_machine::canon;
+use agentsessions_machine::chain::ChainVerifier;
+use agentsessions_proto::v1::{ComputeState, LogRecord};
+
+use crate::journal::projection::compute_state_after_all;
+use crate::journal::{
+    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, HarnessRegistration, HarnessRow, HarnessState,
+    ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome, RegistryError, SessionInfo,
+    SessionMeta, SessionPage, StoreError, VerifyError, page_token,
+};
+
+/// One `sessions` row plus its `events`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Session {
+    meta: SessionMeta,
+    fence: i64,
+    compute: ComputeState,
+    records: Vec<LogRecord>,
+}
+
+impl Session {
+    fn new(uid: &str, project: &str, now: i64) -> Self {
+        Self {
+            meta: SessionMeta {
+                uid: uid.to_owned(),
+                project: project.to_owned(),
+                created_at: now,
+                updated_at: now,
+                ..SessionMeta::default()
+            },
+            fence: 0,
+            compute: ComputeState::ComputeNone,
+            records: Vec::new(),
+        }
+    }
+
+    fn head(&self) -> i64 {
+        self.records.last().map_or(0, |r| r.seq)
+    }
+
+    fn info(&self) -> SessionInfo {
+        SessionInfo {
+            meta: self.meta.clone(),
+            last_seq: self.head(),
+            compute_state: self.compute,
+            fence: self.fence,
+        }
+    }
+
+    /// A row written by an older build may lack project or created_at;
+    /// any write fills them in (as the SQLite upserts do).
+    fn fill(&mut self, project: &str, now: i64) {
+        if self.meta.project.is_empty() {
+            self.meta.project = project.to_owned();
+        }
+        if self.meta.created_at == 0 {
+            self.meta.created_at = now;
+        }
+        self.meta.updated_at = now;
+    }
+}
+
+/// The whole database: sessions with their events, and the registry.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Tables {
+    sessions: BTreeMap<String, Session>,
+    harnesses: BTreeMap<String, HarnessRow>,
+    reserved: BTreeSet<String>,
+}
+
+fn required(what: &str, v: &str) -> Result<(), StoreError> {
+    if v.is_empty() {
+        Err(StoreError::InvalidArgument(format!("{what} is required")))
+    } else {
+        Ok(())
+    }
+}
+
+impl Tables {
+    // ---- reads -------------------------------------------------------
+
+    pub(super) fn sessions(&self) -> Vec<String> {
+        self.sessions.keys().cloned().collect()
+    }
+
+    pub(super) fn records(&self, session: &str) -> &[LogRecord] {
+        self.sessions
+            .get(session)
+            .map_or(&[][..], |s| s.records.as_slice())
+    }
+
+    pub(super) fn head(&self, session: &str) -> i64 {
+        self.sessions.get(session).map_or(0, Session::head)
+    }
+
+    pub(super) fn read(&self, session: &str, from_seq: i64, to_seq: i64) -> Vec<LogRecord> {
+        let to = if to_seq <= 0 { i64::MAX } else { to_seq };
+        self.records(session)
+            .iter()
+            .filter(|r| r.seq >= from_seq && r.seq <= to)
+            .cloned()
+            .collect()
+    }
+
+    pub(super) fn verify(&self, session: &str) -> Result<(), VerifyError> {
+        let mut verifier = ChainVerifier::new();
+        for rec in self.records(session) {
+            verifier.push(rec).map_err(|cause| {
+                if cause.is_tamper() {
+                    VerifyError::Tampered {
+                        session: session.to_owned(),
+                        seq: cause.seq(),
+                        cause,
+                    }
+                } else {
+                    VerifyError::Failed(StoreError::Decode {
+                        session: session.to_owned(),
+                        seq: cause.seq(),
+                        reason: cause.to_string(),
+                    })
+                }
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
+        self.sessions
+            .get(uid)
+            .map(Session::info)
+            .ok_or_else(|| StoreError::SessionNotFound {
+                uid: uid.to_owned(),
+            })
+    }
+
+    /// Keyset paging over (created_at DESC, uid ASC), as the SQLite store.
+    pub(super) fn list_sessions(
+        &self,
+        req: &ListSessions,
+        default_project: &str,
+    ) -> Result<SessionPage, StoreError> {
+        let size = match req.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        };
+        let project = if req.project.is_empty() {
+            default_project
+        } else {
+            req.project.as_str()
+        };
+        let after = if req.page_token.is_empty() {
+            None
+        } else {
+            Some(page_token::decode(&req.page_token)?)
+        };
+        let mut rows: Vec<SessionInfo> = self
+            .sessions
+            .values()
+            .filter(|s| s.meta.project == project)
+            .filter(|s| match &after {
+                None => true,
+                Some((t, u)) => {
+                    s.meta.created_at < *t || (s.meta.created_at == *t && &s.meta.uid > u)
+                }
+            })
+            .map(Session::info)
+            .collect();
+        rows.sort_by(|a, b| {
+            b.meta
+                .created_at
+                .cmp(&a.meta.created_at)
+                .then_with(|| a.meta.uid.cmp(&b.meta.uid))
+        });
+        let mut next_page_token = String::new();
+        if rows.len() > size {
+            rows.truncate(size);
+            let last = rows.last().expect("size >= 1");
+            next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
+        }
+        Ok(SessionPage {
+            sessions: rows,
+            next_page_token,
+        })
+    }
+
+    pub(super) fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
+        self.harnesses
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RegistryError::NotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    pub(super) fn list_harnesses(
+        &self,
+        req: &ListHarnesses,
+    ) -> Result<Vec<HarnessRow>, StoreError> {
+        if req.limit == 0 {
+            return Err(StoreError::InvalidArgument("limit must be positive".into()));
+        }
+        Ok(self
+            .harnesses
+            .values()
+            .filter(|h| h.name > req.after)
+            .filter(|h| req.include_retired || h.state == HarnessState::Active)
+            .take(req.limit)
+            .cloned()
+            .collect())
+    }
+
+    // ---- writes ------------------------------------------------------
+
+    /// The CAS + fence checked append of one batch.
+    pub(super) fn append(
+        &mut self,
+        batch: &AppendBatch,
+        default_project: &str,
+    ) -> Result<Vec<LogRecord>, AppendError> {
+        required("session", &batch.session)?;
+        if batch.events.is_empty() {
+            return Err(
+                StoreError::InvalidArgument("append needs at least one event".into()).into(),
+            );
+        }
+        let existing = self.sessions.get(&batch.session);
+        let head = existing.map_or(0, Session::head);
+        let current = existing.map_or(0, |s| s.fence);
+        if batch.expected_last_seq != head {
+            return Err(AppendError::Conflict { head });
+        }
+        if batch.fence < current {
+            return Err(AppendError::Fenced { current });
+        }
+        let mut prev = existing
+            .and_then(|s| s.records.last())
+            .map(|r| r.content_hash.clone())
+            .unwrap_or_default();
+        // Every hash first, so a batch that fails to canonicalize leaves
+        // nothing behind.
+        let mut records = Vec::with_capacity(batch.events.len());
+        for (i, ev) in batch.events.iter().enumerate() {
+            let seq = head + 1 + i as i64;
+            let hash =
+                canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
+                    seq,
+                    reason: e.to_string(),
+                })?;
+            records.push(LogRecord {
+                seq,
+                prev_hash: std::mem::replace(&mut prev, hash.clone()),
+                content_hash: hash,
+                fence: batch.fence,
+                event: Some(ev.clone()),
+            });
+        }
+        let now = batch.now_unix_nanos;
+        let session = self
+            .sessions
+            .entry(batch.session.clone())
+            .or_insert_with(|| Session::new(&batch.session, default_project, now));
+        session.fill(default_project, now);
+        if let Some(state) = compute_state_after_all(&batch.events) {
+            session.compute = state;
+        }
+        session.records.extend(records.iter().cloned());
+        Ok(records)
+    }
+
+    /// fence = fence + 1 (1 on first mint); creates the row if missing.
+    pub(super) fn mint_fence(
+        &mut self,
+        session: &str,
+        now: i64,
+        default_project: &str,
+    ) -> Result<i64, StoreError> {
+        required("session", session)?;
+        let s = self
+            .sessions
+            .entry(session.to_owned())
+            .or_insert_with(|| Session::new(session, default_project, now));
+        s.fill(default_project, now);
+        s.fence += 1;
+        Ok(s.fence)
+    }
+
+    /// The metadata upsert; never touches fence, compute state or events.
+    pub(super) fn put_session(
+        &mut self,
+        meta: &SessionMeta,
+        now: i64,
+        default_project: &str,
+    ) -> Result<(), StoreError> {
+        required("session uid", &meta.uid)?;
+        let project = if meta.project.is_empty() {
+            default_project
+        } else {
+            meta.project.as_str()
+        };
+        let s = self
+            .sessions
+            .entry(meta.uid.clone())
+            .or_insert_with(|| Session::new(&meta.uid, project, 0));
+        // An explicit created_at wins; 0 means "now on insert, keep on
+        // update" (or fill it if an append created the row without one).
+        let created_at = match (meta.created_at, s.meta.created_at) {
+            (0, 0) => now,
+            (0, kept) => kept,
+            (given, _) => given,
+        };
+        s.meta = SessionMeta {
+            project: project.to_owned(),
+            created_at,
+            updated_at: now,
+            ..meta.clone()
+        };
+        Ok(())
+    }
+
+    pub(super) fn register_harness(
+        &mut self,
+        reg: &HarnessRegistration,
+        now: i64,
+    ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
+        required("harness name", &reg.name)?;
+        required("harness uid", &reg.uid)?;
+        required("harness spec", &reg.spec)?;
+        required("harness spec_digest", &reg.spec_digest)?;
+        if self.reserved.contains(&reg.name) {
+            return Err(RegistryError::NameReserved {
+                name: reg.name.clone(),
+            });
+        }
+        match self.harnesses.get_mut(&reg.name) {
+            None => {
+                let row = HarnessRow {
+                    name: reg.name.clone(),
+                    uid: reg.uid.clone(),
+                    spec: reg.spec.clone(),
+                    spec_digest: reg.spec_digest.clone(),
+                    state: HarnessState::Active,
+                    retire_reason: String::new(),
+                    retired_at: 0,
+                    created_at: now,
+                    updated_at: now,
+                };
+                self.harnesses.insert(reg.name.clone(), row.clone());
+                Ok((row, RegisterOutcome::Created))
+            }
+            Some(row) if row.spec_digest != reg.spec_digest => Err(RegistryError::SpecConflict {
+                name: reg.name.clone(),
+            }),
+            Some(row) if row.state == HarnessState::Active => {
+                Ok((row.clone(), RegisterOutcome::Unchanged))
+            }
+            Some(row) => {
+                row.state = HarnessState::Active;
+                row.retire_reason.clear();
+                row.retired_at = 0;
+                row.updated_at = now;
+                Ok((row.clone(), RegisterOutcome::Reactivated))
+            }
+        }
+    }
+
+    /// Only an active row changes, so a repeat keeps the first reason/time.
+    pub(super) fn retire_harness(
+        &mut self,
+        name: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<HarnessRow, RegistryError> {
+        required("harness name", name)?;
+        let row = self
+            .harnesses
+            .get_mut(name)
+            .ok_or_else(|| RegistryError::NotFound {
+                name: name.to_owned(),
+            })?;
+        if row.state == HarnessState::Active {
+            row.state = HarnessState::Retired;
+            row.retire_reason = reason.to_owned();
+            row.retired_at = now;
+            row.updated_at = now;
+        }
+        Ok(row.clone())
+    }
+
+    pub(super) fn reserve_harness_names(&mut self, names: &[String]) -> Result<(), RegistryError> {
+        for name in names {
+            if name.is_empty() {
+                return Err(
+                    StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
+                );
+            }
+            if self.harnesses.contains_key(name) {
+                return Err(RegistryError::NameCollision { name: name.clone() });
+            }
+        }
+        self.reserved.extend(names.iter().cloned());
+        Ok(())
+    }
+
+    pub(super) fn put_session_on_active_harness(
+        &mut self,
+        meta: &SessionMeta,
+        registered: bool,
+        now: i64,
+        default_project: &str,
+    ) -> Result<(), RegistryError> {
+        let name = || meta.harness.clone();
+        match (registered, self.harnesses.get(&meta.harness)) {
+            (true, None) => return Err(RegistryError::NotFound { name: name() }),
+            (true, Some(r)) if r.state == HarnessState::Retired => {
+                return Err(RegistryError::Retired { name: name() });
+            }
+            (false, Some(_)) => return Err(RegistryError::NameCollision { name: name() }),
+            _ => {}
+        }
+        self.put_session(meta, now, default_project)?;
+        Ok(())
+    }
+}
