@@ -1,0 +1,644 @@
+//! Seeded madsim runs of the real shells.
+//!
+//! Each seed builds a small cluster on madsim's simulated network: one or
+//! two host nodes (the real `Driver` and `SessionsService` served by
+//! madsim-tonic, over the memory journal), harness nodes serving the
+//! built-in `echo` and `approval` harnesses through the shells' harness SDK,
+//! and client nodes issuing Exec, Replay, Approve, Resume, Suspend and Fork
+//! against shared sessions. A fault task kills and restarts hosts (their
+//! pending writes lost, possibly a prefix kept and the next append torn),
+//! pauses a host so it comes back as a zombie behind a newer fence, kills
+//! harnesses mid-stream, partitions links and raises latency. The oracle
+//! of `sim/src/oracle.rs` judges every store answer, tool and model call,
+//! frame to a harness and record shown to a client, and the whole durable
+//! journal at the end.
+//!
+//! ```text
+//! CARGO_TARGET_DIR=target/sim RUSTFLAGS="--cfg madsim" MADSIM_TEST_NUM=500 \
+//!     cargo test -p agentsessions-sim --test madsim -- --nocapture
+//! ```
+//!
+//! Every seed prints its trace digest; a seed that runs twice in one
+//! process (`MADSIM_TEST_CHECK_DETERMINISM=1`) must print the same one.
+#![cfg(madsim)]
+
+#[path = "madsim_support/ports.rs"]
+mod ports;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentsessions_machine::host::{Backend, CountingIds, Host, HostConfig, Route};
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::grpc::sessions_server::SessionsServer;
+use agentsessions_proto::v1::{
+    ApproveRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetSessionRequest, LogRecord,
+    Message, Part, ReplayRequest, ResumeRequest, Session, SuspendRequest, TextPart,
+    exec_update::Update, part,
+};
+use agentsessions_shells::daemon::driver::{Driver, Ports};
+use agentsessions_shells::daemon::grpc::SessionsService;
+use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
+use agentsessions_shells::daemon::remote::RemoteRuntime;
+use agentsessions_shells::harness::{Harness, HarnessService, builtin};
+use agentsessions_shells::journal::memory::{CrashCut, Durability};
+use madsim::net::NetSim;
+use madsim::rand::{Rng, thread_rng};
+use madsim::runtime::{Handle, NodeHandle};
+use madsim::time::{sleep, timeout};
+use ports::{ObservedHarnesses, ObservedStore, Shared, SimModel, SimTools};
+use tonic::transport::{Channel, Endpoint, Server};
+
+const HOST_PORT: u16 = 7000;
+const HARNESS_PORT: u16 = 7100;
+/// Bound on one client call, in virtual time (a call to a paused or
+/// partitioned host must give up so the client goes on).
+const CALL: Duration = Duration::from_secs(3);
+
+fn host_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1 + i as u8))
+}
+
+fn harness_ip(kind: &str) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 2, if kind == "echo" { 1 } else { 2 }))
+}
+
+fn client_ip(i: usize) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 3, 1 + i as u8))
+}
+
+/// The routing table: both built-ins on their harness nodes.
+fn host_config() -> HostConfig {
+    let mut c = HostConfig {
+        describe_timeout_ms: 2_000,
+        ..HostConfig::default()
+    };
+    c.harnesses.clear();
+    for kind in ["echo", "approval"] {
+        c.harnesses.insert(
+            kind.into(),
+            Route {
+                backend: Backend::Remote {
+                    address: format!("http://{}:{HARNESS_PORT}", harness_ip(kind)),
+                },
+                descriptor_id: String::new(),
+                registered: false,
+                spec: None,
+            },
+        );
+    }
+    c
+}
+
+/// One run's nodes and what the fault task needs to know about them.
+struct Cluster {
+    shared: Arc<Shared>,
+    hosts: Vec<NodeHandle>,
+    /// The journal writer of each host's current incarnation.
+    writers: Arc<Mutex<Vec<u64>>>,
+    harnesses: Vec<NodeHandle>,
+    clients: Vec<NodeHandle>,
+    /// Sessions created so far, shared by every client (so calls race).
+    sessions: Arc<Mutex<Vec<String>>>,
+}
+
+fn host_node(i: usize, shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> NodeHandle {
+    let (shared, writers) = (Arc::clone(shared), Arc::clone(writers));
+    // A process's incarnation number names its fences for the oracle and
+    // keeps its ids apart from every other incarnation's.
+    let incarnations = Arc::new(Mutex::new(0u64));
+    Handle::current()
+        .create_node()
+        .name(format!("host{i}"))
+        .ip(host_ip(i))
+        .init(move || {
+            let (shared, writers) = (Arc::clone(&shared), Arc::clone(&writers));
+            let inc = {
+                let mut n = incarnations.lock().unwrap();
+                *n += 1;
+                (i as u64 + 1) * 1_000 + *n
+            };
+            async move {
+                let latency = Duration::from_micros(thread_rng().gen_range(100..3_000));
+                let journal = shared.disk.open(Durability::After(latency));
+                writers.lock().unwrap()[i] = journal.writer();
+                shared.log(format!("host{i} up inc={inc}"));
+                let ports = Ports {
+                    store: Arc::new(ObservedStore {
+                        inner: journal,
+                        inc,
+                        shared: Arc::clone(&shared),
+                    }),
+                    harness: Arc::new(ObservedHarnesses {
+                        inner: GrpcHarnesses::default(),
+                        shared: Arc::clone(&shared),
+                    }),
+                    runtime: Arc::new(RemoteRuntime),
+                    model: Arc::new(SimModel {
+                        inc,
+                        shared: Arc::clone(&shared),
+                    }),
+                    tools: Arc::new(SimTools {
+                        inc,
+                        shared: Arc::clone(&shared),
+                    }),
+                };
+                let host = Host::new(host_config(), Box::new(CountingIds::starting_at(inc << 32)));
+                let (driver, handle) = Driver::new(host, ports);
+                tokio::spawn(driver.run());
+                let addr = SocketAddr::new(host_ip(i), HOST_PORT);
+                Server::builder()
+                    .add_service(SessionsServer::new(SessionsService::new(handle)))
+                    .serve(addr)
+                    .await
+                    .expect("serve Sessions");
+            }
+        })
+        .build()
+}
+
+fn harness_node<H: Harness>(kind: &'static str, harness: H) -> NodeHandle {
+    let harness = Arc::new(harness);
+    Handle::current()
+        .create_node()
+        .name(kind)
+        .ip(harness_ip(kind))
+        .init(move || {
+            let service = HarnessService::new(Arc::clone(&harness));
+            async move {
+                Server::builder()
+                    .add_service(service.into_server())
+                    .serve(SocketAddr::new(harness_ip(kind), HARNESS_PORT))
+                    .await
+                    .expect("serve Harness");
+            }
+        })
+        .build()
+}
+
+fn client(host: usize) -> SessionsClient<Channel> {
+    let uri = format!("http://{}:{HOST_PORT}", host_ip(host));
+    SessionsClient::new(Endpoint::from_shared(uri).expect("uri").connect_lazy())
+}
+
+fn text(t: String) -> Message {
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Text(TextPart { text: t })),
+        }],
+    }
+}
+
+fn uid(s: &Session) -> String {
+    s.metadata
+        .as_ref()
+        .map(|m| m.uid.clone())
+        .unwrap_or_default()
+}
+
+/// The outcome of a call for the trace: "ok…" or the status code.
+fn code<T>(r: &Result<T, tonic::Status>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(s) => format!("{:?}", s.code()),
+    }
+}
+
+/// Bounds a call by [`CALL`]; an expiry reads as DeadlineExceeded.
+async fn bounded<T>(
+    f: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    timeout(CALL, f)
+        .await
+        .unwrap_or_else(|_| Err(tonic::Status::deadline_exceeded("client gave up")))
+}
+
+/// Shows `records` of `session` to a client: each must be durable.
+fn acked(shared: &Shared, session: &str, records: &[LogRecord]) {
+    for r in records {
+        shared.check(|o, v| o.on_ack(v, session, r));
+    }
+}
+
+async fn exec(
+    shared: &Shared,
+    c: &mut SessionsClient<Channel>,
+    sid: &str,
+    input: String,
+) -> String {
+    let request = ExecRequest {
+        session: sid.into(),
+        inputs: vec![text(input)],
+        ..ExecRequest::default()
+    };
+    let run = async {
+        let mut stream = c.exec(request).await?.into_inner();
+        let mut n = 0;
+        while let Some(update) = stream.message().await? {
+            if let Some(Update::Record(r)) = update.update {
+                acked(shared, sid, std::slice::from_ref(&r));
+                n += 1;
+            }
+        }
+        Ok(n)
+    };
+    match bounded(run).await {
+        Ok(n) => format!("ok {n} records"),
+        Err(s) => format!("{:?}", s.code()),
+    }
+}
+
+async fn replay(
+    shared: &Shared,
+    c: &mut SessionsClient<Channel>,
+    sid: &str,
+) -> Result<Vec<LogRecord>, tonic::Status> {
+    let request = ReplayRequest {
+        session: sid.into(),
+        ..ReplayRequest::default()
+    };
+    let records = bounded(async {
+        let mut stream = c.replay(request).await?.into_inner();
+        let mut out = Vec::new();
+        while let Some(r) = stream.message().await? {
+            out.push(r);
+        }
+        Ok(out)
+    })
+    .await?;
+    acked(shared, sid, &records);
+    Ok(records)
+}
+
+async fn get(c: &mut SessionsClient<Channel>, sid: &str) -> Result<Session, tonic::Status> {
+    bounded(c.get_session(GetSessionRequest { uid: sid.into() }))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// Approves (or denies) the session's pending request, sometimes twice.
+async fn approve(shared: &Shared, c: &mut SessionsClient<Channel>, sid: &str) -> String {
+    let pending = match get(c, sid).await {
+        Ok(s) => s.pending_approval,
+        Err(s) => return format!("get {:?}", s.code()),
+    };
+    let Some(p) = pending else {
+        return "nothing pending".into();
+    };
+    let approved = thread_rng().gen_bool(0.75);
+    let mut out = String::new();
+    // A second call: a duplicate must return the same decision, a
+    // conflicting one must be refused; neither may run the tool again.
+    let calls = if thread_rng().gen_bool(0.3) { 2 } else { 1 };
+    for n in 0..calls {
+        let decision = if n == 1 && thread_rng().gen_bool(0.5) {
+            !approved
+        } else {
+            approved
+        };
+        let r = bounded(c.approve(ApproveRequest {
+            session: sid.into(),
+            execution_id: p.execution_id.clone(),
+            tool_call_id: p.tool_call_id.clone(),
+            request_seq: p.request_seq,
+            approved: Some(decision),
+            reason: String::new(),
+            identity: None,
+        }))
+        .await
+        .map(tonic::Response::into_inner);
+        if let Ok(a) = &r
+            && let Some(d) = &a.decision
+        {
+            acked(shared, sid, std::slice::from_ref(d));
+        }
+        out.push_str(&format!("{decision}:{} ", code(&r)));
+    }
+    out
+}
+
+/// One client's program: a few calls on random shared sessions.
+async fn client_program(
+    shared: Arc<Shared>,
+    sessions: Arc<Mutex<Vec<String>>>,
+    me: usize,
+    hosts: usize,
+    ops: usize,
+) {
+    for n in 0..ops {
+        let mut c = client(thread_rng().gen_range(0..hosts));
+        let known: Vec<String> = sessions.lock().unwrap().clone();
+        let pick = thread_rng().gen_range(0..100);
+        let sid = if known.is_empty() {
+            String::new()
+        } else {
+            known[thread_rng().gen_range(0..known.len())].clone()
+        };
+        let line = if known.is_empty() || pick < 8 {
+            let harness = if thread_rng().gen_bool(0.5) {
+                "echo"
+            } else {
+                "approval"
+            };
+            let r = bounded(c.create_session(CreateSessionRequest {
+                session: Some(Session {
+                    harness: harness.into(),
+                    ..Session::default()
+                }),
+            }))
+            .await;
+            if let Ok(s) = &r {
+                sessions.lock().unwrap().push(uid(s.get_ref()));
+            }
+            format!("create {harness} {}", code(&r))
+        } else if pick < 45 {
+            format!(
+                "exec {sid} {}",
+                exec(&shared, &mut c, &sid, format!("c{me}-{n}")).await
+            )
+        } else if pick < 65 {
+            format!("approve {sid} {}", approve(&shared, &mut c, &sid).await)
+        } else if pick < 77 {
+            #[allow(deprecated)]
+            let request = ResumeRequest {
+                session: sid.clone(),
+                boot: false,
+            };
+            format!("resume {sid} {}", code(&bounded(c.resume(request)).await))
+        } else if pick < 85 {
+            let r = bounded(c.suspend(SuspendRequest {
+                session: sid.clone(),
+            }))
+            .await;
+            format!("suspend {sid} {}", code(&r))
+        } else if pick < 93 {
+            let at = match get(&mut c, &sid).await {
+                Ok(s) if s.last_seq > 0 && thread_rng().gen_bool(0.5) => {
+                    thread_rng().gen_range(1..=s.last_seq)
+                }
+                _ => 0,
+            };
+            let r = bounded(c.fork(ForkRequest {
+                session: sid.clone(),
+                at_seq: at,
+                count: 1,
+                ..ForkRequest::default()
+            }))
+            .await;
+            if let Ok(f) = &r {
+                sessions
+                    .lock()
+                    .unwrap()
+                    .extend(f.get_ref().children.iter().map(uid));
+            }
+            format!("fork {sid}@{at} {}", code(&r))
+        } else {
+            let r = replay(&shared, &mut c, &sid).await;
+            format!("replay {sid} {}", code(&r))
+        };
+        shared.log(format!("c{me}: {line}"));
+    }
+}
+
+/// Injects one fault and heals it.
+async fn fault(cl: &Cluster) {
+    let h = Handle::current();
+    let net = NetSim::current();
+    let mut rng = thread_rng();
+    let i = rng.gen_range(0..cl.hosts.len());
+    match rng.gen_range(0..6) {
+        0 | 1 => {
+            // Most crashes land while a write is pending (the interesting
+            // cut); some land wherever the clock says.
+            if rng.gen_bool(0.75) {
+                for _ in 0..400 {
+                    let writer = cl.writers.lock().unwrap()[i];
+                    if !cl.shared.disk.pending_of(writer).is_empty() {
+                        break;
+                    }
+                    sleep(Duration::from_micros(250)).await;
+                }
+            }
+            let writer = cl.writers.lock().unwrap()[i];
+            let pending = cl.shared.disk.pending_of(writer);
+            // Half the time the cut falls just before a multi-event
+            // append, so it can tear.
+            let multi = pending.iter().position(|&n| n > 1);
+            let keep = match multi {
+                Some(at) if rng.gen_bool(0.5) => at,
+                _ => rng.gen_range(0..=pending.len()),
+            };
+            let tear = match pending.get(keep) {
+                Some(&n) if n > 1 && rng.gen_bool(0.5) => Some(rng.gen_range(1..n)),
+                _ => None,
+            };
+            // The power cut first, then the process dies: madsim drops a
+            // killed node's futures, and nothing may commit in between.
+            cl.shared.disk.crash(writer, CrashCut { keep, tear });
+            h.kill(cl.hosts[i].id());
+            cl.shared.log(format!(
+                "fault: kill host{i} pending={pending:?} keep={keep} tear={tear:?}"
+            ));
+            cl.shared.note(if tear.is_some() {
+                "crash: torn append"
+            } else {
+                "crash"
+            });
+            cl.shared.check(|o, v| o.on_crash(v));
+            sleep(Duration::from_millis(rng.gen_range(10..300))).await;
+            h.restart(cl.hosts[i].id());
+        }
+        2 => {
+            // Paused past the clients' patience: another host (or this one
+            // after resume) takes the session over with a newer fence, and
+            // the paused one wakes up as a zombie mid-turn.
+            cl.shared.log(format!("fault: pause host{i}"));
+            h.pause(cl.hosts[i].id());
+            sleep(Duration::from_millis(rng.gen_range(50..4_000))).await;
+            h.resume(cl.hosts[i].id());
+        }
+        3 => {
+            let k = rng.gen_range(0..cl.harnesses.len());
+            cl.shared.log(format!("fault: kill harness{k}"));
+            h.kill(cl.harnesses[k].id());
+            sleep(Duration::from_millis(rng.gen_range(0..200))).await;
+            h.restart(cl.harnesses[k].id());
+        }
+        4 => {
+            let host = cl.hosts[i].id();
+            let other = if rng.gen_bool(0.5) {
+                cl.clients[rng.gen_range(0..cl.clients.len())].id()
+            } else {
+                cl.harnesses[rng.gen_range(0..cl.harnesses.len())].id()
+            };
+            cl.shared.log(format!("fault: partition host{i}"));
+            net.clog_link(host, other);
+            net.clog_link(other, host);
+            sleep(Duration::from_millis(rng.gen_range(50..1_000))).await;
+            net.unclog_link(host, other);
+            net.unclog_link(other, host);
+        }
+        _ => {
+            cl.shared.log("fault: slow network".into());
+            net.update_config(|c| {
+                c.send_latency = Duration::from_millis(5)..Duration::from_millis(60)
+            });
+            sleep(Duration::from_millis(rng.gen_range(100..1_000))).await;
+            net.update_config(|c| {
+                c.send_latency = Duration::from_millis(1)..Duration::from_millis(10)
+            });
+        }
+    }
+}
+
+/// Digests of seeds already run in this process: a seed run again (the
+/// determinism check) must reproduce its digest.
+static DIGESTS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
+
+#[madsim::test]
+async fn seeded_runs_of_the_real_shells() {
+    let seed = Handle::current().seed();
+    let shared = Shared::new();
+    let mut rng = thread_rng();
+    let n_hosts = if rng.gen_bool(0.35) { 2 } else { 1 };
+    let writers = Arc::new(Mutex::new(vec![0; n_hosts]));
+    let hosts = (0..n_hosts)
+        .map(|i| host_node(i, &shared, &writers))
+        .collect();
+    let harnesses = vec![
+        harness_node("echo", builtin::Echo),
+        harness_node("approval", builtin::Approval),
+    ];
+    let clients = (0..2)
+        .map(|i| {
+            Handle::current()
+                .create_node()
+                .name(format!("client{i}"))
+                .ip(client_ip(i))
+                .build()
+        })
+        .collect();
+    let cl = Cluster {
+        shared: Arc::clone(&shared),
+        hosts,
+        writers,
+        harnesses,
+        clients,
+        sessions: Arc::new(Mutex::new(Vec::new())),
+    };
+    // Let the servers bind before the first call.
+    sleep(Duration::from_millis(10)).await;
+
+    let n_faults = rng.gen_range(0..=3);
+    let programs: Vec<_> = cl
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(me, node)| {
+            let ops = thread_rng().gen_range(4..=7);
+            node.spawn(client_program(
+                Arc::clone(&shared),
+                Arc::clone(&cl.sessions),
+                me,
+                n_hosts,
+                ops,
+            ))
+        })
+        .collect();
+    for _ in 0..n_faults {
+        sleep(Duration::from_millis(thread_rng().gen_range(0..400))).await;
+        fault(&cl).await;
+    }
+    for p in programs {
+        timeout(Duration::from_secs(120), p)
+            .await
+            .expect("a client program finishes")
+            .expect("a client program does not panic");
+    }
+    // Quiesce: anything still in flight (a zombie's turn, a stream whose
+    // client gave up) finishes or fails before the journal is judged.
+    sleep(Duration::from_secs(5)).await;
+    // Checked from a client node: the main node has no address.
+    cl.clients[0]
+        .spawn(settle_and_check(Arc::clone(&shared)))
+        .await
+        .expect("the final check does not panic");
+
+    let view = shared.view();
+    let mut records = 0;
+    for s in agentsessions_sim::oracle::JournalView::sessions(&view) {
+        for r in agentsessions_sim::oracle::JournalView::records(&view, &s) {
+            shared.log(format!("{s} {} {} {}", r.seq, r.fence, r.content_hash));
+            records += 1;
+        }
+    }
+    let digest = shared.digest();
+    let stats = shared.disk.stats();
+    println!(
+        "madsim seed={seed} digest={digest:016x} hosts={n_hosts} faults={n_faults} records={records} crashes={} torn={} lost={}",
+        stats.crashes, stats.torn, stats.lost
+    );
+    let violations = shared.violations();
+    if !violations.is_empty() {
+        for line in shared.trace_tail(60) {
+            eprintln!("  {line}");
+        }
+        panic!(
+            "seed {seed}: {} violation(s), first: {}\nreproduce: MADSIM_TEST_SEED={seed} \
+             CARGO_TARGET_DIR=target/sim RUSTFLAGS=\"--cfg madsim\" cargo test -p \
+             agentsessions-sim --test madsim -- --nocapture",
+            violations.len(),
+            violations[0]
+        );
+    }
+    let mut seen = DIGESTS.lock().unwrap();
+    if let Some(before) = seen.insert(seed, digest) {
+        assert_eq!(
+            before, digest,
+            "seed {seed} gave two different trace digests"
+        );
+    }
+}
+
+/// With every fault healed: each session's Replay equals its durable
+/// journal, its rendered projections equal a recomputation, and the whole
+/// journal passes the oracle.
+async fn settle_and_check(shared: Arc<Shared>) {
+    let shared = &shared;
+    let mut c = client(0);
+    let sessions = agentsessions_sim::oracle::JournalView::sessions(&shared.view());
+    for sid in sessions {
+        let mut streamed = Err(tonic::Status::unknown("not tried"));
+        for _ in 0..5 {
+            streamed = replay(shared, &mut c, &sid).await;
+            if streamed.is_ok() {
+                break;
+            }
+            sleep(Duration::from_millis(500)).await;
+        }
+        let streamed = match streamed {
+            Ok(s) => s,
+            Err(status) => {
+                shared.check(|_, _| {
+                    Err(agentsessions_sim::oracle::violation(
+                        agentsessions_sim::oracle::Rule::Liveness,
+                        format!("{sid}: Replay failed after the faults healed: {status}"),
+                    ))
+                });
+                continue;
+            }
+        };
+        shared.check(|o, v| o.check_replay_records(v, &sid, &streamed));
+        if let Ok(s) = get(&mut c, &sid).await {
+            shared.check(|o, v| o.check_session(v, &s));
+        }
+    }
+    shared.check(|o, v| o.check_journal(v));
+    shared.check(|o, v| o.on_crash(v));
+    for (what, n) in shared.coverage() {
+        shared.log(format!("coverage {what} {n}"));
+    }
+}

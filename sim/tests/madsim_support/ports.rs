@@ -1,0 +1,455 @@
+//! The host's ports in the simulation, each reporting to the one oracle:
+//! the memory journal (fences, appends, reads), a deduplicating tool
+//! executor, the echo model, and the real gRPC harness client with the
+//! frames it sends checked on their way out.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agentsessions_machine::events::body;
+use agentsessions_machine::host::{HarnessFailure, ModelReply, SessionRow};
+use agentsessions_proto::v1::controller_frame::Frame;
+use agentsessions_proto::v1::{
+    ControllerFrame, EventKind, HarnessDescriptor, LogRecord, ModelCall, ToolCall, ToolResult,
+};
+use agentsessions_shells::daemon::convert::row_of;
+use agentsessions_shells::daemon::driver::{
+    Connection, HarnessPort, ModelPort, PortFuture, ToolPort,
+};
+use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
+use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
+use agentsessions_shells::journal::{
+    AppendBatch, AppendError, HarnessRegistration, HarnessRow, JournalStore, ListHarnesses,
+    ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage,
+    StoreError, VerifyError,
+};
+use agentsessions_shells::model::EchoModel;
+use agentsessions_sim::digest::Fnv;
+use agentsessions_sim::oracle::{Check, JournalView, Oracle, Rule, violation};
+use tokio::sync::mpsc;
+
+/// Everything that outlives the nodes of one run: the disk, the oracle,
+/// the executor's ledger and the trace.
+pub struct Shared {
+    pub disk: Arc<MemoryDisk>,
+    oracle: Mutex<Oracle>,
+    violations: Mutex<Vec<String>>,
+    trace: Mutex<(Fnv, Vec<String>)>,
+    /// The executor's durable results by (session, idempotency key).
+    ledger: Mutex<BTreeMap<(String, String), ToolResult>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A violation is reported, never panicked, so a poisoned lock only
+    // follows a bug in this file; keep going to print the trace.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The durable journal as the oracle reads it.
+pub struct View(DurableImage);
+
+impl JournalView for View {
+    fn sessions(&self) -> Vec<String> {
+        self.0.sessions()
+    }
+    fn records(&self, session: &str) -> &[LogRecord] {
+        self.0.records(session)
+    }
+    fn row(&self, session: &str) -> Option<SessionRow> {
+        self.0
+            .info(session)
+            .map(|i| row_of(i).expect("the memory store keeps rows decodable"))
+    }
+    fn fence(&self, session: &str) -> i64 {
+        self.0.info(session).map_or(0, |i| i.fence)
+    }
+}
+
+impl Shared {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            disk: Arc::new(MemoryDisk::default()),
+            oracle: Mutex::new(Oracle::default()),
+            violations: Mutex::new(Vec::new()),
+            trace: Mutex::new((Fnv::default(), Vec::new())),
+            ledger: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The durable journal now.
+    pub fn view(&self) -> View {
+        View(self.disk.durable())
+    }
+
+    /// Runs a rule against the oracle; a violation is kept for the end of
+    /// the run (panicking inside a node would only kill that node).
+    pub fn check(&self, rule: impl FnOnce(&mut Oracle, &View) -> Check) {
+        let view = self.view();
+        let result = rule(&mut lock(&self.oracle), &view);
+        if let Err(v) = result {
+            self.log(format!("VIOLATION {v}"));
+            lock(&self.violations).push(v.to_string());
+        }
+    }
+
+    /// Counts a coverage event.
+    pub fn note(&self, what: &'static str) {
+        lock(&self.oracle).note(what);
+    }
+
+    /// Appends a line to the trace (and its digest).
+    pub fn log(&self, line: String) {
+        let mut t = lock(&self.trace);
+        t.0.str(&line);
+        t.1.push(line);
+    }
+
+    pub fn digest(&self) -> u64 {
+        lock(&self.trace).0.finish()
+    }
+
+    pub fn trace_tail(&self, n: usize) -> Vec<String> {
+        let t = lock(&self.trace);
+        t.1[t.1.len().saturating_sub(n)..].to_vec()
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        lock(&self.violations).clone()
+    }
+
+    pub fn coverage(&self) -> BTreeMap<&'static str, u64> {
+        lock(&self.oracle).coverage.clone()
+    }
+}
+
+/// The memory journal of one host incarnation, reporting to the oracle.
+pub struct ObservedStore {
+    pub inner: MemoryJournal,
+    pub inc: u64,
+    pub shared: Arc<Shared>,
+}
+
+impl ObservedStore {
+    fn observed(&self, session: &str, records: &[LogRecord]) {
+        if let Some(last) = records.last() {
+            let (inc, seq) = (self.inc, last.seq);
+            self.shared.check(|o, _| {
+                o.on_observed(inc, session, seq);
+                Ok(())
+            });
+        }
+    }
+}
+
+impl JournalStore for ObservedStore {
+    async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
+        let (inc, session, expected, fence) = (
+            self.inc,
+            batch.session.clone(),
+            batch.expected_last_seq,
+            batch.fence,
+        );
+        self.shared.check(|o, _| o.on_append(inc, &session, fence));
+        // The stored fence before the write: a newer mint can only raise it
+        // later, so this never blames an append that was legal when applied.
+        let stored = self.shared.view().fence(&session);
+        let result = self.inner.append(batch).await;
+        self.shared
+            .check(|o, _| o.on_commit(&session, expected, fence, stored, &map_err(&result)));
+        if let Ok(records) = &result {
+            self.observed(&session, records);
+        }
+        result
+    }
+
+    async fn mint_fence(&self, session: &str, now: i64) -> Result<i64, StoreError> {
+        let r = self.inner.mint_fence(session, now).await;
+        if let Ok(f) = r {
+            let inc = self.inc;
+            self.shared.check(|o, _| {
+                o.on_mint(inc, session, f);
+                Ok(())
+            });
+        }
+        r
+    }
+
+    async fn head(&self, session: &str) -> Result<i64, StoreError> {
+        self.inner.head(session).await
+    }
+
+    async fn read(&self, session: &str, from: i64, to: i64) -> Result<Vec<LogRecord>, StoreError> {
+        let r = self.inner.read(session, from, to).await;
+        if let Ok(records) = &r {
+            self.observed(session, records);
+        }
+        r
+    }
+
+    async fn verify(&self, session: &str) -> Result<(), VerifyError> {
+        self.inner.verify(session).await
+    }
+
+    async fn put_session(&self, meta: SessionMeta, now: i64) -> Result<(), StoreError> {
+        self.inner.put_session(meta, now).await
+    }
+
+    async fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
+        self.inner.session_info(uid).await
+    }
+
+    async fn list_sessions(&self, req: ListSessions) -> Result<SessionPage, StoreError> {
+        self.inner.list_sessions(req).await
+    }
+
+    async fn register_harness(
+        &self,
+        reg: HarnessRegistration,
+        now: i64,
+    ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
+        self.inner.register_harness(reg, now).await
+    }
+
+    async fn retire_harness(
+        &self,
+        name: &str,
+        reason: &str,
+        now: i64,
+    ) -> Result<HarnessRow, RegistryError> {
+        self.inner.retire_harness(name, reason, now).await
+    }
+
+    async fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
+        self.inner.harness(name).await
+    }
+
+    async fn list_harnesses(&self, req: ListHarnesses) -> Result<Vec<HarnessRow>, StoreError> {
+        self.inner.list_harnesses(req).await
+    }
+
+    async fn reserve_harness_names(
+        &self,
+        names: Vec<String>,
+        now: i64,
+    ) -> Result<(), RegistryError> {
+        self.inner.reserve_harness_names(names, now).await
+    }
+
+    async fn put_session_on_active_harness(
+        &self,
+        meta: SessionMeta,
+        registered: bool,
+        now: i64,
+    ) -> Result<(), RegistryError> {
+        self.inner
+            .put_session_on_active_harness(meta, registered, now)
+            .await
+    }
+}
+
+/// The store's append result in the machine's terms (what the oracle reads).
+fn map_err(
+    r: &Result<Vec<LogRecord>, AppendError>,
+) -> Result<Vec<LogRecord>, agentsessions_machine::host::AppendError> {
+    use agentsessions_machine::host::AppendError as M;
+    match r {
+        Ok(v) => Ok(v.clone()),
+        Err(AppendError::Conflict { head }) => Err(M::Conflict { head: *head }),
+        Err(AppendError::Fenced { current }) => Err(M::Fenced { current: *current }),
+        Err(AppendError::Failed(e)) => Err(M::Failed(e.to_string())),
+    }
+}
+
+/// The durable record that owns `pred` in `session`, latest first.
+fn find<'a>(
+    view: &'a View,
+    session: &str,
+    pred: impl Fn(&LogRecord) -> bool,
+) -> Option<&'a LogRecord> {
+    view.records(session).iter().rev().find(|r| pred(r))
+}
+
+/// The port sees only the request, so its owner is found by the input
+/// hash its durable MODEL_CALL must record. Forks copy MODEL_CALLs, so a
+/// hash can have several owners; the call is legal if it is for one.
+fn invoked(o: &mut Oracle, view: &View, inc: u64, request: &ModelCall) -> Check {
+    use agentsessions_machine::inputhash::{from_model_call, input_hash};
+    let want = input_hash(&from_model_call(request)).unwrap_or_default();
+    let mut owners: Vec<(String, String)> = Vec::new();
+    for s in view.sessions() {
+        for r in view.records(&s) {
+            let Some(ev) = r.event.as_ref() else { continue };
+            if body::model(ev).is_some_and(|m| m.input_hash == want) {
+                let owner = (s.clone(), ev.execution_id.clone());
+                if !owners.contains(&owner) {
+                    owners.push(owner);
+                }
+            }
+        }
+    }
+    let mut first = None;
+    for (s, exec) in owners {
+        let mut trial = o.clone();
+        match trial.on_invoke_model(view, inc, &s, &exec) {
+            Ok(()) => {
+                *o = trial;
+                return Ok(());
+            }
+            Err(v) => {
+                first.get_or_insert(v);
+            }
+        }
+    }
+    Err(first.unwrap_or_else(|| {
+        violation(
+            Rule::RecordBeforeEffect,
+            format!("model invoked with no durable MODEL_CALL for input hash {want}"),
+        )
+    }))
+}
+
+/// The echo model; each call is checked against the durable MODEL_CALL
+/// that must precede it (found by the recorded call id).
+pub struct SimModel {
+    pub inc: u64,
+    pub shared: Arc<Shared>,
+}
+
+impl ModelPort for SimModel {
+    fn invoke(
+        &self,
+        request: ModelCall,
+        _chunks: mpsc::UnboundedSender<String>,
+    ) -> PortFuture<'_, Result<ModelReply, String>> {
+        Box::pin(async move {
+            let inc = self.inc;
+            self.shared.check(|o, view| invoked(o, view, inc, &request));
+            // The provider's latency: a crash can land between the answer
+            // and its OUTPUT record.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok(EchoModel::reply(&request))
+        })
+    }
+}
+
+/// A tool executor that deduplicates by (session, idempotency key) in a
+/// ledger outside the host, as an idempotent external service would.
+pub struct SimTools {
+    pub inc: u64,
+    pub shared: Arc<Shared>,
+}
+
+impl ToolPort for SimTools {
+    fn execute(
+        &self,
+        session: String,
+        call: ToolCall,
+    ) -> PortFuture<'_, Result<ToolResult, String>> {
+        Box::pin(async move {
+            let inc = self.inc;
+            self.shared.check(|o, view| {
+                let intent = find(view, &session, |r| {
+                    r.event.as_ref().and_then(body::tool).is_some_and(|t| {
+                        t.id == call.id && t.idempotency_key == call.idempotency_key
+                    })
+                });
+                match intent {
+                    Some(intent) => o.on_execute_tool(view, inc, &session, intent, &call),
+                    None => Err(violation(
+                        Rule::RecordBeforeEffect,
+                        format!("{session}: tool {} ran with no durable TOOL_CALL", call.id),
+                    )),
+                }
+            });
+            let key = (session.clone(), call.idempotency_key.clone());
+            let fresh = !lock(&self.shared.ledger).contains_key(&key);
+            if fresh {
+                self.shared
+                    .check(|o, _| o.on_tool_effect(&session, &call.idempotency_key));
+                lock(&self.shared.ledger).insert(
+                    key.clone(),
+                    ToolResult {
+                        id: call.id.clone(),
+                        ..ToolResult::default()
+                    },
+                );
+            } else {
+                self.shared.note("executor deduplicated a re-drive");
+            }
+            // The receipt travels back after the effect: a crash here is
+            // "tool executed, receipt unrecorded".
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            let mut result = lock(&self.shared.ledger)[&key].clone();
+            result.id = call.id.clone();
+            Ok(result)
+        })
+    }
+}
+
+/// The real gRPC harness client; every frame it sends is checked first:
+/// a model answer needs its durable MODEL_CALL (with this request's input
+/// hash) and OUTPUT, a tool receipt its durable TOOL_RESULT.
+pub struct ObservedHarnesses {
+    pub inner: GrpcHarnesses,
+    pub shared: Arc<Shared>,
+}
+
+impl HarnessPort for ObservedHarnesses {
+    fn describe(
+        &self,
+        address: String,
+    ) -> PortFuture<'_, Result<HarnessDescriptor, HarnessFailure>> {
+        self.inner.describe(address)
+    }
+
+    fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
+        Box::pin(async move {
+            let Connection { frames, mut events } = self.inner.connect(address).await?;
+            let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<ControllerFrame>();
+            let (events_tx, events_rx) = mpsc::unbounded_channel();
+            // The model requests the harness made on this stream, in order.
+            let requests = Arc::new(Mutex::new(Vec::<ModelCall>::new()));
+            let seen = Arc::clone(&requests);
+            tokio::spawn(async move {
+                while let Some(ev) = events.recv().await {
+                    if let Ok(e) = &ev
+                        && e.kind == EventKind::EventModelCall as i32
+                        && let Some(m) = body::model(e)
+                    {
+                        lock(&seen).push(m.clone());
+                    }
+                    if events_tx.send(ev).is_err() {
+                        return;
+                    }
+                }
+            });
+            let shared = Arc::clone(&self.shared);
+            tokio::spawn(async move {
+                let mut answers = 0;
+                while let Some(frame) = frames_rx.recv().await {
+                    let (session, exec) = (frame.session.clone(), frame.execution_id.clone());
+                    match &frame.frame {
+                        Some(Frame::Model(_)) => {
+                            let k = answers;
+                            answers += 1;
+                            let request = lock(&requests).get(k).cloned().unwrap_or_default();
+                            shared.check(|o, v| o.on_model_answer(v, &session, &exec, k, &request));
+                        }
+                        Some(Frame::Tool(t)) => {
+                            shared.check(|o, v| o.on_tool_answer(v, &session, &exec, &t.id));
+                        }
+                        _ => {}
+                    }
+                    if frames.send(frame).is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(Connection {
+                frames: frames_tx,
+                events: events_rx,
+            })
+        })
+    }
+}
