@@ -12,9 +12,10 @@
 //!
 //! After every step the oracle checks what the simulator checks: every
 //! chain verifies and scans, every decision answers a request and no
-//! request has two, and — at the moment the executor is asked — a gated
-//! tool runs only with a committed approving decision for the same tuple,
-//! and the executed call is the committed intent.
+//! request has two, a replay runs no model and no tool, and — at the
+//! moment the executor is asked — a gated tool runs only with a committed
+//! approving decision for the same tuple, and the executed call is the
+//! committed intent.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -368,6 +369,7 @@ impl Rig {
             }
             Op::Replay { session, harness } => {
                 let session = self.session(session).unwrap_or_default();
+                let before = (self.world.model_calls, self.world.executor.attempts);
                 if harness {
                     self.start(Request::ReplayHarness { session });
                 } else {
@@ -376,6 +378,12 @@ impl Rig {
                         ..ReplayRequest::default()
                     }));
                 }
+                // Both replays serve recorded effects: nothing runs again.
+                assert_eq!(
+                    (self.world.model_calls, self.world.executor.attempts),
+                    before,
+                    "a replay invokes no model and no tool"
+                );
             }
             Op::Get { session } => {
                 let uid = self.session(session).unwrap_or_default();

@@ -282,8 +282,10 @@ impl Rig {
     }
 
     /// Runs until the invocation finishes or the input ends. While an
-    /// action is owed, a schedule byte chooses: 3 (mod 4) lets the next
-    /// harness frame in first, anything else answers the action.
+    /// action is owed on an open connection, a schedule byte chooses: 3
+    /// (mod 4) lets the next harness frame in first, anything else answers
+    /// the action. Once the connection is closed no frame can arrive, so
+    /// the action is answered without reading one.
     fn drive(&mut self, u: &mut Unstructured<'_>) -> Result<()> {
         for _ in 0..MAX_STEPS {
             if u.is_empty() || (self.inv.finished().is_some() && self.owed.is_none()) {
