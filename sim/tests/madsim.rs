@@ -30,7 +30,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agentsessions_machine::host::{Backend, CountingIds, Host, HostConfig, Route};
+use agentsessions_machine::faults::{self, Fault};
+use agentsessions_machine::host::{
+    Backend, CountingIds, Host, HostConfig, Request, Response, Route,
+};
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use agentsessions_proto::v1::{
@@ -44,9 +47,10 @@ use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
 use agentsessions_shells::daemon::remote::RemoteRuntime;
 use agentsessions_shells::harness::{Harness, HarnessService, builtin};
 use agentsessions_shells::journal::memory::{CrashCut, Durability};
+use madsim::Config;
 use madsim::net::NetSim;
 use madsim::rand::{Rng, thread_rng};
-use madsim::runtime::{Handle, NodeHandle};
+use madsim::runtime::{Handle, NodeHandle, Runtime};
 use madsim::time::{sleep, timeout};
 use ports::{ObservedHarnesses, ObservedStore, Shared, SimModel, SimTools};
 use tonic::transport::{Channel, Endpoint, Server};
@@ -61,8 +65,12 @@ fn host_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1 + i as u8))
 }
 
+/// Harness kinds and their nodes' addresses.
+const KINDS: [&str; 3] = ["echo", "approval", "tools"];
+
 fn harness_ip(kind: &str) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, 2, if kind == "echo" { 1 } else { 2 }))
+    let n = KINDS.iter().position(|k| *k == kind).expect("a known kind");
+    IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1 + n as u8))
 }
 
 fn client_ip(i: usize) -> IpAddr {
@@ -76,7 +84,7 @@ fn host_config() -> HostConfig {
         ..HostConfig::default()
     };
     c.harnesses.clear();
-    for kind in ["echo", "approval"] {
+    for kind in KINDS {
         c.harnesses.insert(
             kind.into(),
             Route {
@@ -148,6 +156,7 @@ fn host_node(i: usize, shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> 
                 let host = Host::new(host_config(), Box::new(CountingIds::starting_at(inc << 32)));
                 let (driver, handle) = Driver::new(host, ports);
                 tokio::spawn(driver.run());
+                ports::lock(&shared.drivers).insert(i, handle.clone());
                 let addr = SocketAddr::new(host_ip(i), HOST_PORT);
                 Server::builder()
                     .add_service(SessionsServer::new(SessionsService::new(handle)))
@@ -288,7 +297,7 @@ async fn approve(shared: &Shared, c: &mut SessionsClient<Channel>, sid: &str) ->
     let Some(p) = pending else {
         return "nothing pending".into();
     };
-    let approved = thread_rng().gen_bool(0.75);
+    let approved = thread_rng().gen_bool(0.6);
     let mut out = String::new();
     // A second call: a duplicate must return the same decision, a
     // conflicting one must be refused; neither may run the tool again.
@@ -338,11 +347,7 @@ async fn client_program(
             known[thread_rng().gen_range(0..known.len())].clone()
         };
         let line = if known.is_empty() || pick < 8 {
-            let harness = if thread_rng().gen_bool(0.5) {
-                "echo"
-            } else {
-                "approval"
-            };
+            let harness = KINDS[thread_rng().gen_range(0..KINDS.len())];
             let r = bounded(c.create_session(CreateSessionRequest {
                 session: Some(Session {
                     harness: harness.into(),
@@ -498,10 +503,15 @@ async fn fault(cl: &Cluster) {
 /// determinism check) must reproduce its digest.
 static DIGESTS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
 
-#[madsim::test]
-async fn seeded_runs_of_the_real_shells() {
-    let seed = Handle::current().seed();
-    let shared = Shared::new();
+/// What one seed did.
+struct Run {
+    shared: Arc<Shared>,
+    digest: u64,
+    summary: String,
+}
+
+/// One seed: build the cluster, run the clients under faults, heal, judge.
+async fn run(shared: Arc<Shared>) -> Run {
     let mut rng = thread_rng();
     let n_hosts = if rng.gen_bool(0.35) { 2 } else { 1 };
     let writers = Arc::new(Mutex::new(vec![0; n_hosts]));
@@ -511,6 +521,7 @@ async fn seeded_runs_of_the_real_shells() {
     let harnesses = vec![
         harness_node("echo", builtin::Echo),
         harness_node("approval", builtin::Approval),
+        harness_node("tools", ports::ToolUser),
     ];
     let clients = (0..2)
         .map(|i| {
@@ -577,10 +588,32 @@ async fn seeded_runs_of_the_real_shells() {
     }
     let digest = shared.digest();
     let stats = shared.disk.stats();
-    println!(
-        "madsim seed={seed} digest={digest:016x} hosts={n_hosts} faults={n_faults} records={records} crashes={} torn={} lost={}",
+    let summary = format!(
+        "hosts={n_hosts} faults={n_faults} records={records} crashes={} torn={} lost={}",
         stats.crashes, stats.torn, stats.lost
     );
+    Run {
+        shared,
+        digest,
+        summary,
+    }
+}
+
+#[madsim::test]
+async fn seeded_runs_of_the_real_shells() {
+    let seed = Handle::current().seed();
+    let Run {
+        shared,
+        digest,
+        summary,
+    } = run(Shared::new()).await;
+    println!("madsim seed={seed} digest={digest:016x} {summary}");
+    // SIM_TRACE=1 prints the whole readable trace of every seed.
+    if std::env::var_os("SIM_TRACE").is_some() {
+        for line in shared.trace_tail(usize::MAX) {
+            println!("  {line}");
+        }
+    }
     let violations = shared.violations();
     if !violations.is_empty() {
         for line in shared.trace_tail(60) {
@@ -602,6 +635,49 @@ async fn seeded_runs_of_the_real_shells() {
         );
     }
 }
+
+/// Teeth: with each planted bug armed, some seed of the same runs breaks
+/// a rule. Faults are armed per thread, and every node of a madsim runtime
+/// runs on the thread that drives it.
+#[test]
+fn planted_bugs_are_caught() {
+    let mut missed = Vec::new();
+    for fault in Fault::ALL {
+        if UNREACHABLE.contains(&fault) {
+            continue;
+        }
+        let caught = (0..TEETH_SEEDS).find_map(|seed| {
+            let _armed = faults::arm(fault);
+            let shared = Shared::new();
+            // A machine assertion tripped by the bug (a replay that tries
+            // to append what it re-executed) panics the runtime; that is
+            // a catch too, after whatever the oracle saw first.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Runtime::with_seed_and_config(seed, Config::default())
+                    .block_on(run(Arc::clone(&shared)))
+            }));
+            let v = shared.violations();
+            match (v.first(), ran) {
+                (Some(first), _) => Some((seed, first.clone())),
+                (None, Err(_)) => Some((seed, "the machine panicked".into())),
+                (None, Ok(_)) => None,
+            }
+        });
+        match caught {
+            Some((seed, v)) => println!("teeth {}: caught at seed {seed}: {v}", fault.name()),
+            None => missed.push(fault.name()),
+        }
+    }
+    assert!(missed.is_empty(), "planted bugs no seed caught: {missed:?}");
+}
+
+/// Planted bugs these runs cannot reach: the built-in harnesses are
+/// deterministic, so a recorded model result never meets a different
+/// request (the explorer's drifting harness covers that one).
+const UNREACHABLE: [Fault; 1] = [Fault::SkipInputHashCheck];
+
+/// Seeds tried per planted bug before it counts as missed.
+const TEETH_SEEDS: u64 = 1_000;
 
 /// With every fault healed: each session's Replay equals its durable
 /// journal, its rendered projections equal a recomputation, and the whole
@@ -634,6 +710,37 @@ async fn settle_and_check(shared: Arc<Shared>) {
         shared.check(|o, v| o.check_replay_records(v, &sid, &streamed));
         if let Ok(s) = get(&mut c, &sid).await {
             shared.check(|o, v| o.check_session(v, &s));
+        }
+    }
+    // Every completed execution re-run through its harness with recorded
+    // effects served: the outputs must be the recorded ones, and no model
+    // or tool may be called (the oracle refuses both while replaying).
+    let driver = ports::lock(&shared.drivers).get(&0).cloned();
+    for sid in agentsessions_sim::oracle::JournalView::sessions(&shared.view()) {
+        let Some(driver) = &driver else { break };
+        shared.check(|o, _| {
+            o.set_replaying(true);
+            Ok(())
+        });
+        let request = Request::ReplayHarness {
+            session: sid.clone(),
+        };
+        let r = timeout(CALL, driver.unary(request)).await;
+        shared.check(|o, _| {
+            o.set_replaying(false);
+            Ok(())
+        });
+        match r {
+            Ok(Ok(Response::Replayed(report))) => {
+                shared.check(|o, v| o.check_replay_report(v, &sid, &report));
+                shared.log(format!(
+                    "harness replay {sid}: {} executions",
+                    report.executions
+                ));
+            }
+            Ok(Ok(other)) => shared.log(format!("harness replay {sid}: {other:?}")),
+            Ok(Err(status)) => shared.log(format!("harness replay {sid}: {:?}", status.code)),
+            Err(_) => shared.log(format!("harness replay {sid}: timed out")),
         }
     }
     shared.check(|o, v| o.check_journal(v));

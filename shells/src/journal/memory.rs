@@ -43,6 +43,19 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
+/// True when the simulator armed the planted bug `$fault` (feature
+/// `faults`); a constant false otherwise.
+macro_rules! planted {
+    ($fault:ident) => {{
+        #[cfg(feature = "faults")]
+        let armed = agentsessions_machine::faults::active(agentsessions_machine::faults::Fault::$fault);
+        #[cfg(not(feature = "faults"))]
+        let armed = false;
+        armed
+    }};
+}
+use planted;
+
 use tables::Tables;
 
 /// When a writer's pending writes become durable.
@@ -397,6 +410,9 @@ impl MemoryJournal {
             armed: true,
         };
         match self.durability {
+            // The planted bug: answer now; the write becomes durable only
+            // at a later commit point, so a crash in between loses it.
+            _ if planted!(AckBeforeDurable) => {}
             Durability::After(latency) => {
                 if latency.is_zero() {
                     tokio::task::yield_now().await;
@@ -417,7 +433,7 @@ impl MemoryJournal {
             },
         }
         guard.armed = false;
-        if disk.lock().lost.contains(&id) {
+        if disk.lock().lost.contains(&id) && !planted!(AckBeforeDurable) {
             return Err(StoreError::CommitFailed {
                 reason: "the process crashed before the commit".into(),
             }

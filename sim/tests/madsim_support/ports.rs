@@ -11,13 +11,15 @@ use agentsessions_machine::events::body;
 use agentsessions_machine::host::{HarnessFailure, ModelReply, SessionRow};
 use agentsessions_proto::v1::controller_frame::Frame;
 use agentsessions_proto::v1::{
-    ControllerFrame, EventKind, HarnessDescriptor, LogRecord, ModelCall, ToolCall, ToolResult,
+    Capabilities, ControllerFrame, EventKind, HarnessDescriptor, LogRecord, Mediation, ModelCall,
+    Resumability, ToolCall, ToolResult, ToolSpec,
 };
 use agentsessions_shells::daemon::convert::row_of;
 use agentsessions_shells::daemon::driver::{
-    Connection, HarnessPort, ModelPort, PortFuture, ToolPort,
+    Connection, DriverHandle, HarnessPort, ModelPort, PortFuture, ToolPort,
 };
 use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
+use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, HarnessRegistration, HarnessRow, JournalStore, ListHarnesses,
@@ -38,9 +40,12 @@ pub struct Shared {
     trace: Mutex<(Fnv, Vec<String>)>,
     /// The executor's durable results by (session, idempotency key).
     ledger: Mutex<BTreeMap<(String, String), ToolResult>>,
+    /// Each host's current drive loop, for the in-process harness replay
+    /// (not a wire RPC, as `agentctl verify --replay` submits it).
+    pub drivers: Mutex<BTreeMap<usize, DriverHandle>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A violation is reported, never panicked, so a poisoned lock only
     // follows a bug in this file; keep going to print the trace.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -74,6 +79,7 @@ impl Shared {
             violations: Mutex::new(Vec::new()),
             trace: Mutex::new((Fnv::default(), Vec::new())),
             ledger: Mutex::new(BTreeMap::new()),
+            drivers: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -451,5 +457,44 @@ impl HarnessPort for ObservedHarnesses {
                 events: events_rx,
             })
         })
+    }
+}
+
+/// A harness that has the host run one ordinary (ungated) tool and
+/// outputs its receipt: the controller-mediated path the built-ins lack.
+pub struct ToolUser;
+
+#[tonic::async_trait]
+impl Harness for ToolUser {
+    fn describe(&self) -> HarnessDescriptor {
+        HarnessDescriptor {
+            id: "tools".into(),
+            version: "1".into(),
+            tools: vec![ToolSpec {
+                name: "echo_args".into(),
+                description: "echoes its args".into(),
+                mediation: Mediation::ControllerMediated as i32,
+            }],
+            capabilities: Some(Capabilities {
+                resumability: Resumability::StatelessReplay as i32,
+                fork_safe: true,
+                ..Capabilities::default()
+            }),
+            ..HarnessDescriptor::default()
+        }
+    }
+
+    async fn run(&self, start: StartInfo, sink: &mut Sink) -> Result<(), HarnessError> {
+        let call = ToolCall {
+            id: "t1".into(),
+            tool: "echo_args".into(),
+            args: None,
+            mediation: Mediation::ControllerMediated as i32,
+            // Stable across re-drives of one execution, distinct per turn.
+            idempotency_key: format!("tools/{}/t1", start.execution_id),
+        };
+        let receipt = sink.tool_call(call).await?;
+        sink.output(&format!("ran {} error={}", receipt.id, receipt.is_error))
+            .await
     }
 }
