@@ -114,23 +114,29 @@ async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
         .await
         .unwrap()
         .into_inner();
+    use agentsessions_proto::v1::exec_update::Update;
     let mut records = 0;
-    let mut marks = vec![t.elapsed()];
+    let mut marks = vec![("call", t.elapsed())];
     while let Some(u) = stream.message().await.unwrap() {
-        marks.push(t.elapsed());
-        if matches!(
-            u.update,
-            Some(agentsessions_proto::v1::exec_update::Update::Record(_))
-        ) {
-            records += 1;
-        }
+        let what = match &u.update {
+            Some(Update::Record(_)) => {
+                records += 1;
+                "record"
+            }
+            Some(Update::Session(_)) => "session",
+            Some(Update::Delta(_)) => "delta",
+            _ => "other",
+        };
+        marks.push((what, t.elapsed()));
     }
     let elapsed = t.elapsed();
     if std::env::var_os("DAEMON_BENCH_MARKS").is_some() {
-        eprintln!(
-            "{:?}",
-            marks.iter().map(|d| d.as_micros()).collect::<Vec<_>>()
-        );
+        marks.push(("eof", elapsed));
+        let line: Vec<String> = marks
+            .iter()
+            .map(|(w, d)| format!("{w}@{}", d.as_micros()))
+            .collect();
+        eprintln!("{}", line.join(" "));
     }
     assert_eq!(records, 5, "an echo turn journals 5 records");
     elapsed

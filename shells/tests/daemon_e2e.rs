@@ -214,3 +214,34 @@ async fn an_unknown_session_is_not_found_and_the_journal_stays_empty() {
     assert!(replay(&mut c, "sess-nope").await.is_empty());
     daemon.shutdown().await;
 }
+
+/// Two hosts on one journal: the driver's record cache must never hide
+/// what the other host appended (each read starts at the cached head and
+/// takes the rest from the store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_see_records_another_host_appended_to_the_same_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Daemon::start(config(dir.path())).await.unwrap();
+    let b = Daemon::start(config(dir.path())).await.unwrap();
+    let (mut ca, mut cb) = (client(&a).await, client(&b).await);
+    let sid = create(&mut ca, "").await;
+    let (first, _) = exec(&mut ca, &sid, Some("one")).await.unwrap();
+    assert_eq!(first.last().unwrap().seq, 5);
+    // A again: its cache now holds 1..=5 from its own appends.
+    let (second, _) = exec(&mut ca, &sid, Some("two")).await.unwrap();
+    assert_eq!(second[0].seq, 6);
+    // B appends three turns A has never seen.
+    for i in 0..3 {
+        let (r, _) = exec(&mut cb, &sid, Some(&format!("b{i}"))).await.unwrap();
+        assert_eq!(r[0].seq, 11 + 5 * i);
+    }
+    let (third, _) = exec(&mut ca, &sid, Some("three")).await.unwrap();
+    assert_eq!(third[0].seq, 26, "A starts after B's records");
+    assert_eq!(third[0].prev_hash, replay(&mut cb, &sid).await[24].content_hash);
+    let all = replay(&mut ca, &sid).await;
+    assert_eq!(all.len(), 30);
+    assert_eq!(all, replay(&mut cb, &sid).await, "both hosts read one chain");
+    agentsessions_machine::chain::verify(&all).unwrap();
+    a.shutdown().await;
+    b.shutdown().await;
+}

@@ -6,8 +6,11 @@
 //! to the host with the wall-clock time; the host's effects are then drained
 //! and each is started — store work and harness/model/tool calls on spawned
 //! tasks that send their outcome back on the same channel, client frames
-//! and harness frames in order on their own channels. The loop decides
-//! nothing: every branch here is a translation.
+//! and harness frames in order on their own channels. Harness events are
+//! polled by the loop itself, one stream per open connection. Whole-journal
+//! reads go through a bounded record cache ([`super::log_cache`]) that only
+//! saves decoding: the store is still read from the cached head on every
+//! load. The loop decides nothing: every branch here is a translation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,8 +26,10 @@ use agentsessions_proto::v1::{
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
+use tokio_stream::{StreamExt as _, StreamMap};
 
 use super::convert::{self, append_error_of, harness_row_of, meta_of, put_error_of, row_of};
+use super::log_cache::{LogCache, ReadPlan};
 use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
 
 /// Boxed future returned by the ports (they are used as trait objects).
@@ -143,6 +148,19 @@ pub enum Input {
     Dialed(EffectId, ConnId, String, Result<Connection, HarnessFailure>),
     /// Harness input on a connection.
     Harness(ConnId, HarnessInput),
+    /// A whole-journal read made with `plan` (see [`LogCache`]).
+    LogRead {
+        /// The ReadLog effect.
+        id: EffectId,
+        /// Its session.
+        session: String,
+        /// How the store was asked.
+        plan: ReadPlan,
+        /// What it returned.
+        read: Result<Vec<LogRecord>, String>,
+    },
+    /// An append's outcome, with its session for the cache.
+    Appended(EffectId, String, Outcome),
     /// A streamed model chunk.
     Chunk(EffectId, String),
     /// The client of a call went away.
@@ -206,8 +224,35 @@ impl DriverHandle {
 
 struct Conn {
     frames: mpsc::UnboundedSender<ControllerFrame>,
-    reader: JoinHandle<()>,
     address: String,
+}
+
+/// A connection's inbound events as host input: every event, then one
+/// failure or one clean close, then the end.
+struct ConnEvents {
+    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    done: bool,
+}
+
+impl tokio_stream::Stream for ConnEvents {
+    type Item = HarnessInput;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<HarnessInput>> {
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let input = match std::task::ready!(self.events.poll_recv(cx)) {
+            Some(Ok(ev)) => HarnessInput::Event(ev),
+            Some(Err(e)) => HarnessInput::Failed(e),
+            None => HarnessInput::Closed,
+        };
+        self.done = !matches!(input, HarnessInput::Event(_));
+        Poll::Ready(Some(input))
+    }
 }
 
 /// The ports a driver performs effects with.
@@ -244,8 +289,12 @@ pub struct Driver<S> {
     rx: mpsc::UnboundedReceiver<Input>,
     clients: BTreeMap<RequestId, (ClientSink, Option<JoinHandle<()>>)>,
     conns: BTreeMap<ConnId, Conn>,
+    /// Inbound events of every open connection, polled by the loop itself
+    /// (no forwarding task per connection).
+    events: StreamMap<ConnId, ConnEvents>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
+    log_cache: LogCache,
 }
 
 impl<S: JournalStore + 'static> Driver<S> {
@@ -261,8 +310,10 @@ impl<S: JournalStore + 'static> Driver<S> {
                 rx,
                 clients: BTreeMap::new(),
                 conns: BTreeMap::new(),
+                events: StreamMap::new(),
                 next_request: 0,
                 draining: None,
+                log_cache: LogCache::default(),
             },
             handle,
         )
@@ -289,20 +340,18 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.drain_effects(now);
                 continue;
             }
-            let input = match deadline {
-                Some(at) => {
-                    let wait = Duration::from_nanos((at - convert::now()).max(0) as u64);
-                    tokio::select! {
-                        input = self.rx.recv() => input,
-                        () = tokio::time::sleep(wait) => {
-                            let now = convert::now();
-                            self.host.handle_timeout(now).expect("effects drained");
-                            self.drain_effects(now);
-                            continue;
-                        }
-                    }
+            let wait = deadline.map(|at| Duration::from_nanos((at - convert::now()).max(0) as u64));
+            let input = tokio::select! {
+                input = self.rx.recv() => input,
+                Some((conn, input)) = self.events.next(), if !self.events.is_empty() => {
+                    Some(Input::Harness(conn, input))
                 }
-                None => self.rx.recv().await,
+                () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
+                    let now = convert::now();
+                    self.host.handle_timeout(now).expect("effects drained");
+                    self.drain_effects(now);
+                    continue;
+                }
             };
             let Some(input) = input else {
                 return;
@@ -337,6 +386,33 @@ impl<S: JournalStore + 'static> Driver<S> {
                 };
                 self.host
                     .handle_outcome(now, effect, Outcome::Dialed(outcome))
+            }
+            Input::LogRead {
+                id,
+                session,
+                plan,
+                read,
+            } => {
+                let outcome = match read {
+                    Err(e) => Err(e),
+                    Ok(read) => match self.log_cache.complete(&session, &plan, read) {
+                        Some(full) => Ok(full),
+                        None => {
+                            // The cached prefix is stale: read it all.
+                            self.read_whole_log(id, session, ReadPlan::Full);
+                            return;
+                        }
+                    },
+                };
+                self.host.handle_outcome(now, id, Outcome::Log(outcome))
+            }
+            Input::Appended(id, session, outcome) => {
+                match &outcome {
+                    Outcome::Appended(Ok(records)) => self.log_cache.appended(&session, records),
+                    // A conflict means someone else moved the head.
+                    _ => self.log_cache.forget(&session),
+                }
+                self.host.handle_outcome(now, id, outcome)
             }
             Input::Harness(conn, input) => self.host.handle_harness(now, conn, input),
             Input::Chunk(effect, chunk) => self.host.handle_model_chunk(now, effect, chunk),
@@ -374,29 +450,34 @@ impl<S: JournalStore + 'static> Driver<S> {
     }
 
     fn register(&mut self, conn: ConnId, address: String, connection: Connection) {
-        let Connection { frames, mut events } = connection;
-        let tx = self.tx.clone();
-        let reader = tokio::spawn(async move {
-            loop {
-                let input = match events.recv().await {
-                    Some(Ok(ev)) => HarnessInput::Event(ev),
-                    Some(Err(e)) => HarnessInput::Failed(e),
-                    None => HarnessInput::Closed,
-                };
-                let last = !matches!(input, HarnessInput::Event(_));
-                if tx.send(Input::Harness(conn, input)).is_err() || last {
-                    return;
-                }
-            }
-        });
-        self.conns.insert(
+        let Connection { frames, events } = connection;
+        self.events.insert(
             conn,
-            Conn {
-                frames,
-                reader,
-                address,
+            ConnEvents {
+                events,
+                done: false,
             },
         );
+        self.conns.insert(conn, Conn { frames, address });
+    }
+
+    /// Reads the whole journal of `session` for ReadLog `id`, from the
+    /// cached head when `plan` says so.
+    fn read_whole_log(&self, id: EffectId, session: String, plan: ReadPlan) {
+        let (tx, store) = (self.tx.clone(), self.ports.store.clone());
+        tokio::spawn(async move {
+            let from = match &plan {
+                ReadPlan::Full => 1,
+                ReadPlan::From { seq, .. } => *seq,
+            };
+            let read = store.read(&session, from, 0).await.map_err(text);
+            let _ = tx.send(Input::LogRead {
+                id,
+                session,
+                plan,
+                read,
+            });
+        });
     }
 
     fn drain_effects(&mut self, now: Nanos) {
@@ -436,9 +517,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 }
             }
             Effect::Close { conn } => {
-                if let Some(c) = self.conns.remove(&conn) {
-                    c.reader.abort();
-                }
+                self.conns.remove(&conn);
+                self.events.remove(&conn);
             }
             Effect::Dial {
                 id, address, conn, ..
@@ -495,18 +575,23 @@ impl<S: JournalStore + 'static> Driver<S> {
             Effect::InvokeModel { id, request, .. } => {
                 let tx = self.tx.clone();
                 tokio::spawn(async move {
+                    // One task forwards chunks while it drives the call.
                     let (chunks, mut chunk_rx) = mpsc::unbounded_channel();
-                    let forward = {
-                        let tx = tx.clone();
-                        tokio::spawn(async move {
-                            while let Some(chunk) = chunk_rx.recv().await {
+                    let call = ports.model.invoke(request, chunks);
+                    tokio::pin!(call);
+                    let outcome = loop {
+                        tokio::select! {
+                            biased;
+                            Some(chunk) = chunk_rx.recv() => {
                                 let _ = tx.send(Input::Chunk(id, chunk));
                             }
-                        })
+                            outcome = &mut call => break outcome,
+                        }
                     };
-                    let outcome = ports.model.invoke(request, chunks).await;
                     // Chunks precede the completion on the loop's channel.
-                    let _ = forward.await;
+                    while let Ok(chunk) = chunk_rx.try_recv() {
+                        let _ = tx.send(Input::Chunk(id, chunk));
+                    }
                     let _ = tx.send(Input::Outcome(id, Outcome::Model(outcome)));
                 });
             }
@@ -515,6 +600,35 @@ impl<S: JournalStore + 'static> Driver<S> {
             } => {
                 tokio::spawn(async move {
                     reply(id, Outcome::Tool(ports.tools.execute(session, call).await));
+                });
+            }
+            Effect::ReadLog {
+                id,
+                session,
+                from_seq: 1,
+                to_seq: 0,
+            } => {
+                let plan = self.log_cache.plan(&session);
+                self.read_whole_log(id, session, plan);
+            }
+            Effect::Append {
+                id,
+                session,
+                expected_last_seq,
+                fence,
+                events,
+            } => {
+                let batch = AppendBatch {
+                    session: session.clone(),
+                    expected_last_seq,
+                    fence,
+                    events,
+                    now_unix_nanos: now,
+                };
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let r = ports.store.append(batch).await.map_err(append_error_of);
+                    let _ = tx.send(Input::Appended(id, session, Outcome::Appended(r)));
                 });
             }
             store_effect => {

@@ -10,6 +10,7 @@ pub mod convert;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;
+pub mod log_cache;
 // Both serve built-in harnesses on unix sockets, which madsim does not
 // simulate; the simulation runs harnesses on their own nodes over TCP.
 #[cfg(not(madsim))]
