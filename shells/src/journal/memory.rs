@@ -48,7 +48,8 @@ mod tests;
 macro_rules! planted {
     ($fault:ident) => {{
         #[cfg(feature = "faults")]
-        let armed = agentsessions_machine::faults::active(agentsessions_machine::faults::Fault::$fault);
+        let armed =
+            agentsessions_machine::faults::active(agentsessions_machine::faults::Fault::$fault);
         #[cfg(not(feature = "faults"))]
         let armed = false;
         armed
