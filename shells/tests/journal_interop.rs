@@ -23,10 +23,32 @@ const FIXTURES: [&str; 9] = [
 ];
 
 fn fixture_dir() -> PathBuf {
-    // Overridable so the suite can run from a checkout elsewhere.
+    // `shared/` sits beside the repository; overridable for other layouts.
     std::env::var_os("GO_FIXTURES_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/fixtures/go-v0.1.2"))
+        .unwrap_or_else(|| {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../shared/fixtures/go-v0.1.2"
+            ))
+        })
+}
+
+/// False (after saying so) when the fixtures are absent and not required.
+fn fixtures_present() -> bool {
+    if fixture_dir().is_dir() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("AGENTSESSIONS_REQUIRE_FIXTURES").is_none(),
+        "Go fixtures missing at {}",
+        fixture_dir().display()
+    );
+    eprintln!(
+        "SKIPPED: Go fixtures not found at {}",
+        fixture_dir().display()
+    );
+    false
 }
 
 fn load(name: &str) -> Vec<LogRecord> {
@@ -37,6 +59,9 @@ fn load(name: &str) -> Vec<LogRecord> {
 
 #[tokio::test]
 async fn go_fixtures_round_trip_through_sqlite() {
+    if !fixtures_present() {
+        return;
+    }
     let db = TempDb::new();
     let mut total = 0;
     {
@@ -96,6 +121,9 @@ async fn go_fixtures_round_trip_through_sqlite() {
 async fn fixture_hashes_survive_tampering_checks() {
     // Storing a fixture verbatim (bypassing append) must verify, and a
     // single changed body must be caught at its seq.
+    if !fixtures_present() {
+        return;
+    }
     let db = TempDb::new();
     drop(db.open());
     let records = load("multi-turn");
