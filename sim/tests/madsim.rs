@@ -417,11 +417,15 @@ async fn fault(cl: &Cluster) {
     match rng.gen_range(0..6) {
         0 | 1 => {
             // Most crashes land while a write is pending (the interesting
-            // cut); some land wherever the clock says.
+            // cut); some land wherever the clock says. Some wait for a
+            // multi-event append in flight (START with its INPUTs, a gated
+            // TOOL_CALL with its request), so it can tear.
             if rng.gen_bool(0.75) {
+                let multi = rng.gen_bool(0.4);
                 for _ in 0..400 {
                     let writer = cl.writers.lock().unwrap()[i];
-                    if !cl.shared.disk.pending_of(writer).is_empty() {
+                    let pending = cl.shared.disk.pending_of(writer);
+                    if pending.iter().any(|&n| n > usize::from(multi)) {
                         break;
                     }
                     sleep(Duration::from_micros(250)).await;
