@@ -169,12 +169,20 @@ async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
     let (mut turns, mut appends) = (Vec::new(), Vec::new());
     let (mut turn_wall, mut append_wall) = (Duration::ZERO, Duration::ZERO);
     let mut writes = 0u64;
+    let one_session = std::env::var_os("DAEMON_BENCH_ONE_SESSION").is_some();
     for block in 0..blocks {
         // Every turn reads the whole journal of its session (the history
         // the harness is started with), so a block gets a fresh session:
-        // the figures are for sessions of up to 50 turns.
-        let session = create(&mut c).await;
-        turn(&mut c, &session).await;
+        // the figures are for sessions of up to 50 turns. With
+        // DAEMON_BENCH_ONE_SESSION=1 every block continues the same session
+        // instead: the warm-up session, grown to ~1 050 turns at scale 1.
+        let session = if one_session {
+            session.clone()
+        } else {
+            let s = create(&mut c).await;
+            turn(&mut c, &s).await;
+            s
+        };
         // One turn, then five single appends: both sides see the same disk,
         // checkpoints and neighbours at the same moments.
         for i in 0..50 {
@@ -200,6 +208,14 @@ async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
                 append_wall += d;
                 head = recs[0].seq;
             }
+        }
+        if one_session || block + 1 == blocks {
+            let mut last: Vec<Duration> = turns[turns.len() - 50..].to_vec();
+            last.sort();
+            eprintln!(
+                "block {block}: turn p50 {:.0} µs over the last 50 turns",
+                us(pct(&last, 0.5))
+            );
         }
     }
     let per_turn = writes as f64 / turns.len() as f64;
