@@ -337,15 +337,22 @@ async fn client_program(
     hosts: usize,
     ops: usize,
 ) {
+    // The session this client last worked on: staying on it half the time
+    // lets a turn, its approval and its resume happen in one program while
+    // the other client can still race on the same session.
+    let mut focus: Option<String> = None;
     for n in 0..ops {
         let mut c = client(thread_rng().gen_range(0..hosts));
         let known: Vec<String> = sessions.lock().unwrap().clone();
         let pick = thread_rng().gen_range(0..100);
-        let sid = if known.is_empty() {
-            String::new()
-        } else {
-            known[thread_rng().gen_range(0..known.len())].clone()
+        let sid = match &focus {
+            Some(s) if thread_rng().gen_bool(0.5) => s.clone(),
+            _ if known.is_empty() => String::new(),
+            _ => known[thread_rng().gen_range(0..known.len())].clone(),
         };
+        if !sid.is_empty() {
+            focus = Some(sid.clone());
+        }
         let line = if known.is_empty() || pick < 8 {
             let harness = KINDS[thread_rng().gen_range(0..KINDS.len())];
             let r = bounded(c.create_session(CreateSessionRequest {
@@ -357,6 +364,7 @@ async fn client_program(
             .await;
             if let Ok(s) = &r {
                 sessions.lock().unwrap().push(uid(s.get_ref()));
+                focus = Some(uid(s.get_ref()));
             }
             format!("create {harness} {}", code(&r))
         } else if pick < 45 {
@@ -365,7 +373,21 @@ async fn client_program(
                 exec(&shared, &mut c, &sid, format!("c{me}-{n}")).await
             )
         } else if pick < 65 {
-            format!("approve {sid} {}", approve(&shared, &mut c, &sid).await)
+            let decided = approve(&shared, &mut c, &sid).await;
+            // Usually the approver resumes at once (racing the other
+            // client's calls on the session).
+            let resumed = if thread_rng().gen_bool(0.7) {
+                #[allow(deprecated)]
+                let request = ResumeRequest {
+                    session: sid.clone(),
+                    boot: false,
+                };
+                let mut c = client(thread_rng().gen_range(0..hosts));
+                format!(" resume {}", code(&bounded(c.resume(request)).await))
+            } else {
+                String::new()
+            };
+            format!("approve {sid} {decided}{resumed}")
         } else if pick < 77 {
             #[allow(deprecated)]
             let request = ResumeRequest {
@@ -394,10 +416,11 @@ async fn client_program(
             }))
             .await;
             if let Ok(f) = &r {
-                sessions
-                    .lock()
-                    .unwrap()
-                    .extend(f.get_ref().children.iter().map(uid));
+                let children: Vec<String> = f.get_ref().children.iter().map(uid).collect();
+                // Work on the child next: an Approve there of a gate the
+                // parent was waiting on must be refused (inherited).
+                focus = children.first().cloned().or(focus);
+                sessions.lock().unwrap().extend(children);
             }
             format!("fork {sid}@{at} {}", code(&r))
         } else {
