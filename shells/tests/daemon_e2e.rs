@@ -237,10 +237,17 @@ async fn turns_see_records_another_host_appended_to_the_same_journal() {
     }
     let (third, _) = exec(&mut ca, &sid, Some("three")).await.unwrap();
     assert_eq!(third[0].seq, 26, "A starts after B's records");
-    assert_eq!(third[0].prev_hash, replay(&mut cb, &sid).await[24].content_hash);
+    assert_eq!(
+        third[0].prev_hash,
+        replay(&mut cb, &sid).await[24].content_hash
+    );
     let all = replay(&mut ca, &sid).await;
     assert_eq!(all.len(), 30);
-    assert_eq!(all, replay(&mut cb, &sid).await, "both hosts read one chain");
+    assert_eq!(
+        all,
+        replay(&mut cb, &sid).await,
+        "both hosts read one chain"
+    );
     agentsessions_machine::chain::verify(&all).unwrap();
     a.shutdown().await;
     b.shutdown().await;
