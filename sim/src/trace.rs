@@ -90,34 +90,8 @@ pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
             h.str("send").u64(conn.0).str(&frame.execution_id);
         }
         other => {
-            h.str(effect_name(other)).u64(other.id().map_or(0, |i| i.0));
+            h.str(other.name()).u64(other.id().map_or(0, |i| i.0));
         }
-    }
-}
-
-/// The variant name of an effect.
-pub fn effect_name(e: &Effect) -> &'static str {
-    match e {
-        Effect::Append { .. } => "Append",
-        Effect::MintFence { .. } => "MintFence",
-        Effect::ReadLog { .. } => "ReadLog",
-        Effect::GetSession { .. } => "GetSession",
-        Effect::PutSession { .. } => "PutSession",
-        Effect::ListSessions { .. } => "ListSessions",
-        Effect::GetHarnessRow { .. } => "GetHarnessRow",
-        Effect::ListHarnessRows { .. } => "ListHarnessRows",
-        Effect::RegisterHarnessRow { .. } => "RegisterHarnessRow",
-        Effect::RetireHarnessRow { .. } => "RetireHarnessRow",
-        Effect::ReserveHarnessNames { .. } => "ReserveHarnessNames",
-        Effect::Describe { .. } => "Describe",
-        Effect::Runtime { .. } => "Runtime",
-        Effect::Dial { .. } => "Dial",
-        Effect::Send { .. } => "Send",
-        Effect::Close { .. } => "Close",
-        Effect::InvokeModel { .. } => "InvokeModel",
-        Effect::ExecuteTool { .. } => "ExecuteTool",
-        Effect::Stream { .. } => "Stream",
-        Effect::Reply { .. } => "Reply",
     }
 }
 
@@ -142,7 +116,7 @@ pub fn describe(item: &Item) -> String {
                     .collect::<Vec<_>>()
                     .join(",")
             ),
-            other => format!("h{} perform {}", item.host, effect_name(other)),
+            other => format!("h{} perform {}", item.host, other.name()),
         },
         What::Outcome(id, o, ..) => {
             let what = match o {

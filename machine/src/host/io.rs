@@ -518,6 +518,32 @@ impl Effect {
             }
         }
     }
+
+    /// The variant's name, for traces and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Append { .. } => "Append",
+            Self::MintFence { .. } => "MintFence",
+            Self::ReadLog { .. } => "ReadLog",
+            Self::GetSession { .. } => "GetSession",
+            Self::PutSession { .. } => "PutSession",
+            Self::ListSessions { .. } => "ListSessions",
+            Self::GetHarnessRow { .. } => "GetHarnessRow",
+            Self::ListHarnessRows { .. } => "ListHarnessRows",
+            Self::RegisterHarnessRow { .. } => "RegisterHarnessRow",
+            Self::RetireHarnessRow { .. } => "RetireHarnessRow",
+            Self::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+            Self::Describe { .. } => "Describe",
+            Self::Runtime { .. } => "Runtime",
+            Self::Dial { .. } => "Dial",
+            Self::Send { .. } => "Send",
+            Self::Close { .. } => "Close",
+            Self::InvokeModel { .. } => "InvokeModel",
+            Self::ExecuteTool { .. } => "ExecuteTool",
+            Self::Stream { .. } => "Stream",
+            Self::Reply { .. } => "Reply",
+        }
+    }
 }
 
 /// Why an append did not commit.

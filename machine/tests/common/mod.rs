@@ -137,38 +137,12 @@ pub fn since(world: &World, mark: usize) -> &[Effect] {
 
 /// The variant name of each effect, for exact effect-list assertions.
 pub fn effect_names(effects: &[Effect]) -> Vec<&'static str> {
-    effects.iter().map(effect_name).collect()
-}
-
-/// The variant name of an effect.
-pub fn effect_name(e: &Effect) -> &'static str {
-    match e {
-        Effect::Append { .. } => "Append",
-        Effect::MintFence { .. } => "MintFence",
-        Effect::ReadLog { .. } => "ReadLog",
-        Effect::GetSession { .. } => "GetSession",
-        Effect::PutSession { .. } => "PutSession",
-        Effect::ListSessions { .. } => "ListSessions",
-        Effect::GetHarnessRow { .. } => "GetHarnessRow",
-        Effect::ListHarnessRows { .. } => "ListHarnessRows",
-        Effect::RegisterHarnessRow { .. } => "RegisterHarnessRow",
-        Effect::RetireHarnessRow { .. } => "RetireHarnessRow",
-        Effect::ReserveHarnessNames { .. } => "ReserveHarnessNames",
-        Effect::Describe { .. } => "Describe",
-        Effect::Runtime { .. } => "Runtime",
-        Effect::Dial { .. } => "Dial",
-        Effect::Send { .. } => "Send",
-        Effect::Close { .. } => "Close",
-        Effect::InvokeModel { .. } => "InvokeModel",
-        Effect::ExecuteTool { .. } => "ExecuteTool",
-        Effect::Stream { .. } => "Stream",
-        Effect::Reply { .. } => "Reply",
-    }
+    effects.iter().map(Effect::name).collect()
 }
 
 /// True when any effect is one of `names`.
 pub fn any_of(effects: &[Effect], names: &[&str]) -> bool {
-    effects.iter().any(|e| names.contains(&effect_name(e)))
+    effects.iter().any(|e| names.contains(&e.name()))
 }
 
 /// Appends issued by `effects`, as lists of event kinds.
@@ -324,7 +298,7 @@ pub fn render(effects: &[Effect]) -> String {
                 };
                 format!("Reply req={} {what}", request.0)
             }
-            other => effect_name(other).to_owned(),
+            other => other.name().to_owned(),
         };
         let _ = writeln!(out, "{line}");
     }
