@@ -4,59 +4,15 @@
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    ApproveRequest, CreateSessionRequest, EventKind, ExecRequest, ForkRequest, GetSessionRequest,
-    LogRecord, Message, Part, ReplayRequest, ResumeRequest, Session, TextPart, exec_update::Update,
-    part,
+    ApproveRequest, EventKind, ExecRequest, ForkRequest, GetSessionRequest, LogRecord,
+    ResumeRequest, Session, exec_update::Update,
 };
-use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use agentsessions_shells::daemon::app::Daemon;
 use tonic::transport::Channel;
 
-fn config(dir: &std::path::Path) -> DaemonConfig {
-    DaemonConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        registry_addr: None,
-        journal: dir.join("journal.db"),
-        project: "default".into(),
-        model: String::new(),
-        model_base_url: None,
-        model_path: None,
-        model_auth_header: "Authorization".into(),
-        model_api_key: None,
-        harnesses: Vec::new(),
-    }
-}
-
-async fn client(daemon: &Daemon) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    SessionsClient::new(channel)
-}
-
-fn text(t: &str) -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart { text: t.into() })),
-        }],
-    }
-}
-
-async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
-    let s = c
-        .create_session(CreateSessionRequest {
-            session: Some(Session {
-                harness: harness.into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    s.metadata.unwrap().uid
-}
+#[path = "support/daemon.rs"]
+mod support;
+use support::{client, config, create, replay, text};
 
 /// Runs one Exec and returns (records, final session frame if any).
 async fn exec(
@@ -81,22 +37,6 @@ async fn exec(
         }
     }
     Ok((records, sessions))
-}
-
-async fn replay(c: &mut SessionsClient<Channel>, session: &str) -> Vec<LogRecord> {
-    let mut stream = c
-        .replay(ReplayRequest {
-            session: session.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.message().await.unwrap() {
-        out.push(r);
-    }
-    out
 }
 
 fn kinds(records: &[LogRecord]) -> Vec<EventKind> {

@@ -5,60 +5,20 @@
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    CreateSessionRequest, EventKind, ExecRequest, ForkRequest, LogRecord, Message, Part,
-    ReplayRequest, ResumeRequest, Session, SuspendRequest, TextPart, event::Body,
-    exec_update::Update, lifecycle, part,
+    EventKind, ExecRequest, ForkRequest, LogRecord, ResumeRequest, SuspendRequest, event::Body,
+    exec_update::Update, lifecycle,
 };
-use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use agentsessions_shells::daemon::app::Daemon;
 use tonic::transport::Channel;
 
-fn config(dir: &std::path::Path) -> DaemonConfig {
-    DaemonConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        registry_addr: None,
-        journal: dir.join("journal.db"),
-        project: "default".into(),
-        model: String::new(),
-        model_base_url: None,
-        model_path: None,
-        model_auth_header: "Authorization".into(),
-        model_api_key: None,
-        harnesses: Vec::new(),
-    }
-}
+#[path = "support/daemon.rs"]
+mod support;
+use support::{client, config, create, replay, text};
 
 async fn start(dir: &std::path::Path) -> (Daemon, SessionsClient<Channel>) {
     let daemon = Daemon::start(config(dir)).await.unwrap();
-    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    (daemon, SessionsClient::new(channel))
-}
-
-async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
-    c.create_session(CreateSessionRequest {
-        session: Some(Session {
-            harness: harness.into(),
-            ..Default::default()
-        }),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .metadata
-    .unwrap()
-    .uid
-}
-
-fn text(t: &str) -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart { text: t.into() })),
-        }],
-    }
+    let c = client(&daemon).await;
+    (daemon, c)
 }
 
 /// One turn; returns the text of every OUTPUT it journaled.
@@ -92,22 +52,6 @@ fn output_text(r: &LogRecord) -> Option<String> {
         Body::Message(m) => Some(agentsessions_machine::events::message_text(m)),
         _ => None,
     }
-}
-
-async fn replay(c: &mut SessionsClient<Channel>, session: &str) -> Vec<LogRecord> {
-    let mut stream = c
-        .replay(ReplayRequest {
-            session: session.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut out = Vec::new();
-    while let Some(r) = stream.message().await.unwrap() {
-        out.push(r);
-    }
-    out
 }
 
 fn suspends(records: &[LogRecord]) -> Vec<(String, bool)> {

@@ -1,0 +1,79 @@
+//! Helpers shared by the tests that drive a real daemon over gRPC.
+
+#![allow(dead_code)]
+
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    CreateSessionRequest, LogRecord, Message, Part, ReplayRequest, Session, TextPart, part,
+};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use tonic::transport::Channel;
+
+/// A daemon on a free loopback port, journaling under `dir`, echo model.
+pub fn config(dir: &std::path::Path) -> DaemonConfig {
+    DaemonConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        registry_addr: None,
+        journal: dir.join("journal.db"),
+        project: "default".into(),
+        model: String::new(),
+        model_base_url: None,
+        model_path: None,
+        model_auth_header: "Authorization".into(),
+        model_api_key: None,
+        harnesses: Vec::new(),
+    }
+}
+
+/// A Sessions client connected to `daemon`.
+pub async fn client(daemon: &Daemon) -> SessionsClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    SessionsClient::new(channel)
+}
+
+/// A user message with one text part.
+pub fn text(t: &str) -> Message {
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Text(TextPart { text: t.into() })),
+        }],
+    }
+}
+
+/// Creates a session on `harness` ("" = the default) and returns its uid.
+pub async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
+    c.create_session(CreateSessionRequest {
+        session: Some(Session {
+            harness: harness.into(),
+            ..Default::default()
+        }),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .metadata
+    .unwrap()
+    .uid
+}
+
+/// Every committed record of `session`, via Sessions.Replay.
+pub async fn replay(c: &mut SessionsClient<Channel>, session: &str) -> Vec<LogRecord> {
+    let mut stream = c
+        .replay(ReplayRequest {
+            session: session.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = stream.message().await.unwrap() {
+        out.push(r);
+    }
+    out
+}
