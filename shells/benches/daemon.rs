@@ -18,6 +18,8 @@
 //!
 //! `DAEMON_BENCH_DIR` picks the disk (default: the temp dir);
 //! `DAEMON_BENCH_SCALE` (default 1.0) scales turn counts and durations;
+//! `DAEMON_BENCH_SESSIONS` (default 64) sizes the concurrent phase, 0 skips it;
+//! `DAEMON_BENCH_WORKERS` (default 2) sets the tokio worker threads;
 //! `DAEMON_BENCH_MARKS=1` prints, per turn, when each frame arrived (µs
 //! after the call), to see where a turn spends its time.
 
@@ -142,6 +144,7 @@ async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
     elapsed
 }
 
+#[derive(Default)]
 struct Figures {
     p50: Duration,
     p99: Duration,
@@ -266,7 +269,12 @@ fn main() {
         .tempdir_in(base)
         .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(
+            std::env::var("W")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(2),
+        )
         .enable_all()
         .build()
         .unwrap();
@@ -292,7 +300,17 @@ fn main() {
         .unwrap();
 
         let (one, append, per_turn) = single_session(&daemon).await;
-        let many = concurrent(&daemon, 64).await;
+        // DAEMON_BENCH_SESSIONS=0 skips the concurrent phase (to profile
+        // the single-session turn alone).
+        let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(64);
+        let many = if sessions > 0 {
+            concurrent(&daemon, sessions).await
+        } else {
+            Figures::default()
+        };
         let budget = per_turn * us(append.p50);
         println!("| | p50 µs | p99 µs | per second |");
         println!("|---|---|---|---|");
@@ -309,7 +327,7 @@ fn main() {
             one.per_sec
         );
         println!(
-            "| echo turn, 64 sessions | {:.0} | {:.0} | {:.0} |",
+            "| echo turn, {sessions} sessions | {:.0} | {:.0} | {:.0} |",
             us(many.p50),
             us(many.p99),
             many.per_sec

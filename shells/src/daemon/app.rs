@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 
 use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
 use super::grpc::{RegistryService, SessionsService};
-use super::harness_client::{GrpcHarnesses, parse_address};
+use super::harness_client::parse_address;
+use super::inproc::{Harnesses, InProcess};
 use super::runtime::Runtimes;
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, ListHarnesses};
@@ -229,7 +230,6 @@ pub struct Daemon {
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     loop_task: tokio::task::JoinHandle<()>,
-    _sockets: tempfile::TempDir,
 }
 
 impl Daemon {
@@ -277,10 +277,6 @@ impl Daemon {
             agentsessions_machine::host::registry::load_registrations(&mut host, &rows);
         }
 
-        let sockets = tempfile::Builder::new()
-            .prefix("agentsessions-")
-            .tempdir()
-            .map_err(|e| StartError::Config(format!("socket dir: {e}")))?;
         let tools_path = ToolLedger::path_for_journal(&config.journal);
         let ledger =
             ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?;
@@ -290,13 +286,12 @@ impl Daemon {
             .map(|p| p.join("notes"))
             .unwrap_or_else(|| PathBuf::from("notes"));
         let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
+        // Built-in harnesses run in this process (see `inproc`).
+        let local = Arc::new(InProcess::default());
         let ports = Ports {
             store: store.clone(),
-            harness: Arc::new(GrpcHarnesses::default()),
-            runtime: Arc::new(Runtimes::new(
-                sockets.path().to_path_buf(),
-                config.model.clone(),
-            )),
+            harness: Arc::new(Harnesses::new(local.clone())),
+            runtime: Arc::new(Runtimes::new(local, config.model.clone())),
             model: Arc::new(Model(model_client(&config)?)),
             tools: Arc::new(Tools(Arc::new(executor))),
         };
@@ -336,7 +331,6 @@ impl Daemon {
             servers,
             stop,
             loop_task,
-            _sockets: sockets,
         })
     }
 

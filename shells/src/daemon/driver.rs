@@ -2,12 +2,15 @@
 //! effects.
 //!
 //! Every input (a client call, an effect's outcome, a harness event, a model
-//! chunk, a cancellation, a deadline) arrives on one channel and is handed
-//! to the host with the wall-clock time; the host's effects are then drained
-//! and each is started — store work and harness/model/tool calls on spawned
-//! tasks that send their outcome back on the same channel, client frames
-//! and harness frames in order on their own channels. Harness events are
-//! polled by the loop itself, one stream per open connection. Whole-journal
+//! chunk, a cancellation, a deadline) is handed to the host with the
+//! wall-clock time; the host's effects are then drained and each is
+//! started. Client calls arrive on one channel. Store work, dials,
+//! describes and runtime calls are futures the loop polls itself, so their
+//! completion wakes it without a task in between; model and tool calls run
+//! on spawned tasks that send their outcome back on the channel (a model
+//! call's chunks must reach the host before its completion). Client and
+//! harness frames go out in order on their own channels, and harness
+//! events are polled by the loop itself, one stream per open connection. Whole-journal
 //! reads go through a bounded record cache ([`super::log_cache`]) that only
 //! saves decoding: the store is still read from the cached head on every
 //! load. The loop decides nothing: every branch here is a translation.
@@ -24,6 +27,7 @@ use agentsessions_proto::v1::{
     ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
     ToolResult,
 };
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::{StreamExt as _, StreamMap};
@@ -35,13 +39,18 @@ use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, Sto
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
+/// Inbound events of one connection: each event, then at most one failure;
+/// the stream's end is a clean close.
+pub type EventStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Event, String>> + Send>>;
+
 /// An open `Harness.Connect` stream: frames go out on `frames`; events come
-/// in on `events`, which ends with `Ok(None)` on a clean close.
+/// in on `events`, polled by the drive loop itself.
 pub struct Connection {
     /// Outbound frames (dropping it half-closes the stream).
     pub frames: mpsc::UnboundedSender<ControllerFrame>,
     /// Inbound events.
-    pub events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    pub events: EventStream,
 }
 
 /// Talks to harnesses (Describe and Connect).
@@ -230,7 +239,7 @@ struct Conn {
 /// A connection's inbound events as host input: every event, then one
 /// failure or one clean close, then the end.
 struct ConnEvents {
-    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    events: EventStream,
     done: bool,
 }
 
@@ -245,7 +254,7 @@ impl tokio_stream::Stream for ConnEvents {
         if self.done {
             return Poll::Ready(None);
         }
-        let input = match std::task::ready!(self.events.poll_recv(cx)) {
+        let input = match std::task::ready!(self.events.as_mut().poll_next(cx)) {
             Some(Ok(ev)) => HarnessInput::Event(ev),
             Some(Err(e)) => HarnessInput::Failed(e),
             None => HarnessInput::Closed,
@@ -292,6 +301,10 @@ pub struct Driver<S> {
     /// Inbound events of every open connection, polled by the loop itself
     /// (no forwarding task per connection).
     events: StreamMap<ConnId, ConnEvents>,
+    /// Effects in flight whose completion the loop polls itself: the port
+    /// that completes one (a journal thread, a harness) wakes the loop
+    /// directly instead of a task that would then wake it.
+    pending: FuturesUnordered<PortFuture<'static, Input>>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
@@ -311,6 +324,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 clients: BTreeMap::new(),
                 conns: BTreeMap::new(),
                 events: StreamMap::new(),
+                pending: FuturesUnordered::new(),
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
@@ -346,6 +360,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 Some((conn, input)) = self.events.next(), if !self.events.is_empty() => {
                     Some(Input::Harness(conn, input))
                 }
+                Some(input) = self.pending.next(), if !self.pending.is_empty() => Some(input),
                 () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
                     let now = convert::now();
                     self.host.handle_timeout(now).expect("effects drained");
@@ -463,21 +478,21 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     /// Reads the whole journal of `session` for ReadLog `id`, from the
     /// cached head when `plan` says so.
-    fn read_whole_log(&self, id: EffectId, session: String, plan: ReadPlan) {
-        let (tx, store) = (self.tx.clone(), self.ports.store.clone());
-        tokio::spawn(async move {
+    fn read_whole_log(&mut self, id: EffectId, session: String, plan: ReadPlan) {
+        let store = self.ports.store.clone();
+        self.pending.push(Box::pin(async move {
             let from = match &plan {
                 ReadPlan::Full => 1,
                 ReadPlan::From { seq, .. } => *seq,
             };
             let read = store.read(&session, from, 0).await.map_err(text);
-            let _ = tx.send(Input::LogRead {
+            Input::LogRead {
                 id,
                 session,
                 plan,
                 read,
-            });
-        });
+            }
+        }));
     }
 
     fn drain_effects(&mut self, now: Nanos) {
@@ -523,11 +538,10 @@ impl<S: JournalStore + 'static> Driver<S> {
             Effect::Dial {
                 id, address, conn, ..
             } => {
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
+                self.pending.push(Box::pin(async move {
                     let result = ports.harness.connect(address.clone()).await;
-                    let _ = tx.send(Input::Dialed(id, conn, address, result));
-                });
+                    Input::Dialed(id, conn, address, result)
+                }));
             }
             Effect::Describe {
                 id,
@@ -552,7 +566,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                     Some(c) if !c.address.is_empty() => Ok(c.address.clone()),
                     _ => ports.runtime.describe_address(&backend),
                 };
-                tokio::spawn(async move {
+                self.pending.push(Box::pin(async move {
                     let outcome = match address {
                         Err(e) => Err(HarnessFailure::Unavailable(e)),
                         Ok(address) => tokio::time::timeout(
@@ -562,15 +576,16 @@ impl<S: JournalStore + 'static> Driver<S> {
                         .await
                         .unwrap_or(Err(HarnessFailure::Timeout)),
                     };
-                    reply(id, Outcome::Described(outcome));
-                });
+                    Input::Outcome(id, Outcome::Described(outcome))
+                }));
             }
             Effect::Runtime {
                 id, backend, op, ..
             } => {
-                tokio::spawn(async move {
-                    reply(id, Outcome::Runtime(ports.runtime.call(backend, op).await));
-                });
+                self.pending.push(Box::pin(async move {
+                    let reply = ports.runtime.call(backend, op).await;
+                    Input::Outcome(id, Outcome::Runtime(reply))
+                }));
             }
             Effect::InvokeModel { id, request, .. } => {
                 let tx = self.tx.clone();
@@ -625,17 +640,16 @@ impl<S: JournalStore + 'static> Driver<S> {
                     events,
                     now_unix_nanos: now,
                 };
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
+                self.pending.push(Box::pin(async move {
                     let r = ports.store.append(batch).await.map_err(append_error_of);
-                    let _ = tx.send(Input::Appended(id, session, Outcome::Appended(r)));
-                });
+                    Input::Appended(id, session, Outcome::Appended(r))
+                }));
             }
             store_effect => {
-                tokio::spawn(async move {
+                self.pending.push(Box::pin(async move {
                     let (id, outcome) = perform_store(&*ports.store, store_effect, now).await;
-                    reply(id, outcome);
-                });
+                    Input::Outcome(id, outcome)
+                }));
             }
         }
     }

@@ -12,6 +12,7 @@ use agentsessions_machine::host::HarnessFailure;
 use agentsessions_proto::grpc::harness_client::HarnessClient;
 use agentsessions_proto::v1::{DescribeRequest, HarnessDescriptor};
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -101,6 +102,11 @@ fn failure(status: tonic::Status) -> HarnessFailure {
     }
 }
 
+/// How a broken Connect stream is reported to the machine.
+pub(crate) fn stream_failure(status: tonic::Status) -> String {
+    format!("harness stream failed: {}", status.message())
+}
+
 /// A harness client with one cached channel per address.
 #[derive(Default)]
 pub struct GrpcHarnesses {
@@ -152,27 +158,14 @@ impl HarnessPort for GrpcHarnesses {
                 .connect(UnboundedReceiverStream::new(frames_rx))
                 .await
                 .map_err(failure)?;
-            let mut inbound = response.into_inner();
-            let (events_tx, events) = mpsc::unbounded_channel();
-            tokio::spawn(async move {
-                loop {
-                    match inbound.message().await {
-                        Ok(Some(ev)) => {
-                            if events_tx.send(Ok(ev)).is_err() {
-                                return;
-                            }
-                        }
-                        // Dropping the sender reports a clean close.
-                        Ok(None) => return,
-                        Err(status) => {
-                            let _ = events_tx
-                                .send(Err(format!("harness stream failed: {}", status.message())));
-                            return;
-                        }
-                    }
-                }
-            });
-            Ok(Connection { frames, events })
+            // Polled by the drive loop directly: no forwarding task.
+            let events = response
+                .into_inner()
+                .map(|item| item.map_err(stream_failure));
+            Ok(Connection {
+                frames,
+                events: Box::pin(events),
+            })
         })
     }
 }

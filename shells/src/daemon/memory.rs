@@ -1,5 +1,5 @@
 //! The memory-snapshot runtime (`Backend::Memory`): one harness instance
-//! per session, each served on its own unix socket, whose memory is
+//! per session, each published in process under its own address, whose memory is
 //! captured by Snapshot and rebuilt by Restore, Fork and a Create after a
 //! Snapshot.
 //!
@@ -17,14 +17,12 @@
 //! * **unknown** — Create starts a fresh instance.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use agentsessions_proto::v1::SnapshotRef;
-use tokio::sync::oneshot;
 
-use super::runtime::serve_unix;
-use crate::harness::{HarnessService, MemoryHarness, builtin};
+use super::inproc::InProcess;
+use crate::harness::{MemoryHarness, builtin};
 
 /// The scheme of the snapshot references this runtime hands out.
 pub const SCHEME: &str = "mem://";
@@ -32,19 +30,14 @@ pub const SCHEME: &str = "mem://";
 struct Instance {
     harness: Arc<dyn MemoryHarness>,
     address: String,
-    path: PathBuf,
-    stop: Option<oneshot::Sender<()>>,
+    local: Arc<InProcess>,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        // Streams in flight finish (graceful shutdown); the path goes now,
-        // so nothing new can reach a stopped instance, and the harness
-        // client can tell its cached channel is dead.
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = std::fs::remove_file(&self.path);
+        // Executions in flight finish; the address goes now, so nothing new
+        // can reach a stopped instance.
+        self.local.withdraw(&self.address);
     }
 }
 
@@ -67,15 +60,15 @@ struct State {
 
 /// See the module docs.
 pub struct MemoryRuntime {
-    dir: PathBuf,
+    local: Arc<InProcess>,
     state: Mutex<State>,
 }
 
 impl MemoryRuntime {
-    /// Instances listen on sockets under `dir`.
-    pub fn new(dir: PathBuf) -> Self {
+    /// Instances are published on `local`.
+    pub fn new(local: Arc<InProcess>) -> Self {
         Self {
-            dir,
+            local,
             state: Mutex::new(State::default()),
         }
     }
@@ -166,19 +159,18 @@ impl MemoryRuntime {
         saved: Option<&[u8]>,
     ) -> Result<String, String> {
         let harness = builtin::memory(kind, saved).map_err(|e| e.to_string())?;
-        // A fresh path per incarnation: a cached channel to a stopped
+        // A fresh address per incarnation: a connection meant for a stopped
         // instance can never reach its successor by accident.
         st.next += 1;
-        let path = self.dir.join(format!("mem-{}.sock", st.next));
-        let stop = serve_unix(&path, HarnessService::new(harness.clone()).into_server())?;
-        let address = format!("unix://{}", path.display());
+        let address = self
+            .local
+            .publish(&format!("mem-{}", st.next), harness.clone());
         st.sessions.insert(
             session.to_owned(),
             Slot::Live(Instance {
                 harness,
                 address: address.clone(),
-                path,
-                stop: Some(stop),
+                local: self.local.clone(),
             }),
         );
         Ok(address)

@@ -10,9 +10,10 @@ pub mod convert;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;
+pub mod inproc;
 pub mod log_cache;
-// Both serve built-in harnesses on unix sockets, which madsim does not
-// simulate; the simulation runs harnesses on their own nodes over TCP.
+// The simulation runs its harnesses on nodes of their own over TCP, so the
+// built-in runtimes are left out of its build.
 #[cfg(not(madsim))]
 pub mod memory;
 pub mod observe;

@@ -1,10 +1,11 @@
 //! Runtime backends (the Runtime SPI).
 //!
-//! * **local** serves each built-in harness in process, over gRPC on a unix
-//!   socket in a private directory, so a local turn takes exactly the same
-//!   wire path as a remote one. Filesystem-only: a snapshot is the session's
-//!   journal handle; restore and fork start a fresh incarnation that the
-//!   host replays into.
+//! * **local** runs each built-in harness in process and publishes it under
+//!   an `inproc://` address ([`super::inproc`]): the host exchanges the same
+//!   frames and events with it as with a remote harness, through the same
+//!   harness adapter, without the HTTP/2 transport. Filesystem-only: a
+//!   snapshot is the session's journal handle; restore and fork start a
+//!   fresh incarnation that the host replays into.
 //! * **remote** attaches to a harness already running at an address. It
 //!   owns no compute: create, restore and fork just hand out the address.
 //!
@@ -17,46 +18,44 @@
 //! in the machine).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
 use agentsessions_proto::v1::HarnessDescriptor;
-use tokio::sync::oneshot;
 
 use super::driver::{PortFuture, RuntimePort};
+use super::inproc::InProcess;
 use super::memory::MemoryRuntime;
-use crate::harness::{Harness, HarnessService, builtin};
+use crate::harness::builtin;
 
-/// A built-in harness being served on a unix socket.
+/// A built-in harness being served in process.
 struct Served {
     address: String,
     /// Built-ins have a static descriptor, so it is taken once at start.
     descriptor: HarnessDescriptor,
-    _stop: oneshot::Sender<()>,
 }
 
 /// The local and remote backends.
 pub struct Runtimes {
-    dir: PathBuf,
+    local: Arc<InProcess>,
     model: String,
     served: Mutex<BTreeMap<String, Arc<Served>>>,
     memory: MemoryRuntime,
 }
 
 impl Runtimes {
-    /// Backends whose local harnesses listen on sockets under `dir`; `model`
+    /// Backends whose built-in harnesses are published on `local`; `model`
     /// is the default model for harnesses that need one (`chat`).
-    pub fn new(dir: PathBuf, model: String) -> Self {
+    pub fn new(local: Arc<InProcess>, model: String) -> Self {
         Self {
-            memory: MemoryRuntime::new(dir.clone()),
-            dir,
+            memory: MemoryRuntime::new(local.clone()),
+            local,
             model,
             served: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// The socket address of the built-in `kind`, starting it on first use.
+    /// The address of the built-in `kind`, starting it on first use.
     /// `prefix` keeps the describe-only instances of memory kinds apart
     /// from instances that run turns.
     fn local_address(&self, prefix: &str, kind: &str) -> Result<String, String> {
@@ -71,12 +70,9 @@ impl Runtimes {
         }
         let harness = builtin::build(kind, &self.model).map_err(|e| e.to_string())?;
         let descriptor = harness.describe();
-        let path = self.dir.join(format!("{key}.sock"));
-        let stop = serve_unix(&path, HarnessService::new(harness).into_server())?;
         let s = Arc::new(Served {
-            address: format!("unix://{}", path.display()),
+            address: self.local.publish(&key, harness),
             descriptor,
-            _stop: stop,
         });
         served.insert(key, s.clone());
         Ok(s)
@@ -136,35 +132,4 @@ impl RuntimePort for Runtimes {
             super::remote::journal_only_reply(op, || self.address(&backend))
         })
     }
-}
-
-/// Serves `server` on a new unix socket at `path` until the returned sender
-/// is dropped or fired. Binding is synchronous so callers need not await.
-pub(crate) fn serve_unix<H: Harness + ?Sized>(
-    path: &Path,
-    server: agentsessions_proto::grpc::harness_server::HarnessServer<HarnessService<H>>,
-) -> Result<oneshot::Sender<()>, String> {
-    let std_listener = std::os::unix::net::UnixListener::bind(path)
-        .or_else(|_| {
-            // A stale file from an earlier daemon in the same directory.
-            let _ = std::fs::remove_file(path);
-            std::os::unix::net::UnixListener::bind(path)
-        })
-        .map_err(|e| format!("bind {}: {e}", path.display()))?;
-    std_listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("bind {}: {e}", path.display()))?;
-    let listener = tokio::net::UnixListener::from_std(std_listener)
-        .map_err(|e| format!("bind {}: {e}", path.display()))?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-        let _ = tonic::transport::Server::builder()
-            .add_service(server)
-            .serve_with_incoming_shutdown(incoming, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
-    Ok(stop)
 }

@@ -9,6 +9,7 @@ use agentsessions_proto::v1::{
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::sink::{Sink, Stop, stopped};
@@ -47,6 +48,11 @@ impl<H: Harness + ?Sized> HarnessService<H> {
         Self { harness }
     }
 
+    /// What `Describe` answers.
+    pub fn descriptor(&self) -> HarnessDescriptor {
+        self.harness.describe()
+    }
+
     /// The tonic server to add to a router.
     pub fn into_server(self) -> ServerOf<Self> {
         HarnessServer::new(self)
@@ -68,11 +74,24 @@ impl<H: Harness + ?Sized> HarnessRpc for HarnessService<H> {
         &self,
         request: Request<Streaming<ControllerFrame>>,
     ) -> Result<Response<Self::ConnectStream>, Status> {
-        let (out, events) = mpsc::channel(OUT_CAPACITY);
         // Answer the headers at once and read Start in the task: a host may
         // wait for the response before it sends its first frame.
-        tokio::spawn(drive(Arc::clone(&self.harness), request.into_inner(), out));
-        Ok(Response::new(ReceiverStream::new(events)))
+        Ok(Response::new(self.execute(request.into_inner())))
+    }
+}
+
+impl<H: Harness + ?Sized> HarnessService<H> {
+    /// Runs one execution over `inbound` host frames, in a task of its own,
+    /// and returns its events. This is `Connect` without the transport: the
+    /// tonic service and the daemon's in-process connections both use it,
+    /// so the handshake, park and closing rules are the same for both.
+    pub fn execute<S>(&self, inbound: S) -> ReceiverStream<Result<Event, Status>>
+    where
+        S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+    {
+        let (out, events) = mpsc::channel(OUT_CAPACITY);
+        tokio::spawn(drive(Arc::clone(&self.harness), inbound, out));
+        ReceiverStream::new(events)
     }
 }
 
@@ -83,15 +102,15 @@ enum Outcome {
 }
 
 /// One execution: handshake, run, closing event.
-async fn drive<H: Harness + ?Sized>(
-    harness: Arc<H>,
-    mut inbound: Streaming<ControllerFrame>,
-    out: mpsc::Sender<Result<Event, Status>>,
-) {
+async fn drive<H, S>(harness: Arc<H>, mut inbound: S, out: mpsc::Sender<Result<Event, Status>>)
+where
+    H: Harness + ?Sized,
+    S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+{
     let first = tokio::select! {
         biased;
         _ = out.closed() => return,
-        first = inbound.message() => first,
+        first = inbound.next() => first.transpose(),
     };
     let (envelope, start) = match first {
         Ok(Some(ControllerFrame {
@@ -157,16 +176,18 @@ async fn drive<H: Harness + ?Sized>(
 
 /// Reads host frames while the harness runs, so a Cancel or a broken
 /// transport is noticed even when the harness is not waiting for a reply.
-async fn pump(
-    mut inbound: Streaming<ControllerFrame>,
+async fn pump<S>(
+    mut inbound: S,
     frames: mpsc::Sender<ControllerFrame>,
     stop: watch::Sender<Option<Stop>>,
-) {
+) where
+    S: Stream<Item = Result<ControllerFrame, Status>> + Unpin,
+{
     loop {
         let next = tokio::select! {
             biased;
             _ = frames.closed() => return,
-            next = inbound.message() => next,
+            next = inbound.next() => next.transpose(),
         };
         match next {
             Ok(Some(ControllerFrame {

@@ -30,6 +30,7 @@ use agentsessions_shells::model::EchoModel;
 use agentsessions_sim::digest::Fnv;
 use agentsessions_sim::oracle::{Check, JournalView, Oracle, Rule, violation};
 use tokio::sync::mpsc;
+use tokio_stream::StreamExt as _;
 
 /// Everything that outlives the nodes of one run: the disk, the oracle,
 /// the executor's ledger and the trace.
@@ -411,24 +412,20 @@ impl HarnessPort for ObservedHarnesses {
 
     fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
         Box::pin(async move {
-            let Connection { frames, mut events } = self.inner.connect(address).await?;
+            let Connection { frames, events } = self.inner.connect(address).await?;
             let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<ControllerFrame>();
-            let (events_tx, events_rx) = mpsc::unbounded_channel();
-            // The model requests the harness made on this stream, in order.
+            // The model requests the harness made on this stream, in order,
+            // noted as the driver takes each event (before it can answer).
             let requests = Arc::new(Mutex::new(Vec::<ModelCall>::new()));
             let seen = Arc::clone(&requests);
-            tokio::spawn(async move {
-                while let Some(ev) = events.recv().await {
-                    if let Ok(e) = &ev
-                        && e.kind == EventKind::EventModelCall as i32
-                        && let Some(m) = body::model(e)
-                    {
-                        lock(&seen).push(m.clone());
-                    }
-                    if events_tx.send(ev).is_err() {
-                        return;
-                    }
+            let events = events.map(move |ev| {
+                if let Ok(e) = &ev
+                    && e.kind == EventKind::EventModelCall as i32
+                    && let Some(m) = body::model(e)
+                {
+                    lock(&seen).push(m.clone());
                 }
+                ev
             });
             let shared = Arc::clone(&self.shared);
             tokio::spawn(async move {
@@ -454,7 +451,7 @@ impl HarnessPort for ObservedHarnesses {
             });
             Ok(Connection {
                 frames: frames_tx,
-                events: events_rx,
+                events: Box::pin(events),
             })
         })
     }
