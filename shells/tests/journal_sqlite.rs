@@ -540,3 +540,25 @@ async fn wal_is_checkpointed_beside_the_writer() {
     }
     store.verify("s").await.unwrap();
 }
+
+#[tokio::test]
+async fn tail_reads_agree_with_the_whole_journal_on_both_sides_of_the_in_place_bound() {
+    let db = TempDb::new();
+    let store = db.open();
+    append_n(&store, "s", 0, 100).await;
+    let whole = store.read("s", 1, 0).await.unwrap();
+    assert_eq!(whole.len(), 100);
+    // Short tails are read in place, long ones (past 64) by a reader
+    // thread; callers cannot tell which.
+    let before = store.read_stats();
+    for from in [2_i64, 20, 36, 37, 38, 90, 100] {
+        let tail = store.read("s", from, 0).await.unwrap();
+        assert_eq!(tail, whole[(from - 1) as usize..], "from {from}");
+    }
+    assert_eq!(store.read("s", 40, 50).await.unwrap(), whole[39..50]);
+    assert!(store.read("s", 101, 0).await.unwrap().is_empty());
+    let after = store.read_stats();
+    // Tails from 2, 20 and 36 hold 99, 81 and 65 records: past the bound.
+    assert_eq!(after.on_threads - before.on_threads, 3);
+    assert_eq!(after.in_place - before.in_place, 6);
+}

@@ -5,6 +5,12 @@
 //! reader threads with their own connections. Futures complete through
 //! `tokio::sync::oneshot`, so any executor can drive them.
 //!
+//! Point reads (a session row, a head, a journal's tail) are small enough
+//! to run on the caller's thread, on one more connection kept for them: a
+//! hand-off to a reader thread and back costs more than the query itself.
+//! That connection never waits on a lock (busy timeout 0); when it is in
+//! use or SQLite says busy, the read goes to the reader threads instead.
+//!
 //! Several handles (or processes) may open the same file: writers serialise
 //! on SQLite's write lock (`BEGIN IMMEDIATE`, 5 s busy timeout) and the
 //! CAS + fence inside each append keeps one writer per session honest.
@@ -13,8 +19,8 @@
 //! simulator uses an in-memory implementation of the same trait.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use agentsessions_proto::v1::LogRecord;
@@ -88,12 +94,23 @@ pub struct WriterStats {
     pub largest_batch: u64,
 }
 
+/// Point reads (row, head, tail) by where they ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Answered on the caller's thread.
+    pub in_place: u64,
+    /// Handed to a reader thread (connection in use, busy, or too long).
+    pub on_threads: u64,
+}
+
 struct Inner {
     path: PathBuf,
     default_project: String,
     shared: Arc<worker::Shared>,
     writer_tx: Option<Sender<Box<dyn worker::WriteJob>>>,
     reader_tx: Option<Sender<worker::ReadJob>>,
+    /// The connection for point reads in place (see the module docs).
+    quick: Mutex<Connection>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -159,6 +176,10 @@ impl SqliteJournal {
             reader_conns.push(r);
         }
 
+        let quick = open_connection(&path, OpenFlags::default())?;
+        quick.execute_batch("PRAGMA query_only = ON")?;
+        quick.busy_timeout(std::time::Duration::ZERO)?;
+
         // The checkpointer takes over from SQLite's automatic checkpoint,
         // which stays on at 10x the default threshold as a backstop.
         conn.execute_batch("PRAGMA wal_autocheckpoint = 10000")?;
@@ -209,6 +230,7 @@ impl SqliteJournal {
                 shared,
                 writer_tx: Some(writer_tx),
                 reader_tx: Some(reader_tx),
+                quick: Mutex::new(quick),
                 threads,
             }),
         })
@@ -231,6 +253,15 @@ impl SqliteJournal {
             batches: s.batches.load(Ordering::Relaxed),
             jobs: s.jobs.load(Ordering::Relaxed),
             largest_batch: s.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// How point reads were served so far.
+    pub fn read_stats(&self) -> ReadStats {
+        let s = &self.inner.shared;
+        ReadStats {
+            in_place: s.reads_in_place.load(Ordering::Relaxed),
+            on_threads: s.point_reads_on_threads.load(Ordering::Relaxed),
         }
     }
 
@@ -314,6 +345,62 @@ impl SqliteJournal {
         }
     }
 
+    /// Runs the point read `op` in place when the quick connection is free
+    /// and SQLite does not report it busy; otherwise (None) the caller
+    /// falls back to a reader thread. `op` itself returns None when the
+    /// read turned out too big to do in place.
+    fn try_quick<T>(
+        &self,
+        op: impl FnOnce(&Connection) -> Result<Option<T>, StoreError>,
+    ) -> Option<Result<T, StoreError>> {
+        // In use by another caller, or a panic left it poisoned: the reader
+        // threads serve this one.
+        let conn = self.inner.quick.try_lock().ok()?;
+        if self.is_poisoned() {
+            return None;
+        }
+        let done = match op(&conn) {
+            Ok(Some(v)) => Some(Ok(v)),
+            Ok(None) => None,
+            Err(e) if is_busy(&e) => None,
+            Err(e) => Some(Err(e)),
+        };
+        if done.is_some() {
+            self.inner
+                .shared
+                .reads_in_place
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        done
+    }
+
+    /// The outcome of a point read: `done` when [`Self::try_quick`] answered,
+    /// else `fallback` on a reader thread.
+    fn quick_or_read<T, G>(
+        &self,
+        done: Option<Result<T, StoreError>>,
+        fallback: G,
+    ) -> impl Future<Output = Result<T, StoreError>> + Send + use<T, G>
+    where
+        T: Send + 'static,
+        G: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let queued = match done {
+            Some(result) => Ok(result),
+            None => {
+                let s = &self.inner.shared;
+                s.point_reads_on_threads.fetch_add(1, Ordering::Relaxed);
+                Err(self.submit_read(fallback))
+            }
+        };
+        async move {
+            match queued {
+                Ok(result) => result,
+                Err(pending) => pending.await,
+            }
+        }
+    }
+
     /// Like `submit_read` for operations with their own error type.
     fn submit_read_with<T, E, F>(
         &self,
@@ -327,6 +414,23 @@ impl SqliteJournal {
         let fut = self.submit_read(move |conn| Ok(op(conn)));
         async move { fut.await.map_err(E::from)? }
     }
+}
+
+/// The most records a tail read decodes in place; a longer tail is read
+/// by a reader thread.
+const QUICK_RECORDS: usize = 64;
+
+/// Whether `e` is SQLite's "busy" or "locked", which the quick connection
+/// reports at once instead of waiting.
+fn is_busy(e: &StoreError) -> bool {
+    let StoreError::Backend(b) = e else {
+        return false;
+    };
+    matches!(
+        b.downcast_ref::<rusqlite::Error>()
+            .and_then(rusqlite::Error::sqlite_error_code),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
 }
 
 /// Releases a [`SqliteJournal::hold_writer`] when dropped.
@@ -363,7 +467,8 @@ impl JournalStore for SqliteJournal {
 
     fn head(&self, session: &str) -> impl Future<Output = Result<i64, StoreError>> + Send {
         let session = session.to_owned();
-        self.submit_read(move |conn| read_ops::head(conn, &session))
+        let done = self.try_quick(|conn| read_ops::head(conn, &session).map(Some));
+        self.quick_or_read(done, move |conn| read_ops::head(conn, &session))
     }
 
     fn read(
@@ -373,7 +478,18 @@ impl JournalStore for SqliteJournal {
         to_seq: i64,
     ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send {
         let session = session.to_owned();
-        self.submit_read(move |conn| read_ops::read(conn, &session, from_seq, to_seq))
+        if from_seq <= 1 {
+            // A whole journal: a scan, for the reader threads.
+            return futures_util::future::Either::Left(
+                self.submit_read(move |conn| read_ops::read(conn, &session, from_seq, to_seq)),
+            );
+        }
+        let done = self.try_quick(|conn| {
+            read_ops::read_at_most(conn, &session, from_seq, to_seq, QUICK_RECORDS)
+        });
+        futures_util::future::Either::Right(self.quick_or_read(done, move |conn| {
+            read_ops::read(conn, &session, from_seq, to_seq)
+        }))
     }
 
     fn verify(&self, session: &str) -> impl Future<Output = Result<(), VerifyError>> + Send {
@@ -395,7 +511,8 @@ impl JournalStore for SqliteJournal {
         uid: &str,
     ) -> impl Future<Output = Result<SessionInfo, StoreError>> + Send {
         let uid = uid.to_owned();
-        self.submit_read(move |conn| read_ops::session_info(conn, &uid))
+        let done = self.try_quick(|conn| read_ops::session_info(conn, &uid).map(Some));
+        self.quick_or_read(done, move |conn| read_ops::session_info(conn, &uid))
     }
 
     fn list_sessions(

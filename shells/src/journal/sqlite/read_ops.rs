@@ -60,6 +60,32 @@ fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
     Ok(())
 }
 
+/// Like [`read`], but gives up (None) once the range holds more than
+/// `limit` records, so a caller can bound the work it does in place.
+pub fn read_at_most(
+    conn: &Connection,
+    session: &str,
+    from_seq: i64,
+    to_seq: i64,
+    limit: usize,
+) -> Result<Option<Vec<LogRecord>>, StoreError> {
+    let to = if to_seq <= 0 { i64::MAX } else { to_seq };
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, prev_hash, hash, fence, event FROM events
+         WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+    )?;
+    let cap = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
+    let mut rows = stmt.query(params![session, from_seq, to, cap])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        if out.len() == limit {
+            return Ok(None);
+        }
+        out.push(decode_record(session, row)?);
+    }
+    Ok(Some(out))
+}
+
 pub fn read(
     conn: &Connection,
     session: &str,

@@ -122,6 +122,9 @@ pub struct Shared {
     pub batches: AtomicU64,
     pub jobs: AtomicU64,
     pub largest_batch: AtomicU64,
+    /// Point reads answered on the caller's thread / sent to a reader.
+    pub reads_in_place: AtomicU64,
+    pub point_reads_on_threads: AtomicU64,
 }
 
 pub struct Writer {
