@@ -5,15 +5,16 @@
 //! chunk, a cancellation, a deadline) is handed to the host with the
 //! wall-clock time; the host's effects are then drained and each is
 //! started. Client calls arrive on one channel. Store work, dials,
-//! describes and runtime calls are futures the loop polls itself, so their
-//! completion wakes it without a task in between; model and tool calls run
-//! on spawned tasks that send their outcome back on the channel (a model
-//! call's chunks must reach the host before its completion). Client and
-//! harness frames go out in order on their own channels, and harness
-//! events are polled by the loop itself, one stream per open connection. Whole-journal
-//! reads go through a bounded record cache ([`super::log_cache`]) that only
-//! saves decoding: the store is still read from the cached head on every
-//! load. The loop decides nothing: every branch here is a translation.
+//! describes, runtime and model calls are polled by the loop itself, so
+//! their completion wakes it without a task in between (a model call yields
+//! its chunks, then its outcome); tool calls, which may block on their own
+//! I/O, run on spawned tasks that send their outcome back on the channel.
+//! Client and harness frames go out in order on their own channels, and
+//! harness events are polled by the loop, one stream per open connection.
+//! Whole-journal reads go through a bounded record cache
+//! ([`super::log_cache`]) that only saves decoding: the store is still read
+//! from the cached head on every load. The loop decides nothing: every
+//! branch here is a translation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use agentsessions_proto::v1::{
     ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
     ToolResult,
 };
-use futures_util::stream::FuturesUnordered;
+use futures_util::stream::SelectAll;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::{StreamExt as _, StreamMap};
@@ -38,6 +39,9 @@ use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, Sto
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The inputs an effect in flight yields to the loop.
+type InputStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Input> + Send>>;
 
 /// Inbound events of one connection: each event, then at most one failure;
 /// the stream's end is a clean close.
@@ -302,9 +306,10 @@ pub struct Driver<S> {
     /// (no forwarding task per connection).
     events: StreamMap<ConnId, ConnEvents>,
     /// Effects in flight whose completion the loop polls itself: the port
-    /// that completes one (a journal thread, a harness) wakes the loop
-    /// directly instead of a task that would then wake it.
-    pending: FuturesUnordered<PortFuture<'static, Input>>,
+    /// that completes one (a journal thread, a harness, a model) wakes the
+    /// loop directly instead of a task that would then wake it. Each is a
+    /// stream of inputs: one outcome, or a model's chunks then its outcome.
+    pending: SelectAll<InputStream>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
@@ -324,7 +329,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 clients: BTreeMap::new(),
                 conns: BTreeMap::new(),
                 events: StreamMap::new(),
-                pending: FuturesUnordered::new(),
+                pending: SelectAll::new(),
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
@@ -480,7 +485,7 @@ impl<S: JournalStore + 'static> Driver<S> {
     /// cached head when `plan` says so.
     fn read_whole_log(&mut self, id: EffectId, session: String, plan: ReadPlan) {
         let store = self.ports.store.clone();
-        self.pending.push(Box::pin(async move {
+        self.start(async move {
             let from = match &plan {
                 ReadPlan::Full => 1,
                 ReadPlan::From { seq, .. } => *seq,
@@ -492,7 +497,13 @@ impl<S: JournalStore + 'static> Driver<S> {
                 plan,
                 read,
             }
-        }));
+        });
+    }
+
+    /// Polls `effect` from the loop until it yields its input.
+    fn start(&mut self, effect: impl Future<Output = Input> + Send + 'static) {
+        self.pending
+            .push(Box::pin(futures_util::stream::once(effect)));
     }
 
     fn drain_effects(&mut self, now: Nanos) {
@@ -538,10 +549,10 @@ impl<S: JournalStore + 'static> Driver<S> {
             Effect::Dial {
                 id, address, conn, ..
             } => {
-                self.pending.push(Box::pin(async move {
+                self.start(async move {
                     let result = ports.harness.connect(address.clone()).await;
                     Input::Dialed(id, conn, address, result)
-                }));
+                });
             }
             Effect::Describe {
                 id,
@@ -566,7 +577,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                     Some(c) if !c.address.is_empty() => Ok(c.address.clone()),
                     _ => ports.runtime.describe_address(&backend),
                 };
-                self.pending.push(Box::pin(async move {
+                self.start(async move {
                     let outcome = match address {
                         Err(e) => Err(HarnessFailure::Unavailable(e)),
                         Ok(address) => tokio::time::timeout(
@@ -577,38 +588,23 @@ impl<S: JournalStore + 'static> Driver<S> {
                         .unwrap_or(Err(HarnessFailure::Timeout)),
                     };
                     Input::Outcome(id, Outcome::Described(outcome))
-                }));
+                });
             }
             Effect::Runtime {
                 id, backend, op, ..
             } => {
-                self.pending.push(Box::pin(async move {
+                self.start(async move {
                     let reply = ports.runtime.call(backend, op).await;
                     Input::Outcome(id, Outcome::Runtime(reply))
-                }));
+                });
             }
             Effect::InvokeModel { id, request, .. } => {
-                let tx = self.tx.clone();
-                tokio::spawn(async move {
-                    // One task forwards chunks while it drives the call.
-                    let (chunks, mut chunk_rx) = mpsc::unbounded_channel();
-                    let call = ports.model.invoke(request, chunks);
-                    tokio::pin!(call);
-                    let outcome = loop {
-                        tokio::select! {
-                            biased;
-                            Some(chunk) = chunk_rx.recv() => {
-                                let _ = tx.send(Input::Chunk(id, chunk));
-                            }
-                            outcome = &mut call => break outcome,
-                        }
-                    };
-                    // Chunks precede the completion on the loop's channel.
-                    while let Ok(chunk) = chunk_rx.try_recv() {
-                        let _ = tx.send(Input::Chunk(id, chunk));
-                    }
-                    let _ = tx.send(Input::Outcome(id, Outcome::Model(outcome)));
-                });
+                let (chunks, chunk_rx) = mpsc::unbounded_channel();
+                let model = ports.model.clone();
+                let call: PortFuture<'static, _> =
+                    Box::pin(async move { model.invoke(request, chunks).await });
+                self.pending
+                    .push(Box::pin(model_inputs(id, call, chunk_rx)));
             }
             Effect::ExecuteTool {
                 id, session, call, ..
@@ -640,19 +636,37 @@ impl<S: JournalStore + 'static> Driver<S> {
                     events,
                     now_unix_nanos: now,
                 };
-                self.pending.push(Box::pin(async move {
+                self.start(async move {
                     let r = ports.store.append(batch).await.map_err(append_error_of);
                     Input::Appended(id, session, Outcome::Appended(r))
-                }));
+                });
             }
             store_effect => {
-                self.pending.push(Box::pin(async move {
+                self.start(async move {
                     let (id, outcome) = perform_store(&*ports.store, store_effect, now).await;
                     Input::Outcome(id, outcome)
-                }));
+                });
             }
         }
     }
+}
+
+/// A model call as loop inputs: its chunks in order, then its outcome.
+fn model_inputs(
+    id: EffectId,
+    call: PortFuture<'static, Result<ModelReply, String>>,
+    chunks: mpsc::UnboundedReceiver<String>,
+) -> impl tokio_stream::Stream<Item = Input> + Send + 'static {
+    futures_util::stream::unfold(Some((call, chunks)), move |state| async move {
+        let (mut call, mut chunks) = state?;
+        tokio::select! {
+            // Chunks first: the model sends each before it completes, so
+            // none is left behind once the call is seen done.
+            biased;
+            Some(chunk) = chunks.recv() => Some((Input::Chunk(id, chunk), Some((call, chunks)))),
+            outcome = &mut call => Some((Input::Outcome(id, Outcome::Model(outcome)), None)),
+        }
+    })
 }
 
 fn text(e: StoreError) -> String {

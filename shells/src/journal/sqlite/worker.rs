@@ -153,9 +153,10 @@ impl Writer {
                 Ok(()) => {
                     commits += 1;
                     self.record(jobs.len());
-                    // Full means a nudge is already pending.
-                    let _ = self.checkpoint_tx.try_send(());
                     jobs.into_iter().for_each(|j| j.finish(Ok(())));
+                    // After the replies: waking the checkpointer is not on
+                    // any caller's path. Full means a nudge is pending.
+                    let _ = self.checkpoint_tx.try_send(());
                 }
                 Err(f @ BatchFailure::Begin(_)) => {
                     jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
