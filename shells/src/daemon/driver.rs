@@ -33,9 +33,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::{StreamExt as _, StreamMap};
 
-use super::convert::{self, append_error_of, harness_row_of, meta_of, put_error_of, row_of};
+use super::convert::{self, append_error_of};
 use super::log_cache::{LogCache, ReadPlan};
-use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
+use super::store_effects::{perform_store, text};
+use crate::journal::{AppendBatch, JournalStore};
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -657,177 +658,62 @@ fn model_inputs(
     call: PortFuture<'static, Result<ModelReply, String>>,
     chunks: mpsc::UnboundedReceiver<String>,
 ) -> impl tokio_stream::Stream<Item = Input> + Send + 'static {
-    futures_util::stream::unfold(Some((call, chunks)), move |state| async move {
-        let (mut call, mut chunks) = state?;
-        tokio::select! {
-            // Chunks first: the model sends each before it completes, so
-            // none is left behind once the call is seen done.
-            biased;
-            Some(chunk) = chunks.recv() => Some((Input::Chunk(id, chunk), Some((call, chunks)))),
-            outcome = &mut call => Some((Input::Outcome(id, Outcome::Model(outcome)), None)),
+    enum State {
+        Calling(PortFuture<'static, Result<ModelReply, String>>),
+        /// The call finished; chunks it sent in its last poll still wait.
+        Done(Result<ModelReply, String>),
+    }
+    let start = Some((State::Calling(call), chunks));
+    futures_util::stream::unfold(start, move |state| async move {
+        let (state, mut chunks) = state?;
+        let outcome = match state {
+            State::Calling(mut call) => tokio::select! {
+                biased;
+                Some(chunk) = chunks.recv() => {
+                    return Some((Input::Chunk(id, chunk), Some((State::Calling(call), chunks))));
+                }
+                outcome = &mut call => outcome,
+            },
+            State::Done(outcome) => outcome,
+        };
+        match chunks.try_recv() {
+            Ok(chunk) => Some((
+                Input::Chunk(id, chunk),
+                Some((State::Done(outcome), chunks)),
+            )),
+            Err(_) => Some((Input::Outcome(id, Outcome::Model(outcome)), None)),
         }
     })
 }
 
-fn text(e: StoreError) -> String {
-    e.to_string()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Performs one journal effect against the store.
-async fn perform_store<S: JournalStore>(
-    store: &S,
-    effect: Effect,
-    now: Nanos,
-) -> (EffectId, Outcome) {
-    match effect {
-        Effect::Append {
-            id,
-            session,
-            expected_last_seq,
-            fence,
-            events,
-        } => {
-            let batch = AppendBatch {
-                session,
-                expected_last_seq,
-                fence,
-                events,
-                now_unix_nanos: now,
-            };
-            let r = store.append(batch).await.map_err(append_error_of);
-            (id, Outcome::Appended(r))
-        }
-        Effect::MintFence { id, session } => (
-            id,
-            Outcome::Fence(store.mint_fence(&session, now).await.map_err(text)),
-        ),
-        Effect::ReadLog {
-            id,
-            session,
-            from_seq,
-            to_seq,
-        } => (
-            id,
-            Outcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
-        ),
-        Effect::GetSession { id, session } => {
-            let r = match store.session_info(&session).await {
-                Ok(info) => row_of(info).map(Some).map_err(|e| e.to_string()),
-                Err(StoreError::SessionNotFound { .. }) => Ok(None),
-                Err(e) => Err(e.to_string()),
-            };
-            (id, Outcome::Session(r))
-        }
-        Effect::PutSession { id, row, check } => {
-            let meta = meta_of(&row);
-            let r = match check {
-                None => store
-                    .put_session(meta, now)
-                    .await
-                    .map_err(|e| agentsessions_machine::host::PutError::Failed(e.to_string())),
-                Some(check) => {
-                    let registered = check == agentsessions_machine::host::HarnessCheck::Registered;
-                    store
-                        .put_session_on_active_harness(meta, registered, now)
-                        .await
-                        .map_err(put_error_of)
+    #[tokio::test]
+    async fn a_model_call_yields_every_chunk_before_its_outcome() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Chunks sent in the same poll that completes the call are the
+        // case a plain select would drop.
+        let call: PortFuture<'static, Result<ModelReply, String>> = Box::pin(async move {
+            for c in ["a", "b", "c"] {
+                tx.send(c.to_owned()).unwrap();
+            }
+            Err("done".to_owned())
+        });
+        let inputs: Vec<Input> = model_inputs(EffectId(7), call, rx).collect().await;
+        let mut chunks = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            match input {
+                Input::Chunk(EffectId(7), c) => chunks.push(c.as_str()),
+                Input::Outcome(EffectId(7), Outcome::Model(Err(e))) => {
+                    assert_eq!(i, inputs.len() - 1, "the outcome comes last");
+                    assert_eq!(e, "done");
                 }
-            };
-            (id, Outcome::Put(r))
+                _ => panic!("unexpected input"),
+            }
         }
-        Effect::ListSessions {
-            id,
-            project,
-            page_size,
-            after,
-        } => {
-            let req = ListSessions {
-                project,
-                page_size,
-                page_token: after
-                    .map(|(t, u)| crate::journal::page_token::encode(t, &u))
-                    .unwrap_or_default(),
-            };
-            let r = match store.list_sessions(req).await {
-                Ok(page) => page
-                    .sessions
-                    .into_iter()
-                    .map(row_of)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|rows| (rows, !page.next_page_token.is_empty()))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            (id, Outcome::SessionPage(r))
-        }
-        Effect::GetHarnessRow { id, name } => {
-            let r = match store.harness(&name).await {
-                Ok(row) => Ok(Some(harness_row_of(row))),
-                Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e.to_string()),
-            };
-            (id, Outcome::HarnessRow(r))
-        }
-        Effect::ListHarnessRows {
-            id,
-            after,
-            limit,
-            include_retired,
-        } => {
-            let req = ListHarnesses {
-                after,
-                limit: limit.max(1),
-                include_retired,
-            };
-            let r = store
-                .list_harnesses(req)
-                .await
-                .map(|rows| rows.into_iter().map(harness_row_of).collect())
-                .map_err(text);
-            (id, Outcome::HarnessRows(r))
-        }
-        Effect::RegisterHarnessRow { id, row } => {
-            let reg = crate::journal::HarnessRegistration {
-                name: row.name,
-                uid: row.uid,
-                spec: row.spec,
-                spec_digest: row.spec_digest,
-            };
-            let r = store
-                .register_harness(reg, now)
-                .await
-                .map(|(row, outcome)| {
-                    use agentsessions_machine::host::RegisterOutcome as O;
-                    let outcome = match outcome {
-                        crate::journal::RegisterOutcome::Created => O::Created,
-                        crate::journal::RegisterOutcome::Unchanged => O::Unchanged,
-                        crate::journal::RegisterOutcome::Reactivated => O::Reactivated,
-                    };
-                    (harness_row_of(row), outcome)
-                })
-                .map_err(put_error_of);
-            (id, Outcome::Registered(r))
-        }
-        Effect::RetireHarnessRow {
-            id,
-            name,
-            reason,
-            now,
-        } => {
-            let r = store
-                .retire_harness(&name, &reason, now)
-                .await
-                .map(harness_row_of)
-                .map_err(put_error_of);
-            (id, Outcome::Retired(r))
-        }
-        Effect::ReserveHarnessNames { id, names } => {
-            let r = store
-                .reserve_harness_names(names, now)
-                .await
-                .map_err(put_error_of);
-            (id, Outcome::Reserved(r))
-        }
-        other => panic!("not a journal effect: {other:?}"),
+        assert_eq!(chunks, ["a", "b", "c"]);
+        assert_eq!(inputs.len(), 4);
     }
 }

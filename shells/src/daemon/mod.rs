@@ -20,3 +20,4 @@ pub mod observe;
 pub mod remote;
 #[cfg(not(madsim))]
 pub mod runtime;
+mod store_effects;
