@@ -1,20 +1,25 @@
 //! Daemon benchmark (`cargo bench -p agentsessions-shells --bench daemon`).
 //!
 //! Echo turns over gRPC on loopback against a real daemon (SQLite journal on
-//! the real disk, the embedded local echo harness on a unix socket, the echo
-//! model), next to the durable-append latency of the same journal measured
-//! in the same run:
+//! the real disk, the built-in echo harness run in process by the local
+//! runtime, the echo model), next to the durable-append latency of the same
+//! journal measured in the same run:
 //!
 //! 1. one session, turns awaited one at a time, interleaved in blocks with
 //!    single-event appends through the daemon's own `SqliteJournal` (to a
-//!    session of their own), so disk noise hits both alike;
+//!    session of their own), so disk noise hits both alike; the client and
+//!    the appends run as one task on the daemon's runtime, the same vantage
+//!    point as the drive loop whose writes they are compared with;
 //! 2. 64 sessions, one client task each, turns back to back for a fixed
 //!    time.
 //!
 //! A turn's durable writes are counted, not assumed: the writer's job
 //! counter over the measured turns divided by the turns (a fence mint and
 //! the turn's appends). The headline ratio is
-//! `turn p50 / (writes per turn × append p50)`.
+//! `turn p50 / (writes per turn × append p50)`. A second line divides by
+//! what the turn's own writes took instead (the writer's queued-to-reply
+//! time summed over the turn's jobs), which is immune to the disk changing
+//! speed between the turns and the baseline appends.
 //!
 //! `DAEMON_BENCH_DIR` picks the disk (default: the temp dir);
 //! `DAEMON_BENCH_SCALE` (default 1.0) scales turn counts and durations;
@@ -160,7 +165,17 @@ fn figures(mut lat: Vec<Duration>, wall: Duration) -> Figures {
     }
 }
 
-async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
+/// What the single-session phase measured.
+struct Single {
+    turns: Figures,
+    appends: Figures,
+    /// Writer jobs per turn.
+    writes_per_turn: f64,
+    /// Per turn, the summed queue-to-reply time of its own writer jobs.
+    own_writes: Figures,
+}
+
+async fn single_session(daemon: &Daemon) -> Single {
     let mut c = connect(daemon).await;
     let session = create(&mut c).await;
     for _ in 0..50 {
@@ -172,6 +187,7 @@ async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
     let (mut turns, mut appends) = (Vec::new(), Vec::new());
     let (mut turn_wall, mut append_wall) = (Duration::ZERO, Duration::ZERO);
     let mut writes = 0u64;
+    let mut own_writes = Vec::new();
     let one_session = std::env::var_os("DAEMON_BENCH_ONE_SESSION").is_some();
     for block in 0..blocks {
         // Every turn reads the whole journal of its session (the history
@@ -189,9 +205,11 @@ async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
         // One turn, then five single appends: both sides see the same disk,
         // checkpoints and neighbours at the same moments.
         for i in 0..50 {
-            let before = store.writer_stats().jobs;
+            let before = store.writer_stats();
             let d = turn(&mut c, &session).await;
-            writes += store.writer_stats().jobs - before;
+            let after = store.writer_stats();
+            writes += after.jobs - before.jobs;
+            own_writes.push(after.job_wait - before.job_wait);
             turns.push(d);
             turn_wall += d;
             for j in 0..5 {
@@ -221,12 +239,14 @@ async fn single_session(daemon: &Daemon) -> (Figures, Figures, f64) {
             );
         }
     }
-    let per_turn = writes as f64 / turns.len() as f64;
-    (
-        figures(turns, turn_wall),
-        figures(appends, append_wall),
-        per_turn,
-    )
+    let writes_per_turn = writes as f64 / turns.len() as f64;
+    let own_wall = own_writes.iter().sum();
+    Single {
+        turns: figures(turns, turn_wall),
+        appends: figures(appends, append_wall),
+        writes_per_turn,
+        own_writes: figures(own_writes, own_wall),
+    }
 }
 
 async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
@@ -304,12 +324,13 @@ fn main() {
         // from: both see the same wake-up path (a worker thread), not the
         // cheaper one of the thread blocked in `block_on`.
         let daemon = std::sync::Arc::new(daemon);
-        let (one, append, per_turn) = {
+        let single = {
             let daemon = daemon.clone();
             tokio::spawn(async move { single_session(&daemon).await })
                 .await
                 .unwrap()
         };
+        let (one, append, per_turn) = (&single.turns, &single.appends, single.writes_per_turn);
         // DAEMON_BENCH_SESSIONS=0 skips the concurrent phase (to profile
         // the single-session turn alone).
         let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
@@ -349,6 +370,12 @@ fn main() {
             us(one.p50),
             budget,
             us(one.p50) / budget
+        );
+        let own = us(single.own_writes.p50);
+        println!(
+            "its own writes (queued to durable, summed per turn): p50 {own:.0} µs; \
+             turn p50 / that = **{:.2}×**",
+            us(one.p50) / own
         );
         match std::sync::Arc::try_unwrap(daemon) {
             Ok(daemon) => daemon.shutdown().await,

@@ -46,6 +46,8 @@ pub(crate) struct ExecOp {
     req: ExecRequest,
     session: String,
     row: Option<SessionRow>,
+    /// The journal as loaded; handed to the harness as history when the
+    /// turn starts (empty from then on).
     log: Vec<LogRecord>,
     harness: String,
     route: Option<Route>,
@@ -183,7 +185,6 @@ impl ExecOp {
                 Handed::Failed(e) => self.fail(cx, mapping::exec(&e)),
                 Handed::Done(records) => {
                     for r in records {
-                        self.log.push(r.record().clone());
                         cx.stream(self.request, StreamItem::Record(r));
                     }
                     self.stage = Stage::Final(Render::start(cx, &self.session));
@@ -297,14 +298,15 @@ impl ExecOp {
 
     /// The header and inputs are durable: send Start and serve the harness.
     fn run_turn(&mut self, cx: &mut Cx<'_>, placement: Placement, records: Vec<LogRecord>) -> Flow {
-        let history = self
-            .log
-            .iter()
-            .filter_map(|r| r.event.clone())
+        // The loaded journal is not read again in this turn, so its events
+        // move into the Start frame rather than being copied (a stateless
+        // harness gets the whole history every turn).
+        let history = std::mem::take(&mut self.log)
+            .into_iter()
+            .filter_map(|r| r.event)
             .collect::<Vec<_>>();
         let head = records.last().map_or(0, |r| r.seq);
         for r in records {
-            self.log.push(r.clone());
             cx.stream(self.request, StreamItem::Record(Committed::new(r)));
         }
         let conn = placement.conn.expect("placement dialed");

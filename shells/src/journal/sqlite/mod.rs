@@ -92,6 +92,10 @@ pub struct WriterStats {
     pub jobs: u64,
     /// The most jobs one transaction carried.
     pub largest_batch: u64,
+    /// Summed over committed jobs: the time from queueing each to its
+    /// reply, i.e. how long its callers waited for durability (minus the
+    /// wake-up on their side).
+    pub job_wait: std::time::Duration,
 }
 
 /// Point reads (row, head, tail) by where they ran.
@@ -253,6 +257,7 @@ impl SqliteJournal {
             batches: s.batches.load(Ordering::Relaxed),
             jobs: s.jobs.load(Ordering::Relaxed),
             largest_batch: s.largest_batch.load(Ordering::Relaxed),
+            job_wait: std::time::Duration::from_nanos(s.job_nanos.load(Ordering::Relaxed)),
         }
     }
 

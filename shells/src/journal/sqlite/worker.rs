@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rusqlite::Connection;
@@ -64,6 +64,8 @@ pub trait WriteJob: Send {
     /// Runs the operation; returns whether it succeeded (and so must be kept).
     fn stage(&mut self, conn: &Connection) -> bool;
     fn finish(self: Box<Self>, batch: Result<(), BatchFailure>);
+    /// When the job was queued.
+    fn queued_at(&self) -> Instant;
 }
 
 /// A typed job: an operation closure and the reply channel for its result.
@@ -71,6 +73,7 @@ pub struct Job<T, E, F> {
     op: Option<F>,
     result: Option<Result<T, E>>,
     reply: oneshot::Sender<Result<T, E>>,
+    queued: Instant,
 }
 
 impl<T, E, F> Job<T, E, F> {
@@ -79,6 +82,7 @@ impl<T, E, F> Job<T, E, F> {
             op: Some(op),
             result: None,
             reply,
+            queued: Instant::now(),
         }
     }
 }
@@ -105,6 +109,10 @@ where
         // The caller may have stopped waiting; the write stands regardless.
         let _ = self.reply.send(out);
     }
+
+    fn queued_at(&self) -> Instant {
+        self.queued
+    }
 }
 
 /// Test-only fault injection for the writer.
@@ -122,6 +130,8 @@ pub struct Shared {
     pub batches: AtomicU64,
     pub jobs: AtomicU64,
     pub largest_batch: AtomicU64,
+    /// Sum over committed jobs of the time from queueing to the reply.
+    pub job_nanos: AtomicU64,
     /// Point reads answered on the caller's thread / sent to a reader.
     pub reads_in_place: AtomicU64,
     pub point_reads_on_threads: AtomicU64,
@@ -153,7 +163,13 @@ impl Writer {
                 Ok(()) => {
                     commits += 1;
                     self.record(jobs.len());
-                    jobs.into_iter().for_each(|j| j.finish(Ok(())));
+                    let mut waited = Duration::ZERO;
+                    for job in jobs {
+                        waited += job.queued_at().elapsed();
+                        job.finish(Ok(()));
+                    }
+                    let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+                    self.shared.job_nanos.fetch_add(nanos, Ordering::Relaxed);
                     // After the replies: waking the checkpointer is not on
                     // any caller's path. Full means a nudge is pending.
                     let _ = self.checkpoint_tx.try_send(());
