@@ -11,6 +11,11 @@
 //! 2 usage, 3 chain verification failed, 10 + N for gRPC status code N
 //! (NOT_FOUND exits 15, UNAVAILABLE 24, ...).
 
+// A turn allocates many small strings and vectors; see the root
+// Cargo.toml and docs/performance.md.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;

@@ -5,6 +5,11 @@
 //! a literal-loopback listener. SIGINT or SIGTERM stops accepting calls and
 //! lets the turns in flight finish before exiting.
 
+// A turn allocates many small strings and vectors; see the root
+// Cargo.toml and docs/performance.md.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 

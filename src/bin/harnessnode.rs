@@ -10,6 +10,11 @@
 //! <addr>` and `harnessnode: readyz on <addr>`, so a supervisor (or a test)
 //! can learn the ports bound for `:0`. Any startup error exits 1.
 
+// A turn allocates many small strings and vectors; see the root
+// Cargo.toml and docs/performance.md.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
