@@ -562,3 +562,23 @@ async fn tail_reads_agree_with_the_whole_journal_on_both_sides_of_the_in_place_b
     assert_eq!(after.on_threads - before.on_threads, 3);
     assert_eq!(after.in_place - before.in_place, 6);
 }
+
+#[tokio::test]
+async fn point_reads_answer_in_place_while_a_batch_holds_the_writer() {
+    let db = TempDb::new();
+    let store = db.open();
+    append_n(&store, "s", 0, 3).await;
+    let before = store.read_stats();
+    {
+        // The writer's connection is taken by a batch in flight; the quick
+        // connection answers instead, still without a reader thread.
+        let _hold = store.hold_writer();
+        assert_eq!(store.head("s").await.unwrap(), 3);
+        assert_eq!(store.session_info("s").await.unwrap().meta.uid, "s");
+    }
+    // Free again: the writer's connection answers.
+    assert_eq!(store.read("s", 3, 0).await.unwrap()[0].seq, 3);
+    let after = store.read_stats();
+    assert_eq!(after.in_place - before.in_place, 3);
+    assert_eq!(after.on_threads, before.on_threads);
+}

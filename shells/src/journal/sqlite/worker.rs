@@ -22,8 +22,8 @@
 //! `CommitFailed`, the handle is poisoned, and the writer stops; callers must
 //! reopen and re-read the journal rather than guess.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use std::time::{Duration, Instant};
 
@@ -138,7 +138,9 @@ pub struct Shared {
 }
 
 pub struct Writer {
-    pub conn: Connection,
+    /// Shared with point reads, which use it between batches (its page
+    /// cache holds what the last commits wrote).
+    pub conn: Arc<Mutex<Connection>>,
     pub rx: Receiver<Box<dyn WriteJob>>,
     pub shared: Arc<Shared>,
     pub max_batch: usize,
@@ -199,7 +201,10 @@ impl Writer {
     }
 
     fn run_batch(&self, jobs: &mut [Box<dyn WriteJob>], inject: bool) -> Result<(), BatchFailure> {
-        let conn = &self.conn;
+        // A panic elsewhere cannot leave the connection mid-transaction
+        // (only this thread opens transactions on it).
+        let guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let conn = &*guard;
         debug_assert!(
             conn.is_autocommit(),
             "no transaction left open between batches"
