@@ -187,12 +187,12 @@ pub enum StreamItem {
 
 impl StreamItem {
     /// The Exec wire frame for this item.
-    pub fn to_exec_update(&self) -> ExecUpdate {
+    pub fn into_exec_update(self) -> ExecUpdate {
         use agentsessions_proto::v1::exec_update::Update;
         let update = match self {
-            Self::Session(s) => Update::Session(s.clone()),
-            Self::Record(r) => Update::Record(r.record().clone()),
-            Self::Delta(d) => Update::Delta(d.clone()),
+            Self::Session(s) => Update::Session(s),
+            Self::Record(r) => Update::Record(r.into_record()),
+            Self::Delta(d) => Update::Delta(d),
         };
         ExecUpdate {
             update: Some(update),

@@ -119,7 +119,7 @@ impl ClientSink {
         // failed send here needs nothing more.
         match (self, item) {
             (Self::Exec(tx), item) => {
-                let _ = tx.send(Ok(item.to_exec_update()));
+                let _ = tx.send(Ok(item.into_exec_update()));
             }
             (Self::Replay(tx), StreamItem::Record(r)) => {
                 let _ = tx.send(Ok(r.into_record()));
