@@ -142,7 +142,6 @@ where
 
     let (stop_tx, mut stop_rx) = watch::channel(None);
     let (frames_tx, frames_rx) = mpsc::channel(1);
-    let pump = tokio::spawn(pump(inbound, frames_tx, stop_tx));
     let mut sink = Sink::new(
         execution_id.clone(),
         session.clone(),
@@ -163,14 +162,23 @@ where
         // Dropping the run future is how a stop interrupts a harness that
         // is busy outside the sink.
         let run = harness.run(info, &mut sink);
-        tokio::select! {
-            biased;
-            stop = stopped(&mut stop_rx) => Outcome::Stopped(stop),
-            _ = out.closed() => Outcome::Stopped(Stop::Gone),
-            result = run => Outcome::Ran(result),
+        tokio::pin!(run);
+        // The pump runs beside the harness in this same future, not as a
+        // task of its own; its end (a half-close, or a Cancel it has
+        // already reported through `stop`) does not end the run.
+        let pump = pump(inbound, frames_tx, stop_tx);
+        tokio::pin!(pump);
+        let mut pumping = true;
+        loop {
+            tokio::select! {
+                biased;
+                stop = stopped(&mut stop_rx) => break Outcome::Stopped(stop),
+                _ = out.closed() => break Outcome::Stopped(Stop::Gone),
+                () = &mut pump, if pumping => pumping = false,
+                result = &mut run => break Outcome::Ran(result),
+            }
         }
     };
-    pump.abort();
     close(&sink, outcome).await;
 }
 
