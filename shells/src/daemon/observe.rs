@@ -306,14 +306,18 @@ impl<T> Stream for LoggedStream<T> {
 
 /// Installs the process-wide subscriber for a daemon: stderr, filtered by
 /// `RUST_LOG` (default `info`), JSON lines when `AGENTSESSIONS_LOG_FORMAT`
-/// is `json`, else compact text. Returns false when a subscriber was
-/// already installed (the existing one is kept).
+/// is `json`, else compact text (coloured only on a terminal). Returns
+/// false when a subscriber was already installed (the existing one is
+/// kept).
 pub fn init_logging() -> bool {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let json = std::env::var("AGENTSESSIONS_LOG_FORMAT").is_ok_and(|f| f == "json");
+    // Colour codes only for a terminal: redirected logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         builder.json().flatten_event(true).try_init().is_ok()
