@@ -122,9 +122,10 @@ impl GrpcHarnesses {
         let target = parse_address(address).map_err(HarnessFailure::Unavailable)?;
         let ch = channel(&target).map_err(HarnessFailure::Unavailable)?;
         if matches!(target, Target::Unix(_)) {
-            // Per-session incarnations come and go on fresh socket paths;
-            // a path that no longer exists will never answer again, so its
-            // channel is dropped rather than kept for the daemon's life.
+            // Harnesses on unix sockets come and go (a harnessnode per
+            // sandbox); a path that no longer exists will never answer
+            // again, so its channel is dropped rather than kept for the
+            // daemon's life.
             channels.retain(|a, _| match parse_address(a) {
                 Ok(Target::Unix(p)) => std::path::Path::new(&p).exists(),
                 _ => true,
