@@ -582,3 +582,71 @@ async fn point_reads_answer_in_place_while_a_batch_holds_the_writer() {
     assert_eq!(after.in_place - before.in_place, 3);
     assert_eq!(after.on_threads, before.on_threads);
 }
+
+#[tokio::test]
+async fn an_idle_writer_commits_in_place_and_a_busy_one_gives_the_batch_back() {
+    let db = TempDb::new();
+    let store = db.open();
+    let before = store.writer_stats();
+    let recs = store
+        .try_append_now(batch("s", 0, 0, vec![input("a")]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(recs[0].seq, 1);
+    assert_eq!(store.try_mint_fence_now("s", 5).unwrap().unwrap(), 1);
+    // A conflict is answered in place like any other outcome.
+    assert!(matches!(
+        store
+            .try_append_now(batch("s", 0, 1, vec![input("b")]))
+            .unwrap(),
+        Err(AppendError::Conflict { head: 1 })
+    ));
+    assert_eq!(store.writer_stats().jobs - before.jobs, 3);
+    {
+        // A batch in flight: nothing is done in place, the caller queues.
+        let _hold = store.hold_writer();
+        let Err(back) = store.try_append_now(batch("s", 1, 1, vec![input("c")])) else {
+            panic!("a busy writer must give the batch back");
+        };
+        assert_eq!(back.expected_last_seq, 1);
+        assert!(store.try_mint_fence_now("s", 6).is_none());
+    }
+    assert_eq!(store.read("s", 1, 0).await.unwrap().len(), 1);
+    store.verify("s").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_commit_in_place_poisons_the_handle() {
+    let db = TempDb::new();
+    let options = SqliteOptions {
+        faults: Faults {
+            fail_commit_after: Some(1),
+        },
+        ..SqliteOptions::default()
+    };
+    let store = open_with(&db.path(), options);
+    store
+        .try_append_now(batch("s", 0, 0, vec![input("a")]))
+        .unwrap()
+        .unwrap();
+    match store.try_append_now(batch("s", 1, 0, vec![input("b")])) {
+        Ok(Err(AppendError::Failed(StoreError::CommitFailed { .. }))) => {}
+        other => panic!("the in-place commit must report the failure: {other:?}"),
+    }
+    assert!(store.is_poisoned());
+    // Neither path writes any more.
+    assert!(
+        store
+            .try_append_now(batch("s", 2, 0, vec![input("c")]))
+            .is_err()
+    );
+    assert!(matches!(
+        store.append(batch("s", 2, 0, vec![input("c")])).await,
+        Err(AppendError::Failed(StoreError::Poisoned))
+    ));
+    drop(store);
+    // The injected failure came after the commit reached the disk.
+    let store = db.open();
+    assert_eq!(store.head("s").await.unwrap(), 2);
+    store.verify("s").await.unwrap();
+}

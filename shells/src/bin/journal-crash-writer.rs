@@ -74,16 +74,24 @@ async fn run_session(store: SqliteJournal, session: String) -> Result<(), String
         // 1..=3 events per append, so multi-record atomicity is exercised.
         let n = 1 + (head % 3);
         let events = (1..=n).map(|i| event_for(&session, head + i)).collect();
-        let records = store
-            .append(AppendBatch {
-                session: session.clone(),
-                expected_last_seq: head,
-                fence,
-                events,
-                now_unix_nanos: system_now_unix_nanos(),
-            })
-            .await
-            .map_err(|e| format!("append {session} at {head}: {e}"))?;
+        let batch = AppendBatch {
+            session: session.clone(),
+            expected_last_seq: head,
+            fence,
+            events,
+            now_unix_nanos: system_now_unix_nanos(),
+        };
+        // Every other append is offered for an in-place commit, so kills
+        // land in both commit paths (in place when the writer is idle).
+        let done = if head % 2 == 0 {
+            match store.try_append_now(batch) {
+                Ok(done) => done,
+                Err(batch) => store.append(batch).await,
+            }
+        } else {
+            store.append(batch).await
+        };
+        let records = done.map_err(|e| format!("append {session} at {head}: {e}"))?;
         for r in &records {
             emit(&format!(
                 "ACK {session} {} {} {}",

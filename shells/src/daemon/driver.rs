@@ -28,7 +28,7 @@ use agentsessions_proto::v1::{
     ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
     ToolResult,
 };
-use futures_util::stream::SelectAll;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::{StreamExt as _, StreamMap};
@@ -307,10 +307,12 @@ pub struct Driver<S> {
     /// (no forwarding task per connection).
     events: StreamMap<ConnId, ConnEvents>,
     /// Effects in flight whose completion the loop polls itself: the port
-    /// that completes one (a journal thread, a harness, a model) wakes the
-    /// loop directly instead of a task that would then wake it. Each is a
-    /// stream of inputs: one outcome, or a model's chunks then its outcome.
-    pending: SelectAll<InputStream>,
+    /// that completes one (a journal thread, a harness) wakes the loop
+    /// directly instead of a task that would then wake it.
+    pending: FuturesUnordered<PortFuture<'static, Input>>,
+    /// Model calls in flight, polled the same way: each yields its chunks,
+    /// then its outcome (and is removed then).
+    models: StreamMap<EffectId, InputStream>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
@@ -330,7 +332,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 clients: BTreeMap::new(),
                 conns: BTreeMap::new(),
                 events: StreamMap::new(),
-                pending: SelectAll::new(),
+                pending: FuturesUnordered::new(),
+                models: StreamMap::new(),
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
@@ -367,6 +370,13 @@ impl<S: JournalStore + 'static> Driver<S> {
                     Some(Input::Harness(conn, input))
                 }
                 Some(input) = self.pending.next(), if !self.pending.is_empty() => Some(input),
+                Some((id, input)) = self.models.next(), if !self.models.is_empty() => {
+                    if matches!(input, Input::Outcome(..)) {
+                        // Its last item: gone now, not at the next poll.
+                        self.models.remove(&id);
+                    }
+                    Some(input)
+                }
                 () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
                     let now = convert::now();
                     self.host.handle_timeout(now).expect("effects drained");
@@ -503,8 +513,12 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     /// Polls `effect` from the loop until it yields its input.
     fn start(&mut self, effect: impl Future<Output = Input> + Send + 'static) {
-        self.pending
-            .push(Box::pin(futures_util::stream::once(effect)));
+        self.pending.push(Box::pin(effect));
+    }
+
+    /// Nothing in flight and no input waiting: the loop would only park.
+    fn idle(&self) -> bool {
+        self.pending.is_empty() && self.models.is_empty() && self.rx.is_empty()
     }
 
     fn drain_effects(&mut self, now: Nanos) {
@@ -604,8 +618,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 let model = ports.model.clone();
                 let call: PortFuture<'static, _> =
                     Box::pin(async move { model.invoke(request, chunks).await });
-                self.pending
-                    .push(Box::pin(model_inputs(id, call, chunk_rx)));
+                self.models
+                    .insert(id, Box::pin(model_inputs(id, call, chunk_rx)));
             }
             Effect::ExecuteTool {
                 id, session, call, ..
@@ -637,10 +651,38 @@ impl<S: JournalStore + 'static> Driver<S> {
                     events,
                     now_unix_nanos: now,
                 };
+                // An idle loop commits in place: it has nothing to do
+                // during the fsync, and skips two thread wake-ups. A busy
+                // one queues, so concurrent sessions share a group commit.
+                let batch = if self.idle() {
+                    match ports.store.try_append_now(batch) {
+                        Ok(r) => {
+                            let r = Outcome::Appended(r.map_err(append_error_of));
+                            self.start(std::future::ready(Input::Appended(id, session, r)));
+                            return;
+                        }
+                        Err(batch) => batch,
+                    }
+                } else {
+                    batch
+                };
                 self.start(async move {
                     let r = ports.store.append(batch).await.map_err(append_error_of);
                     Input::Appended(id, session, Outcome::Appended(r))
                 });
+            }
+            Effect::MintFence { id, session } if self.idle() => {
+                let minted = ports.store.try_mint_fence_now(&session, now);
+                match minted {
+                    Some(r) => {
+                        let r = Outcome::Fence(r.map_err(text));
+                        self.start(std::future::ready(Input::Outcome(id, r)));
+                    }
+                    None => self.start(async move {
+                        let r = ports.store.mint_fence(&session, now).await.map_err(text);
+                        Input::Outcome(id, Outcome::Fence(r))
+                    }),
+                }
             }
             store_effect => {
                 self.start(async move {

@@ -205,6 +205,29 @@ pub trait JournalStore: Send + Sync {
         now_unix_nanos: i64,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send;
 
+    /// [`JournalStore::append`] done now, on the caller's thread, when the
+    /// store can commit it without waiting for other writers; otherwise the
+    /// batch comes back and the caller uses `append`. For a caller with
+    /// nothing else to do: it blocks for the commit (an fsync) but skips
+    /// the hand-off to a writer and back. Stores without such a path give
+    /// every batch back.
+    fn try_append_now(
+        &self,
+        batch: AppendBatch,
+    ) -> Result<Result<Vec<LogRecord>, AppendError>, AppendBatch> {
+        Err(batch)
+    }
+
+    /// [`JournalStore::mint_fence`] done now, like
+    /// [`JournalStore::try_append_now`]; None when it cannot be.
+    fn try_mint_fence_now(
+        &self,
+        _session: &str,
+        _now_unix_nanos: i64,
+    ) -> Option<Result<i64, StoreError>> {
+        None
+    }
+
     /// The last committed seq (0 for an empty or unknown session).
     fn head(&self, session: &str) -> impl Future<Output = Result<i64, StoreError>> + Send;
 

@@ -23,7 +23,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use agentsessions_proto::v1::LogRecord;
@@ -99,6 +99,8 @@ pub struct WriterStats {
     /// reply, i.e. how long its callers waited for durability (minus the
     /// wake-up on their side).
     pub job_wait: std::time::Duration,
+    /// Jobs among `jobs` committed in place by an idle caller.
+    pub jobs_in_place: u64,
 }
 
 /// Point reads (row, head, tail) by where they ran.
@@ -118,8 +120,13 @@ struct Inner {
     reader_tx: Option<Sender<worker::ReadJob>>,
     /// The connection for point reads in place (see the module docs).
     quick: Mutex<Connection>,
-    /// The writer's connection, tried first for point reads.
+    /// The writer's connection, tried first for point reads, and used by
+    /// in-place writes when the writer is idle.
     writer_conn: Arc<Mutex<Connection>>,
+    faults: worker::Faults,
+    /// Taken on drop, before the threads are joined (the checkpointer
+    /// exits when every sender is gone).
+    checkpoint_tx: Option<crossbeam_channel::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -129,6 +136,7 @@ impl Drop for Inner {
         // joining means the connections are closed when drop returns.
         self.writer_tx.take();
         self.reader_tx.take();
+        self.checkpoint_tx.take();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
@@ -210,7 +218,7 @@ impl SqliteJournal {
             shared: shared.clone(),
             max_batch,
             faults: options.faults.clone(),
-            checkpoint_tx,
+            checkpoint_tx: checkpoint_tx.clone(),
         };
         threads.push(
             std::thread::Builder::new()
@@ -242,6 +250,8 @@ impl SqliteJournal {
                 reader_tx: Some(reader_tx),
                 quick: Mutex::new(quick),
                 writer_conn,
+                faults: options.faults,
+                checkpoint_tx: Some(checkpoint_tx),
                 threads,
             }),
         })
@@ -265,6 +275,7 @@ impl SqliteJournal {
             jobs: s.jobs.load(Ordering::Relaxed),
             largest_batch: s.largest_batch.load(Ordering::Relaxed),
             job_wait: std::time::Duration::from_nanos(s.job_nanos.load(Ordering::Relaxed)),
+            jobs_in_place: s.jobs_in_place.load(Ordering::Relaxed),
         }
     }
 
@@ -329,6 +340,43 @@ impl SqliteJournal {
                 })
             })?
         }
+    }
+
+    /// The writer's connection, if the writer is idle right now: no batch
+    /// in flight and nothing queued. An in-place write holds it for the
+    /// length of its commit, so queued writes wait behind it.
+    fn writer_if_idle(&self) -> Option<MutexGuard<'_, Connection>> {
+        let idle = self.inner.writer_tx.as_ref().is_some_and(|w| w.is_empty());
+        if !idle || self.is_poisoned() {
+            return None;
+        }
+        self.inner.writer_conn.try_lock().ok()
+    }
+
+    /// Commits `op` as a transaction of its own on `conn` (from
+    /// [`Self::writer_if_idle`]) on the caller's thread: the writer's own
+    /// commit (same failure and poisoning rules) without the two thread
+    /// hand-offs, for a caller that can block for the fsync.
+    fn commit_in_place<T, E, F>(&self, conn: &Connection, op: F) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+    {
+        let (tx, mut rx) = oneshot::channel();
+        let core = worker::Core {
+            shared: &self.inner.shared,
+            faults: &self.inner.faults,
+            checkpoint_tx: self.inner.checkpoint_tx.as_ref(),
+        };
+        core.commit(conn, vec![Box::new(worker::Job::new(op, tx))]);
+        self.inner
+            .shared
+            .jobs_in_place
+            .fetch_add(1, Ordering::Relaxed);
+        // commit() answers every job before it returns.
+        rx.try_recv()
+            .unwrap_or_else(|_| Err(E::from(StoreError::Poisoned)))
     }
 
     fn submit_read<T, F>(
@@ -491,6 +539,37 @@ impl JournalStore for SqliteJournal {
             .map(super::encode::encode_event)
             .collect();
         self.submit_write(move |conn| write_ops::append(conn, &batch, &blobs, &project))
+    }
+
+    fn try_append_now(
+        &self,
+        batch: AppendBatch,
+    ) -> Result<Result<Vec<LogRecord>, AppendError>, AppendBatch> {
+        let Some(conn) = self.writer_if_idle() else {
+            return Err(batch);
+        };
+        let project = self.inner.default_project.clone();
+        let blobs: Vec<Vec<u8>> = batch
+            .events
+            .iter()
+            .map(super::encode::encode_event)
+            .collect();
+        Ok(self.commit_in_place(&conn, move |conn| {
+            write_ops::append(conn, &batch, &blobs, &project)
+        }))
+    }
+
+    fn try_mint_fence_now(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+    ) -> Option<Result<i64, StoreError>> {
+        let conn = self.writer_if_idle()?;
+        let session = session.to_owned();
+        let project = self.inner.default_project.clone();
+        Some(self.commit_in_place(&conn, move |conn| {
+            write_ops::mint_fence(conn, &session, now_unix_nanos, &project)
+        }))
     }
 
     fn mint_fence(

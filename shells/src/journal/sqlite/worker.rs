@@ -132,6 +132,10 @@ pub struct Shared {
     pub largest_batch: AtomicU64,
     /// Sum over committed jobs of the time from queueing to the reply.
     pub job_nanos: AtomicU64,
+    /// Successful commits, by the writer thread or in place.
+    pub commits: AtomicU64,
+    /// Jobs committed in place on a caller's thread.
+    pub jobs_in_place: AtomicU64,
     /// Point reads answered on the caller's thread / sent to a reader.
     pub reads_in_place: AtomicU64,
     pub point_reads_on_threads: AtomicU64,
@@ -151,7 +155,6 @@ pub struct Writer {
 
 impl Writer {
     pub fn run(self) {
-        let mut commits = 0u64;
         while let Ok(first) = self.rx.recv() {
             let mut jobs = vec![first];
             while jobs.len() < self.max_batch {
@@ -160,35 +163,74 @@ impl Writer {
                     Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
                 }
             }
-            let inject = self.faults.fail_commit_after == Some(commits);
-            match self.run_batch(&mut jobs, inject) {
-                Ok(()) => {
-                    commits += 1;
-                    self.record(jobs.len());
-                    let mut waited = Duration::ZERO;
-                    for job in jobs {
-                        waited += job.queued_at().elapsed();
-                        job.finish(Ok(()));
-                    }
-                    let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-                    self.shared.job_nanos.fetch_add(nanos, Ordering::Relaxed);
-                    // After the replies: waking the checkpointer is not on
-                    // any caller's path. Full means a nudge is pending.
-                    let _ = self.checkpoint_tx.try_send(());
-                }
-                Err(f @ BatchFailure::Begin(_)) => {
-                    jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
-                }
-                Err(f @ (BatchFailure::Unknown(_) | BatchFailure::Poisoned)) => {
-                    self.shared.poisoned.store(true, Ordering::SeqCst);
-                    jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
-                    break;
-                }
+            let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.core().commit(&conn, jobs) {
+                break;
             }
         }
         // Poisoned or closed: whatever is still queued never ran.
         while let Ok(job) = self.rx.try_recv() {
             job.finish(Err(BatchFailure::Poisoned));
+        }
+    }
+
+    fn core(&self) -> Core<'_> {
+        Core {
+            shared: &self.shared,
+            faults: &self.faults,
+            checkpoint_tx: Some(&self.checkpoint_tx),
+        }
+    }
+}
+
+/// What a commit needs besides the connection; the writer thread and an
+/// in-place commit on a caller's thread share it.
+pub struct Core<'a> {
+    pub shared: &'a Shared,
+    pub faults: &'a Faults,
+    /// None only while the store is being dropped.
+    pub checkpoint_tx: Option<&'a Sender<()>>,
+}
+
+impl Core<'_> {
+    /// Commits `jobs` as one transaction on `conn` (held exclusively by the
+    /// caller) and answers each. Returns false once the store is poisoned:
+    /// by this commit's failure or an earlier one.
+    pub fn commit(&self, conn: &Connection, mut jobs: Vec<Box<dyn WriteJob>>) -> bool {
+        if self.shared.poisoned.load(Ordering::SeqCst) {
+            jobs.into_iter()
+                .for_each(|j| j.finish(Err(BatchFailure::Poisoned)));
+            return false;
+        }
+        let inject =
+            self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
+        match run_batch(conn, &mut jobs, inject) {
+            Ok(()) => {
+                self.shared.commits.fetch_add(1, Ordering::SeqCst);
+                self.record(jobs.len());
+                let mut waited = Duration::ZERO;
+                for job in jobs {
+                    waited += job.queued_at().elapsed();
+                    job.finish(Ok(()));
+                }
+                let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+                self.shared.job_nanos.fetch_add(nanos, Ordering::Relaxed);
+                // After the replies: waking the checkpointer is not on
+                // any caller's path. Full means a nudge is pending.
+                if let Some(nudge) = self.checkpoint_tx {
+                    let _ = nudge.try_send(());
+                }
+                true
+            }
+            Err(f @ BatchFailure::Begin(_)) => {
+                jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
+                true
+            }
+            Err(f @ (BatchFailure::Unknown(_) | BatchFailure::Poisoned)) => {
+                self.shared.poisoned.store(true, Ordering::SeqCst);
+                jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
+                false
+            }
         }
     }
 
@@ -199,61 +241,63 @@ impl Writer {
             .largest_batch
             .fetch_max(n as u64, Ordering::Relaxed);
     }
+}
 
-    fn run_batch(&self, jobs: &mut [Box<dyn WriteJob>], inject: bool) -> Result<(), BatchFailure> {
-        // A panic elsewhere cannot leave the connection mid-transaction
-        // (only this thread opens transactions on it).
-        let guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let conn = &*guard;
-        debug_assert!(
-            conn.is_autocommit(),
-            "no transaction left open between batches"
-        );
-        // Cached statements: parsing these per job would cost more than the
-        // savepoint itself.
-        let exec = |sql: &str| {
-            conn.prepare_cached(sql)
-                .and_then(|mut s| s.execute([]))
-                .map(drop)
-        };
-        exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
-        if let [job] = jobs {
-            // Alone in its transaction, a job needs no savepoint: on failure
-            // the whole (empty) transaction is rolled back instead.
-            if !job.stage(conn) {
-                if conn.is_autocommit() {
-                    return Err(BatchFailure::Unknown("transaction aborted".into()));
-                }
-                conn.execute_batch("ROLLBACK")
-                    .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
-                return Ok(());
+fn run_batch(
+    conn: &Connection,
+    jobs: &mut [Box<dyn WriteJob>],
+    inject: bool,
+) -> Result<(), BatchFailure> {
+    // Transactions are only opened under the connection's lock and
+    // always closed before it is released.
+    debug_assert!(
+        conn.is_autocommit(),
+        "no transaction left open between batches"
+    );
+    // Cached statements: parsing these per job would cost more than the
+    // savepoint itself.
+    let exec = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(drop)
+    };
+    exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
+    if let [job] = jobs {
+        // Alone in its transaction, a job needs no savepoint: on failure
+        // the whole (empty) transaction is rolled back instead.
+        if !job.stage(conn) {
+            if conn.is_autocommit() {
+                return Err(BatchFailure::Unknown("transaction aborted".into()));
             }
-        } else {
-            for job in jobs.iter_mut() {
-                let step = exec("SAVEPOINT job").and_then(|()| {
-                    if job.stage(conn) {
-                        exec("RELEASE job")
-                    } else if conn.is_autocommit() {
-                        // SQLite rolled the whole transaction back under us
-                        // (I/O error, disk full...): the batch is gone.
-                        Err(rusqlite::Error::InvalidQuery)
-                    } else {
-                        exec("ROLLBACK TO job").and_then(|()| exec("RELEASE job"))
-                    }
-                });
-                if let Err(e) = step {
-                    let _ = conn.execute_batch("ROLLBACK");
-                    return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
+            conn.execute_batch("ROLLBACK")
+                .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
+            return Ok(());
+        }
+    } else {
+        for job in jobs.iter_mut() {
+            let step = exec("SAVEPOINT job").and_then(|()| {
+                if job.stage(conn) {
+                    exec("RELEASE job")
+                } else if conn.is_autocommit() {
+                    // SQLite rolled the whole transaction back under us
+                    // (I/O error, disk full...): the batch is gone.
+                    Err(rusqlite::Error::InvalidQuery)
+                } else {
+                    exec("ROLLBACK TO job").and_then(|()| exec("RELEASE job"))
                 }
+            });
+            if let Err(e) = step {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
             }
         }
-        match exec("COMMIT") {
-            Ok(()) if inject => Err(BatchFailure::Unknown("injected commit failure".into())),
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(BatchFailure::Unknown(e.to_string()))
-            }
+    }
+    match exec("COMMIT") {
+        Ok(()) if inject => Err(BatchFailure::Unknown("injected commit failure".into())),
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(BatchFailure::Unknown(e.to_string()))
         }
     }
 }
