@@ -357,7 +357,7 @@ impl SqliteJournal {
     /// [`Self::writer_if_idle`]) on the caller's thread: the writer's own
     /// commit (same failure and poisoning rules) without the two thread
     /// hand-offs, for a caller that can block for the fsync.
-    fn commit_in_place<T, E, F>(&self, conn: &Connection, op: F) -> Result<T, E>
+    fn commit_in_place<T, E, F>(&self, conn: MutexGuard<'_, Connection>, op: F) -> Result<T, E>
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
@@ -554,7 +554,7 @@ impl JournalStore for SqliteJournal {
             .iter()
             .map(super::encode::encode_event)
             .collect();
-        Ok(self.commit_in_place(&conn, move |conn| {
+        Ok(self.commit_in_place(conn, move |conn| {
             write_ops::append(conn, &batch, &blobs, &project)
         }))
     }
@@ -567,7 +567,7 @@ impl JournalStore for SqliteJournal {
         let conn = self.writer_if_idle()?;
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
-        Some(self.commit_in_place(&conn, move |conn| {
+        Some(self.commit_in_place(conn, move |conn| {
             write_ops::mint_fence(conn, &session, now_unix_nanos, &project)
         }))
     }

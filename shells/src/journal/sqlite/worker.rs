@@ -23,7 +23,7 @@
 //! reopen and re-read the journal rather than guess.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use std::time::{Duration, Instant};
 
@@ -164,7 +164,7 @@ impl Writer {
                 }
             }
             let conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-            if !self.core().commit(&conn, jobs) {
+            if !self.core().commit(conn, jobs) {
                 break;
             }
         }
@@ -196,7 +196,14 @@ impl Core<'_> {
     /// Commits `jobs` as one transaction on `conn` (held exclusively by the
     /// caller) and answers each. Returns false once the store is poisoned:
     /// by this commit's failure or an earlier one.
-    pub fn commit(&self, conn: &Connection, mut jobs: Vec<Box<dyn WriteJob>>) -> bool {
+    ///
+    /// The connection's lock is released before the replies go out, so a
+    /// caller woken by its reply finds the writer free.
+    pub fn commit(
+        &self,
+        conn: MutexGuard<'_, Connection>,
+        mut jobs: Vec<Box<dyn WriteJob>>,
+    ) -> bool {
         if self.shared.poisoned.load(Ordering::SeqCst) {
             jobs.into_iter()
                 .for_each(|j| j.finish(Err(BatchFailure::Poisoned)));
@@ -204,7 +211,9 @@ impl Core<'_> {
         }
         let inject =
             self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
-        match run_batch(conn, &mut jobs, inject) {
+        let outcome = run_batch(&conn, &mut jobs, inject);
+        drop(conn);
+        match outcome {
             Ok(()) => {
                 self.shared.commits.fetch_add(1, Ordering::SeqCst);
                 self.record(jobs.len());
