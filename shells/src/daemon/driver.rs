@@ -516,6 +516,15 @@ impl<S: JournalStore + 'static> Driver<S> {
         self.pending.push(Box::pin(effect));
     }
 
+    /// Performs a journal effect through the store's queue.
+    fn start_store(&mut self, effect: Effect, now: Nanos) {
+        let store = self.ports.store.clone();
+        self.start(async move {
+            let (id, outcome) = perform_store(&*store, effect, now).await;
+            Input::Outcome(id, outcome)
+        });
+    }
+
     /// Nothing in flight and no input waiting: the loop would only park.
     fn idle(&self) -> bool {
         self.pending.is_empty() && self.models.is_empty() && self.rx.is_empty()
@@ -671,25 +680,17 @@ impl<S: JournalStore + 'static> Driver<S> {
                     Input::Appended(id, session, Outcome::Appended(r))
                 });
             }
+            // In place when idle, as for appends.
             Effect::MintFence { id, session } if self.idle() => {
-                let minted = ports.store.try_mint_fence_now(&session, now);
-                match minted {
+                match ports.store.try_mint_fence_now(&session, now) {
                     Some(r) => {
                         let r = Outcome::Fence(r.map_err(text));
                         self.start(std::future::ready(Input::Outcome(id, r)));
                     }
-                    None => self.start(async move {
-                        let r = ports.store.mint_fence(&session, now).await.map_err(text);
-                        Input::Outcome(id, Outcome::Fence(r))
-                    }),
+                    None => self.start_store(Effect::MintFence { id, session }, now),
                 }
             }
-            store_effect => {
-                self.start(async move {
-                    let (id, outcome) = perform_store(&*ports.store, store_effect, now).await;
-                    Input::Outcome(id, outcome)
-                });
-            }
+            store_effect => self.start_store(store_effect, now),
         }
     }
 }
