@@ -25,7 +25,7 @@ use crate::canon;
 /// Characters that stress the writers: escapes, controls, DEL, the line
 /// separators, the private-use block that sorts differently in UTF-16,
 /// astral characters, and the HTML-sensitive ones Go escapes.
-const SPECIAL: &[char] = &[
+pub const SPECIAL: &[char] = &[
     '"',
     '\\',
     '/',

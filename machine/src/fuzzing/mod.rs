@@ -14,6 +14,10 @@ mod acts;
 mod approval;
 mod canonical;
 mod draw;
+
+/// Characters that stress the canonical writers; the property tests draw on
+/// them too.
+pub use draw::SPECIAL;
 mod gojson;
 mod journal;
 mod stream;

@@ -18,37 +18,8 @@ use pbjson_types::{ListValue, Struct, Value};
 use proptest::collection::{btree_map, hash_map, vec};
 use proptest::prelude::*;
 
-/// Characters that stress JCS: escapes, controls, DEL, separators, the
-/// private-use block that sorts differently in UTF-16, astral characters.
-const SPECIAL: &[char] = &[
-    '"',
-    '\\',
-    '/',
-    '\u{0}',
-    '\u{1}',
-    '\u{8}',
-    '\t',
-    '\n',
-    '\u{b}',
-    '\u{c}',
-    '\r',
-    '\u{1f}',
-    '\u{7f}',
-    '\u{80}',
-    '\u{2028}',
-    '\u{2029}',
-    'é',
-    '\u{d7ff}',
-    '\u{e000}',
-    '\u{fffd}',
-    '\u{ffff}',
-    '😀',
-    '\u{10000}',
-    '\u{10ffff}',
-    '<',
-    '>',
-    '&',
-];
+// The characters that stress JCS, shared with the fuzz targets.
+use agentsessions_machine::fuzzing::SPECIAL;
 
 pub fn any_char() -> impl Strategy<Value = char> {
     prop_oneof![
