@@ -650,3 +650,33 @@ async fn a_failed_commit_in_place_poisons_the_handle() {
     assert_eq!(store.head("s").await.unwrap(), 2);
     store.verify("s").await.unwrap();
 }
+
+#[tokio::test]
+async fn in_place_gives_the_batch_back_when_another_process_holds_the_write_lock() {
+    let db = TempDb::new();
+    let store = db.open();
+    store
+        .append(batch("s", 0, 0, vec![input("a")]))
+        .await
+        .unwrap();
+    // Another writer (as another daemon on the same file would) holds
+    // SQLite's write lock: the in-place path must not sit out the busy
+    // timeout on the caller's thread.
+    let other = raw(&db);
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let Err(back) = store.try_append_now(batch("s", 1, 0, vec![input("b")])) else {
+        panic!("a held write lock must give the batch back");
+    };
+    assert!(store.try_mint_fence_now("s", 2).is_none());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "the in-place attempt waited on the lock"
+    );
+    other.execute_batch("COMMIT").unwrap();
+    // Queued, it goes through once the lock is free; nothing was half-done.
+    let recs = store.append(back).await.unwrap();
+    assert_eq!(recs[0].seq, 2);
+    assert!(!store.is_poisoned());
+    store.verify("s").await.unwrap();
+}

@@ -342,19 +342,25 @@ impl SqliteJournal {
         }
     }
 
-    /// The writer's connection, if the writer is idle right now: no batch
-    /// in flight and nothing queued. An in-place write holds it for the
-    /// length of its commit, so queued writes wait behind it.
-    fn writer_if_idle(&self) -> Option<MutexGuard<'_, Connection>> {
+    /// The writer's connection inside a fresh write transaction, if the
+    /// writer is idle right now (no batch in flight, nothing queued) and
+    /// SQLite's write lock is free (another process may hold it). An
+    /// in-place write holds the connection for the length of its commit,
+    /// so queued writes wait behind it.
+    fn begin_if_idle(&self) -> Option<MutexGuard<'_, Connection>> {
         let idle = self.inner.writer_tx.as_ref().is_some_and(|w| w.is_empty());
         if !idle || self.is_poisoned() {
             return None;
         }
-        self.inner.writer_conn.try_lock().ok()
+        let conn = self.inner.writer_conn.try_lock().ok()?;
+        if self.is_poisoned() || !worker::begin_now(&conn) {
+            return None;
+        }
+        Some(conn)
     }
 
     /// Commits `op` as a transaction of its own on `conn` (from
-    /// [`Self::writer_if_idle`]) on the caller's thread: the writer's own
+    /// [`Self::begin_if_idle`]) on the caller's thread: the writer's own
     /// commit (same failure and poisoning rules) without the two thread
     /// hand-offs, for a caller that can block for the fsync.
     fn commit_in_place<T, E, F>(&self, conn: MutexGuard<'_, Connection>, op: F) -> Result<T, E>
@@ -369,7 +375,7 @@ impl SqliteJournal {
             faults: &self.inner.faults,
             checkpoint_tx: self.inner.checkpoint_tx.as_ref(),
         };
-        core.commit(conn, vec![Box::new(worker::Job::new(op, tx))]);
+        core.commit_begun(conn, vec![Box::new(worker::Job::new(op, tx))]);
         self.inner
             .shared
             .jobs_in_place
@@ -545,7 +551,7 @@ impl JournalStore for SqliteJournal {
         &self,
         batch: AppendBatch,
     ) -> Result<Result<Vec<LogRecord>, AppendError>, AppendBatch> {
-        let Some(conn) = self.writer_if_idle() else {
+        let Some(conn) = self.begin_if_idle() else {
             return Err(batch);
         };
         let project = self.inner.default_project.clone();
@@ -564,7 +570,7 @@ impl JournalStore for SqliteJournal {
         session: &str,
         now_unix_nanos: i64,
     ) -> Option<Result<i64, StoreError>> {
-        let conn = self.writer_if_idle()?;
+        let conn = self.begin_if_idle()?;
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
         Some(self.commit_in_place(conn, move |conn| {

@@ -199,19 +199,46 @@ impl Core<'_> {
     ///
     /// The connection's lock is released before the replies go out, so a
     /// caller woken by its reply finds the writer free.
-    pub fn commit(
+    pub fn commit(&self, conn: MutexGuard<'_, Connection>, jobs: Vec<Box<dyn WriteJob>>) -> bool {
+        self.commit_inner(conn, jobs, false)
+    }
+
+    /// [`Core::commit`] on a connection already inside the `BEGIN
+    /// IMMEDIATE` of [`begin_now`].
+    pub fn commit_begun(
+        &self,
+        conn: MutexGuard<'_, Connection>,
+        jobs: Vec<Box<dyn WriteJob>>,
+    ) -> bool {
+        self.commit_inner(conn, jobs, true)
+    }
+
+    fn commit_inner(
         &self,
         conn: MutexGuard<'_, Connection>,
         mut jobs: Vec<Box<dyn WriteJob>>,
+        begun: bool,
     ) -> bool {
         if self.shared.poisoned.load(Ordering::SeqCst) {
+            if begun {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            drop(conn);
             jobs.into_iter()
                 .for_each(|j| j.finish(Err(BatchFailure::Poisoned)));
             return false;
         }
         let inject =
             self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
-        let outcome = run_batch(&conn, &mut jobs, inject);
+        let outcome = run_batch(&conn, &mut jobs, inject, begun);
+        if matches!(
+            outcome,
+            Err(BatchFailure::Unknown(_) | BatchFailure::Poisoned)
+        ) {
+            // Before the lock goes: whoever takes the connection next must
+            // see the store poisoned.
+            self.shared.poisoned.store(true, Ordering::SeqCst);
+        }
         drop(conn);
         match outcome {
             Ok(()) => {
@@ -236,7 +263,6 @@ impl Core<'_> {
                 true
             }
             Err(f @ (BatchFailure::Unknown(_) | BatchFailure::Poisoned)) => {
-                self.shared.poisoned.store(true, Ordering::SeqCst);
                 jobs.into_iter().for_each(|j| j.finish(Err(f.clone())));
                 false
             }
@@ -252,16 +278,33 @@ impl Core<'_> {
     }
 }
 
+/// Opens the write transaction without waiting: with SQLite's write lock
+/// held by another process, an in-place caller must not sit out the busy
+/// timeout on its own thread (it queues for the writer instead). False when
+/// the lock was not taken; no transaction is then open.
+pub fn begin_now(conn: &Connection) -> bool {
+    debug_assert!(conn.is_autocommit(), "no transaction left open");
+    let _ = conn.busy_timeout(Duration::ZERO);
+    let begun = conn
+        .prepare_cached("BEGIN IMMEDIATE")
+        .and_then(|mut s| s.execute([]))
+        .is_ok();
+    let _ = conn.busy_timeout(super::schema::BUSY_TIMEOUT);
+    begun
+}
+
 fn run_batch(
     conn: &Connection,
     jobs: &mut [Box<dyn WriteJob>],
     inject: bool,
+    begun: bool,
 ) -> Result<(), BatchFailure> {
     // Transactions are only opened under the connection's lock and
     // always closed before it is released.
-    debug_assert!(
+    debug_assert_eq!(
         conn.is_autocommit(),
-        "no transaction left open between batches"
+        !begun,
+        "a batch starts outside a transaction unless begin_now opened it"
     );
     // Cached statements: parsing these per job would cost more than the
     // savepoint itself.
@@ -270,7 +313,9 @@ fn run_batch(
             .and_then(|mut s| s.execute([]))
             .map(drop)
     };
-    exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
+    if !begun {
+        exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
+    }
     if let [job] = jobs {
         // Alone in its transaction, a job needs no savepoint: on failure
         // the whole (empty) transaction is rolled back instead.
