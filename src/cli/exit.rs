@@ -14,6 +14,8 @@
 
 use std::fmt;
 
+use agentsessions_shells::daemon::observe::code_name;
+
 /// Success.
 pub const OK: u8 = 0;
 /// A local failure that is not a usage error and carries no gRPC status.
@@ -29,31 +31,6 @@ pub const GRPC_BASE: u8 = 10;
 /// error, but it maps to the base so the function stays total.
 pub fn for_status(code: tonic::Code) -> u8 {
     GRPC_BASE + code as u8
-}
-
-/// The canonical upper-case name of a gRPC status code, as the proto and
-/// every other gRPC tool spells it.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code::*;
-    match code {
-        Ok => "OK",
-        Cancelled => "CANCELLED",
-        Unknown => "UNKNOWN",
-        InvalidArgument => "INVALID_ARGUMENT",
-        DeadlineExceeded => "DEADLINE_EXCEEDED",
-        NotFound => "NOT_FOUND",
-        AlreadyExists => "ALREADY_EXISTS",
-        PermissionDenied => "PERMISSION_DENIED",
-        ResourceExhausted => "RESOURCE_EXHAUSTED",
-        FailedPrecondition => "FAILED_PRECONDITION",
-        Aborted => "ABORTED",
-        OutOfRange => "OUT_OF_RANGE",
-        Unimplemented => "UNIMPLEMENTED",
-        Internal => "INTERNAL",
-        Unavailable => "UNAVAILABLE",
-        DataLoss => "DATA_LOSS",
-        Unauthenticated => "UNAUTHENTICATED",
-    }
 }
 
 /// A failed RPC: which call, and the status the server (or the transport)

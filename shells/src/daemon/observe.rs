@@ -58,7 +58,9 @@ pub fn error_kind(code: tonic::Code) -> &'static str {
     }
 }
 
-fn code_name(code: tonic::Code) -> &'static str {
+/// The canonical upper-case name of a gRPC status code, as the proto and
+/// every other gRPC tool spells it (the logs' `grpc_code`, agentctl's errors).
+pub fn code_name(code: tonic::Code) -> &'static str {
     use tonic::Code::*;
     match code {
         Ok => "OK",
