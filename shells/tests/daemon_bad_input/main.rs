@@ -18,9 +18,9 @@ use agentsessions_proto::v1::{
     ApproveRequest, CancelRequest, Capabilities, CreateSessionRequest, DeleteSessionRequest,
     ExecRequest, ForkRequest, GetHarnessRequest, GetSessionRequest, HarnessDescriptor,
     HarnessRegistration, HarnessSpec, IdentityRef, ListHarnessesRequest, ListSessionsRequest,
-    LogRecord, Message, Part, RegisterHarnessRequest, RemotePlacement, ReplayRequest, Resumability,
-    ResumeRequest, RetireHarnessRequest, Session, SubstratePlacement, SuspendRequest, TextPart,
-    exec_update::Update, harness_spec::Placement, part,
+    LogRecord, RegisterHarnessRequest, RemotePlacement, ReplayRequest, Resumability, ResumeRequest,
+    RetireHarnessRequest, Session, SubstratePlacement, SuspendRequest, exec_update::Update,
+    harness_spec::Placement,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use agentsessions_shells::harness::serve::{ListenAddr, Listener};
@@ -32,6 +32,10 @@ use tonic::transport::Channel;
 
 mod rows;
 use rows::rows;
+
+#[path = "../support/daemon.rs"]
+mod support;
+use support::{create, text};
 
 /// A harness that reports when a run starts and then waits to be released.
 struct Block {
@@ -71,15 +75,6 @@ async fn channel(addr: std::net::SocketAddr) -> Channel {
         .connect()
         .await
         .unwrap()
-}
-
-fn text(t: &str) -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart { text: t.into() })),
-        }],
-    }
 }
 
 /// One call of any RPC. Rows are built once and moved once, so the size
@@ -306,22 +301,6 @@ fn fork(session: &str, count: i32) -> ForkRequest {
     }
 }
 
-async fn create(c: &mut Clients, harness: &str) -> String {
-    c.sessions
-        .create_session(CreateSessionRequest {
-            session: Some(Session {
-                harness: harness.into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap()
-        .uid
-}
-
 /// The sessions and registrations the rows refer to.
 struct World {
     echo: String,
@@ -333,18 +312,11 @@ struct World {
     block_address: String,
 }
 
+/// The shared test daemon, with the registry listener on as well.
 fn config(dir: &std::path::Path) -> DaemonConfig {
     DaemonConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
         registry_addr: Some("127.0.0.1:0".parse().unwrap()),
-        journal: dir.join("journal.db"),
-        project: "default".into(),
-        model: String::new(),
-        model_base_url: None,
-        model_path: None,
-        model_auth_header: "Authorization".into(),
-        model_api_key: None,
-        harnesses: Vec::new(),
+        ..support::config(dir)
     }
 }
 
@@ -395,13 +367,13 @@ async fn every_rpc_refuses_bad_input_with_its_code_and_journals_nothing() {
         .unwrap();
 
     // A session with one completed echo turn (5 records).
-    let echo = create(&mut c, "echo").await;
+    let echo = create(&mut c.sessions, "echo").await;
     perform(&mut c, Call::Exec(exec(&echo, Some("hi"))))
         .await
         .expect("the echo turn completes");
 
     // A session parked on an approval.
-    let parked = create(&mut c, "approval").await;
+    let parked = create(&mut c.sessions, "approval").await;
     let mut stream = c
         .sessions
         .exec(exec(&parked, Some("remember milk")))
@@ -417,7 +389,7 @@ async fn every_rpc_refuses_bad_input_with_its_code_and_journals_nothing() {
     let pending = pending.expect("the approval turn parked");
 
     // A session whose turn is held open inside the blocking harness.
-    let held = create(&mut c, "block").await;
+    let held = create(&mut c.sessions, "block").await;
     let mut held_client = c.sessions.clone();
     let held_turn = tokio::spawn({
         let held = held.clone();
