@@ -6,7 +6,7 @@
 mod jl;
 
 use agentsessions_machine::events;
-use agentsessions_machine::journal::approval::scan;
+use agentsessions_machine::journal::approval::{scan, scan_agrees_with_grouped_scan};
 use agentsessions_machine::journal::executions::{
     ExecKind, check_inherited_intent, needs_describe, project, replay_selection, resume_invocation,
     select_pending, validate_inputs,
@@ -108,6 +108,11 @@ proptest! {
             }
         }
 
+        // The shortcut for journals without a gate answers as the full scan.
+        prop_assert!(scan_agrees_with_grouped_scan(records, 0));
+        if n > 0 {
+            prop_assert!(scan_agrees_with_grouped_scan(records, records[n / 2].seq));
+        }
         let full = scan(records, 0);
         if let Ok(s) = &full {
             prop_assert!(s.selected.is_none_or(|i| i < s.states.len()));

@@ -24,7 +24,8 @@
 //! `DAEMON_BENCH_DIR` picks the disk (default: the temp dir);
 //! `DAEMON_BENCH_SCALE` (default 1.0) scales turn counts and durations;
 //! `DAEMON_BENCH_SESSIONS` (default 64) sizes the concurrent phase, 0 skips it;
-//! `DAEMON_BENCH_WORKERS` (default 2) sets the tokio worker threads;
+//! `DAEMON_BENCH_WORKERS` (default 0: one current-thread runtime, as
+//! agentsessionsd runs) sets tokio worker threads instead;
 //! `DAEMON_BENCH_MARKS=1` prints, per turn, when each frame arrived (µs
 //! after the call), to see where a turn spends its time.
 
@@ -88,14 +89,17 @@ fn output_event(i: usize) -> Event {
     }
 }
 
-async fn connect(daemon: &Daemon) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
+async fn channel(daemon: &Daemon) -> Channel {
+    Channel::from_shared(format!("http://{}", daemon.addr))
         .unwrap()
         .tcp_nodelay(true)
         .connect()
         .await
-        .unwrap();
-    SessionsClient::new(channel)
+        .unwrap()
+}
+
+async fn connect(daemon: &Daemon) -> SessionsClient<Channel> {
+    SessionsClient::new(channel(daemon).await)
 }
 
 async fn create(c: &mut SessionsClient<Channel>) -> String {
@@ -177,6 +181,8 @@ struct Single {
     writes_per_turn: f64,
     /// Per turn, the summed queue-to-reply time of its own writer jobs.
     own_writes: Figures,
+    /// A health check, made where each turn starts.
+    unary: Figures,
 }
 
 /// Runs on the client's own runtime; `server` is the daemon's runtime, on
@@ -187,6 +193,10 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
     for _ in 0..50 {
         turn(&mut c, &session).await;
     }
+    // A call the drive loop never sees (a gRPC health check), timed at the
+    // same moments a turn starts: the transport's share of a turn.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel(daemon).await);
+    let mut unary = Vec::new();
     let store = daemon.journal().clone();
     let mut head = 0i64;
     let blocks = scaled(20.0);
@@ -250,6 +260,12 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
             head = timed.1;
             append_wall += timed.0.iter().sum::<Duration>();
             appends.extend(timed.0);
+            let t = Instant::now();
+            health
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await
+                .unwrap();
+            unary.push(t.elapsed());
         }
         if one_session || block + 1 == blocks {
             let mut last: Vec<Duration> = turns[turns.len() - 50..].to_vec();
@@ -263,7 +279,9 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
     let writes_per_turn = writes as f64 / turns.len() as f64;
     eprintln!("turn writes committed in place by the idle drive loop: {in_place} of {writes}");
     let own_wall = own_writes.iter().sum();
+    let unary_wall = unary.iter().sum();
     Single {
+        unary: figures(unary, unary_wall),
         turns: figures(turns, turn_wall),
         appends: figures(appends, append_wall),
         writes_per_turn,
@@ -310,20 +328,32 @@ fn main() {
         .prefix("daemon-bench-")
         .tempdir_in(base)
         .unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(
-            std::env::var("W")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(2),
-        )
-        .enable_all()
-        .build()
-        .unwrap();
+    // agentsessionsd's runtime: one thread for the listener and the drive
+    // loop. DAEMON_BENCH_WORKERS=N > 0 runs the listener on N workers
+    // instead, and the loop on a thread of its own.
+    let workers: usize = std::env::var("DAEMON_BENCH_WORKERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let rt = match workers {
+        0 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()
+            .unwrap(),
+    };
     println!(
-        "# daemon bench (scale {}, dir {})\n",
+        "# daemon bench (scale {}, dir {}, {})\n",
         scale(),
-        dir.path().display()
+        dir.path().display(),
+        match workers {
+            0 => "one runtime thread".to_owned(),
+            n => format!("{n} runtime workers, the loop on its own thread"),
+        }
     );
     rt.block_on(async {
         let daemon = Daemon::start(DaemonConfig {
@@ -385,6 +415,12 @@ fn main() {
             us(one.p50),
             us(one.p99),
             one.per_sec
+        );
+        println!(
+            "| gRPC health check (transport only) | {:.0} | {:.0} | {:.0} |",
+            us(single.unary.p50),
+            us(single.unary.p99),
+            single.unary.per_sec
         );
         if sessions > 0 {
             println!(

@@ -63,7 +63,7 @@ fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
     Ok((name.to_owned(), address.to_owned()))
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // RUST_LOG filters; AGENTSESSIONS_LOG_FORMAT=json switches to JSON lines.

@@ -264,9 +264,9 @@ fn project_all(records: &[LogRecord]) {
         let _ = legacy::compat_invocation_id("sess-fuzz", r);
         let _ = legacy::compat_invocation_id("", r);
     }
-    let _ = approval::scan(records, 0);
+    assert!(approval::scan_agrees_with_grouped_scan(records, 0));
     if let Some(mid) = records.get(records.len() / 2) {
-        let _ = approval::scan(records, mid.seq);
+        assert!(approval::scan_agrees_with_grouped_scan(records, mid.seq));
     }
     let _ = projection::session_status(records, last_seq);
     let _ = executions::resume_invocation(records);

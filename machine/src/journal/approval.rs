@@ -148,6 +148,21 @@ pub fn scan(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, Log
             "negative approval scan cursor {through_seq}"
         )));
     }
+    let within = |r: &&LogRecord| through_seq == 0 || r.seq <= through_seq;
+    // Most journals never use the gate: one pass over the kinds settles
+    // that without grouping every record by execution.
+    if !records.iter().filter(within).any(is_gated_record) {
+        return Ok(ApprovalScan {
+            states: Vec::new(),
+            selected: None,
+            head: records.iter().rev().find(within).map_or(0, |r| r.seq),
+        });
+    }
+    scan_grouped(records, through_seq)
+}
+
+/// [`scan`] without its shortcut for journals with no gated record.
+fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, LogError> {
     let mut head = 0;
     let mut last_fork = 0;
     let mut groups: Vec<(&str, Vec<&LogRecord>)> = Vec::new();
@@ -200,14 +215,25 @@ pub fn scan(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, Log
 
 /// An execution takes part in the gate protocol if any record of it does.
 fn is_gated_group(members: &[&LogRecord]) -> bool {
-    members.iter().any(|r| match kind(r) {
+    members.iter().copied().any(is_gated_record)
+}
+
+fn is_gated_record(r: &LogRecord) -> bool {
+    match kind(r) {
         EventKind::EventApprovalRequest | EventKind::EventApprovalResult => true,
         EventKind::EventToolCall => tool_call(r).is_some_and(is_gated),
         EventKind::EventToolResult => event(r)
             .and_then(body::result)
             .is_some_and(carries_approval_seqs),
         _ => false,
-    })
+    }
+}
+
+/// The shortcut in [`scan`] must not change its answer (the fuzz targets
+/// check this on every input).
+#[cfg(any(test, feature = "fuzzing"))]
+pub fn scan_agrees_with_grouped_scan(records: &[LogRecord], through_seq: i64) -> bool {
+    scan(records, through_seq) == scan_grouped(records, through_seq)
 }
 
 fn carries_approval_seqs(res: &ToolResult) -> bool {

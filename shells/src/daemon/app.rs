@@ -10,6 +10,7 @@ use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use tokio::sync::mpsc;
 
+use super::drive_loop::DriveLoop;
 use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
 use super::grpc::{RegistryService, SessionsService};
 use super::harness_client::parse_address;
@@ -57,6 +58,9 @@ pub enum StartError {
     /// A static harness name collides with a stored registration.
     #[error("harness registry: {0}")]
     Registry(String),
+    /// A thread or runtime could not be started.
+    #[error("thread: {0}")]
+    Thread(String),
     /// A listener would not bind.
     #[error("listen {addr}: {reason}")]
     Listen {
@@ -229,7 +233,7 @@ pub struct Daemon {
     journal: Arc<SqliteJournal>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
-    loop_task: tokio::task::JoinHandle<()>,
+    drive_loop: DriveLoop,
 }
 
 impl Daemon {
@@ -296,7 +300,7 @@ impl Daemon {
             tools: Arc::new(Tools(Arc::new(executor))),
         };
         let (driver, handle) = Driver::new(host, ports);
-        let loop_task = tokio::spawn(driver.run());
+        let drive_loop = DriveLoop::start(driver)?;
 
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
@@ -330,7 +334,7 @@ impl Daemon {
             journal: store,
             servers,
             stop,
-            loop_task,
+            drive_loop,
         })
     }
 
@@ -341,13 +345,13 @@ impl Daemon {
     }
 
     /// Stops accepting calls, lets the calls in flight finish, and exits.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
         for s in self.servers {
             let _ = s.await;
         }
         self.driver.drain().await;
-        let _ = self.loop_task.await;
+        self.drive_loop.finished().await;
     }
 }
 

@@ -3,11 +3,13 @@
 //! The local and memory runtimes serve built-in harnesses inside the
 //! daemon. Their incarnations are published here under `inproc://…`
 //! addresses, and [`Harnesses`] connects to those by running the harness
-//! adapter ([`HarnessService::execute`]) on a pair of channels instead of
-//! over HTTP/2. The frames and events are the same `ControllerFrame` and
-//! `Event` messages, and the adapter enforces the same handshake, park and
-//! closing rules as on the wire; what is skipped is encoding, h2 framing and
-//! a socket per hop. Every other address goes to the gRPC client.
+//! adapter ([`HarnessService::execute_inline`]) on a pair of channels
+//! instead of over HTTP/2. The frames and events are the same
+//! `ControllerFrame` and `Event` messages, and the adapter enforces the same
+//! handshake, park and closing rules as on the wire; what is skipped is
+//! encoding, h2 framing, a socket per hop, and a task: the execution
+//! advances whenever the drive loop polls the connection's events. Every
+//! other address goes to the gRPC client.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -73,7 +75,7 @@ impl InProcess {
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let inbound = UnboundedReceiverStream::new(frames_rx).map(Ok);
         let events = service
-            .execute(inbound)
+            .execute_inline(inbound)
             .map(|item| item.map_err(stream_failure));
         Ok(Connection {
             frames,

@@ -7,6 +7,8 @@
 #[cfg(not(madsim))]
 pub mod app;
 pub mod convert;
+#[cfg(not(madsim))]
+mod drive_loop;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;

@@ -93,6 +93,50 @@ impl<H: Harness + ?Sized> HarnessService<H> {
         tokio::spawn(drive(Arc::clone(&self.harness), inbound, out));
         ReceiverStream::new(events)
     }
+
+    /// [`Self::execute`] without a task: the execution advances when the
+    /// returned stream is polled, in the poller's task. The daemon's drive
+    /// loop runs its in-process harnesses this way, so a frame it sends is
+    /// answered within the same poll instead of after a task switch, and the
+    /// loop yields (letting response frames out) only when it must wait.
+    /// Dropping the stream drops the execution where it stands.
+    pub fn execute_inline<S>(&self, inbound: S) -> InlineExecution
+    where
+        S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+        H: 'static,
+    {
+        let (out, events) = mpsc::channel(OUT_CAPACITY);
+        InlineExecution {
+            run: Some(Box::pin(drive(Arc::clone(&self.harness), inbound, out))),
+            events: ReceiverStream::new(events),
+        }
+    }
+}
+
+/// An execution driven by its own event stream (see
+/// [`HarnessService::execute_inline`]).
+pub struct InlineExecution {
+    run: Option<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    events: ReceiverStream<Result<Event, Status>>,
+}
+
+impl Stream for InlineExecution {
+    type Item = Result<Event, Status>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        // Advance the run first so what it emits in this poll is seen now;
+        // once it returns, its sender is gone and the stream ends after the
+        // events already queued.
+        if let Some(run) = self.run.as_mut()
+            && run.as_mut().poll(cx).is_ready()
+        {
+            self.run = None;
+        }
+        std::pin::Pin::new(&mut self.events).poll_next(cx)
+    }
 }
 
 /// How the run ended, before the closing event is chosen.

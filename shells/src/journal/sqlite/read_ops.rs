@@ -60,6 +60,9 @@ fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
     Ok(())
 }
 
+const READ_AT_MOST: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
+     WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4";
+
 /// Like [`read`], but gives up (None) once the range holds more than
 /// `limit` records, so a caller can bound the work it does in place.
 pub fn read_at_most(
@@ -70,10 +73,7 @@ pub fn read_at_most(
     limit: usize,
 ) -> Result<Option<Vec<LogRecord>>, StoreError> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, prev_hash, hash, fence, event FROM events
-         WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
-    )?;
+    let mut stmt = conn.prepare_cached(READ_AT_MOST)?;
     let cap = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
     let mut rows = stmt.query(params![session, from_seq, to, cap])?;
     let mut out = Vec::new();
@@ -285,4 +285,25 @@ pub fn list_harnesses(
         out.push(r??);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    #[test]
+    fn a_tail_read_reuses_its_prepared_plan_whatever_the_bounds() {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::schema::configure(&conn).unwrap();
+        super::super::schema::migrate(&conn, 1).unwrap();
+        for (from, limit) in [(1, 64), (2, 64), (5, 8), (9, 64)] {
+            assert_eq!(
+                read_at_most(&conn, "s", from, 0, limit).unwrap(),
+                Some(vec![])
+            );
+        }
+        let stmt = conn.prepare_cached(READ_AT_MOST).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+    }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use agentsessions_proto::v1::{Event, event};
 use prost::Message as _;
+use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _};
 
 use crate::journal::StoreError;
@@ -77,6 +78,11 @@ pub fn configure(conn: &Connection) -> Result<(), StoreError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // The hot statements (append, touch, reads) must all stay cached.
     conn.set_prepared_statement_cache_capacity(64);
+    // Without the planner stability guarantee, SQLite (built with STAT4)
+    // re-plans a statement each time a parameter it planned with, such as
+    // a `LIMIT ?`, is bound again: a full re-prepare per tail read. The
+    // journal's statements have one good plan whatever the values.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(())
 }
 

@@ -1,0 +1,103 @@
+//! Where the drive loop runs.
+//!
+//! The loop is one task owning the sans-io host: it gains nothing from a
+//! work-stealing scheduler, and it blocks its thread for an in-place commit
+//! when it has nothing else to do. So it never shares a multi-threaded
+//! runtime's workers:
+//!
+//! - on a **current-thread** runtime (agentsessionsd's) it is a task beside
+//!   the gRPC server: a call, the loop, the in-process harness and the
+//!   response frames then meet on one thread, with no cross-thread wake-up
+//!   between them (each costs tens of µs on a VM whose other CPU idles);
+//! - on a **multi-threaded** runtime it gets a thread of its own with a
+//!   current-thread runtime, so its commits never stall a worker that
+//!   HTTP/2 connections need, and what it spawns (in-process harness runs,
+//!   client watchers, tool calls) runs beside it on that thread.
+//!
+//! Dropping a [`DriveLoop`] that was not drained stops the loop where it
+//! is, as a killed process would: effects in flight are abandoned (a commit
+//! already under way finishes) and every task it spawned is dropped.
+
+use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::sync::oneshot;
+
+use super::app::StartError;
+use super::driver::Driver;
+use crate::journal::JournalStore;
+
+/// A running drive loop.
+pub struct DriveLoop {
+    kill: Option<oneshot::Sender<()>>,
+    done: Option<oneshot::Receiver<()>>,
+    /// Its own thread, when the caller's runtime is multi-threaded.
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DriveLoop {
+    /// Starts `driver` as described in the module docs. Must be called
+    /// from within a tokio runtime.
+    pub fn start<S: JournalStore + 'static>(driver: Driver<S>) -> Result<Self, StartError> {
+        let (kill, killed) = oneshot::channel::<()>();
+        let (finished, done) = oneshot::channel::<()>();
+        let run = async move {
+            tokio::select! {
+                biased;
+                _ = killed => {}
+                () = driver.run() => {}
+            }
+        };
+        let thread = match Handle::current().runtime_flavor() {
+            RuntimeFlavor::CurrentThread => {
+                tokio::spawn(async move {
+                    run.await;
+                    let _ = finished.send(());
+                });
+                None
+            }
+            _ => {
+                let failed = |e: std::io::Error| StartError::Thread(format!("drive loop: {e}"));
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(failed)?;
+                let thread = std::thread::Builder::new()
+                    .name("drive-loop".into())
+                    .spawn(move || {
+                        runtime.block_on(run);
+                        // Tasks the loop spawned die with its runtime,
+                        // before anyone waiting on the loop hears it ended.
+                        drop(runtime);
+                        let _ = finished.send(());
+                    })
+                    .map_err(failed)?;
+                Some(thread)
+            }
+        };
+        Ok(Self {
+            kill: Some(kill),
+            done: Some(done),
+            thread,
+        })
+    }
+
+    /// Waits until the loop has returned (after a drain) or died.
+    pub async fn finished(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.await;
+        }
+    }
+}
+
+impl Drop for DriveLoop {
+    fn drop(&mut self) {
+        if let Some(kill) = self.kill.take() {
+            let _ = kill.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            // Bounded: the loop stops at its next await, at most one
+            // commit away. A panic in the loop was already reported by the
+            // panic hook.
+            let _ = thread.join();
+        }
+    }
+}
