@@ -193,8 +193,10 @@ fn run_daemon(
         }
     });
     if let Some(daemon) = crashed {
-        rt.shutdown_background();
+        // The drive loop stops first (it runs on a thread of its own here):
+        // it must not see the listener's calls end as clients going away.
         drop(daemon);
+        rt.shutdown_background();
     }
 }
 

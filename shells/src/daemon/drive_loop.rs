@@ -16,7 +16,10 @@
 //!
 //! Dropping a [`DriveLoop`] that was not drained stops the loop where it
 //! is, as a killed process would: effects in flight are abandoned (a commit
-//! already under way finishes) and every task it spawned is dropped.
+//! already under way finishes) and every task it spawned is dropped. A loop
+//! on its own thread also stops when the runtime that started it shuts
+//! down, as a task of that runtime would; to stop it before the listener's
+//! tasks go (so it never sees their calls end), drop the loop first.
 
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
@@ -31,6 +34,9 @@ pub struct DriveLoop {
     done: Option<oneshot::Receiver<()>>,
     /// Its own thread, when the caller's runtime is multi-threaded.
     thread: Option<std::thread::JoinHandle<()>>,
+    /// A task on the caller's runtime whose end (the runtime shutting
+    /// down) stops the thread.
+    tether: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl DriveLoop {
@@ -39,20 +45,24 @@ impl DriveLoop {
     pub fn start<S: JournalStore + 'static>(driver: Driver<S>) -> Result<Self, StartError> {
         let (kill, killed) = oneshot::channel::<()>();
         let (finished, done) = oneshot::channel::<()>();
+        let (tether_tx, tether_rx) = oneshot::channel::<()>();
         let run = async move {
             tokio::select! {
                 biased;
+                // Sent by drop, or dropped with the tether task.
                 _ = killed => {}
+                _ = tether_rx => {}
                 () = driver.run() => {}
             }
         };
-        let thread = match Handle::current().runtime_flavor() {
+        let (thread, tether) = match Handle::current().runtime_flavor() {
             RuntimeFlavor::CurrentThread => {
                 tokio::spawn(async move {
+                    let _tether = tether_tx;
                     run.await;
                     let _ = finished.send(());
                 });
-                None
+                (None, None)
             }
             _ => {
                 let failed = |e: std::io::Error| StartError::Thread(format!("drive loop: {e}"));
@@ -70,13 +80,18 @@ impl DriveLoop {
                         let _ = finished.send(());
                     })
                     .map_err(failed)?;
-                Some(thread)
+                let tether = tokio::spawn(async move {
+                    let _tether = tether_tx;
+                    std::future::pending::<()>().await;
+                });
+                (Some(thread), Some(tether))
             }
         };
         Ok(Self {
             kill: Some(kill),
             done: Some(done),
             thread,
+            tether,
         })
     }
 
@@ -92,6 +107,9 @@ impl Drop for DriveLoop {
     fn drop(&mut self) {
         if let Some(kill) = self.kill.take() {
             let _ = kill.send(());
+        }
+        if let Some(tether) = self.tether.take() {
+            tether.abort();
         }
         if let Some(thread) = self.thread.take() {
             // Bounded: the loop stops at its next await, at most one

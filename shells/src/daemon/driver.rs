@@ -11,9 +11,9 @@
 //! I/O, run on spawned tasks that send their outcome back on the channel.
 //! Client and harness frames go out in order on their own channels, and
 //! harness events are polled by the loop, one stream per open connection.
-//! Whole-journal reads go through a bounded record cache
+//! Reads from a journal's first record go through a bounded record cache
 //! ([`super::log_cache`]) that only saves decoding: the store is still read
-//! from the cached head on every load. The loop decides nothing: every
+//! from the cached head (or the read's last seq) on every load. The loop decides nothing: every
 //! branch here is a translation.
 
 use std::collections::BTreeMap;
@@ -162,12 +162,14 @@ pub enum Input {
     Dialed(EffectId, ConnId, String, Result<Connection, HarnessFailure>),
     /// Harness input on a connection.
     Harness(ConnId, HarnessInput),
-    /// A whole-journal read made with `plan` (see [`LogCache`]).
+    /// A read from the first record made with `plan` (see [`LogCache`]).
     LogRead {
         /// The ReadLog effect.
         id: EffectId,
         /// Its session.
         session: String,
+        /// Its last seq (0: the end).
+        to_seq: i64,
         /// How the store was asked.
         plan: ReadPlan,
         /// What it returned.
@@ -421,6 +423,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             Input::LogRead {
                 id,
                 session,
+                to_seq,
                 plan,
                 read,
             } => {
@@ -430,7 +433,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                         Some(full) => Ok(full),
                         None => {
                             // The cached prefix is stale: read it all.
-                            self.read_whole_log(id, session, ReadPlan::Full);
+                            self.read_log(id, session, to_seq, ReadPlan::Full);
                             return;
                         }
                     },
@@ -492,19 +495,20 @@ impl<S: JournalStore + 'static> Driver<S> {
         self.conns.insert(conn, Conn { frames, address });
     }
 
-    /// Reads the whole journal of `session` for ReadLog `id`, from the
-    /// cached head when `plan` says so.
-    fn read_whole_log(&mut self, id: EffectId, session: String, plan: ReadPlan) {
+    /// Reads the journal of `session` from its first record through
+    /// `to_seq` for ReadLog `id`, from where `plan` says.
+    fn read_log(&mut self, id: EffectId, session: String, to_seq: i64, plan: ReadPlan) {
         let store = self.ports.store.clone();
         self.start(async move {
             let from = match &plan {
                 ReadPlan::Full => 1,
                 ReadPlan::From { seq, .. } => *seq,
             };
-            let read = store.read(&session, from, 0).await.map_err(text);
+            let read = store.read(&session, from, to_seq).await.map_err(text);
             Input::LogRead {
                 id,
                 session,
+                to_seq,
                 plan,
                 read,
             }
@@ -641,10 +645,10 @@ impl<S: JournalStore + 'static> Driver<S> {
                 id,
                 session,
                 from_seq: 1,
-                to_seq: 0,
+                to_seq,
             } => {
-                let plan = self.log_cache.plan(&session);
-                self.read_whole_log(id, session, plan);
+                let plan = self.log_cache.plan(&session, to_seq);
+                self.read_log(id, session, to_seq, plan);
             }
             Effect::Append {
                 id,

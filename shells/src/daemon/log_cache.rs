@@ -5,13 +5,14 @@
 //! nothing between requests), which made each turn's read linear in the
 //! session's length. The driver keeps the records it has already seen per
 //! session — from earlier whole-journal reads and from its own acknowledged
-//! appends — and turns a whole-journal read into a read from the cached
-//! head onward.
+//! appends — and turns a read from the first record into a read from the
+//! cached head onward (or, when the read ends before the cached head, of
+//! its last record alone).
 //!
 //! Correctness does not depend on the cache being current: every read still
-//! goes to the store, starting at the cached head record, and the cached
-//! prefix is used only if the stored record at that seq still carries the
-//! cached hash. Records are hash-chained (each hash covers the previous
+//! goes to the store, starting at the last cached record it uses, and the
+//! cached prefix is used only if the stored record at that seq still carries
+//! the cached hash. Records are hash-chained (each hash covers the previous
 //! one), so an equal hash at seq N means an identical prefix 1..=N; anything
 //! after N (written by this host or another) comes from the store. On any
 //! mismatch the whole journal is read again. The machine therefore sees
@@ -90,20 +91,31 @@ impl LogCache {
         self.total == 0
     }
 
-    /// How to read the whole journal of `session`.
-    pub fn plan(&self, session: &str) -> ReadPlan {
-        match self.sessions.get(session).and_then(|e| e.records.last()) {
-            Some(head) => ReadPlan::From {
-                seq: head.seq,
-                hash: head.content_hash.clone(),
+    /// How to read the journal of `session` from its first record through
+    /// `to_seq` (0 or less: to its end): from the cached head, or from
+    /// `to_seq` itself when the cache already reaches past it.
+    pub fn plan(&self, session: &str, to_seq: i64) -> ReadPlan {
+        let Some(entry) = self.sessions.get(session) else {
+            return ReadPlan::Full;
+        };
+        let cached = entry.records.len();
+        let through = match usize::try_from(to_seq) {
+            Ok(to) if to > 0 => cached.min(to),
+            _ => cached,
+        };
+        match through.checked_sub(1).map(|i| &entry.records[i]) {
+            Some(last) => ReadPlan::From {
+                seq: last.seq,
+                hash: last.content_hash.clone(),
             },
             None => ReadPlan::Full,
         }
     }
 
-    /// Completes a whole-journal read made with `plan`: `read` is what the
-    /// store returned. Returns the whole journal, or None when the cached
-    /// prefix no longer matches the store (the caller reads everything).
+    /// Completes a read made with `plan`: `read` is what the store returned
+    /// from the plan's first seq on. Returns the journal from its first
+    /// record, or None when the cached prefix no longer matches the store
+    /// (the caller reads everything).
     pub fn complete(
         &mut self,
         session: &str,
@@ -250,12 +262,12 @@ mod tests {
     #[test]
     fn a_second_read_fetches_from_the_cached_head() {
         let mut c = LogCache::new(100);
-        assert_eq!(c.plan("s"), ReadPlan::Full);
+        assert_eq!(c.plan("s", 0), ReadPlan::Full);
         assert_eq!(
             c.complete("s", &ReadPlan::Full, chain(3, "a")),
             Some(chain(3, "a"))
         );
-        let plan = c.plan("s");
+        let plan = c.plan("s", 0);
         assert_eq!(
             plan,
             ReadPlan::From {
@@ -273,14 +285,53 @@ mod tests {
     fn a_changed_head_is_never_served_from_the_cache() {
         let mut c = LogCache::new(100);
         c.complete("s", &ReadPlan::Full, chain(3, "a"));
-        let plan = c.plan("s");
+        let plan = c.plan("s", 0);
         // The store now holds a different record at seq 3.
         assert_eq!(c.complete("s", &plan, chain(4, "b")[2..].to_vec()), None);
-        assert_eq!(c.plan("s"), ReadPlan::Full);
+        assert_eq!(c.plan("s", 0), ReadPlan::Full);
         // An empty or shorter journal is a mismatch too.
         c.complete("s", &ReadPlan::Full, chain(3, "a"));
-        let plan = c.plan("s");
+        let plan = c.plan("s", 0);
         assert_eq!(c.complete("s", &plan, Vec::new()), None);
+    }
+
+    #[test]
+    fn a_bounded_read_uses_the_cached_prefix_up_to_its_end() {
+        let mut c = LogCache::new(100);
+        c.complete("s", &ReadPlan::Full, chain(5, "a"));
+        // The cache reaches past the bound: only the bound's record is read,
+        // to check the prefix.
+        let plan = c.plan("s", 3);
+        assert_eq!(
+            plan,
+            ReadPlan::From {
+                seq: 3,
+                hash: "a3".into()
+            }
+        );
+        assert_eq!(
+            c.complete("s", &plan, chain(3, "a")[2..].to_vec()),
+            Some(chain(3, "a"))
+        );
+        // A shorter answer never shrinks what is cached.
+        assert_eq!(c.len(), 5);
+        // The bound lies past the cache: read from the cached head.
+        let plan = c.plan("s", 7);
+        assert_eq!(
+            plan,
+            ReadPlan::From {
+                seq: 5,
+                hash: "a5".into()
+            }
+        );
+        assert_eq!(
+            c.complete("s", &plan, chain(7, "a")[4..].to_vec()),
+            Some(chain(7, "a"))
+        );
+        // A changed record at the bound is a mismatch like any other.
+        let plan = c.plan("s", 2);
+        assert_eq!(c.complete("s", &plan, chain(2, "b")[1..].to_vec()), None);
+        assert_eq!(c.plan("s", 2), ReadPlan::Full);
     }
 
     #[test]
@@ -291,7 +342,7 @@ mod tests {
         assert_eq!(c.len(), 4);
         // A gap (or a foreign link) drops the entry rather than guess.
         c.appended("s", &chain(6, "a")[5..]);
-        assert_eq!(c.plan("s"), ReadPlan::Full);
+        assert_eq!(c.plan("s", 0), ReadPlan::Full);
         assert!(c.is_empty());
     }
 
@@ -300,15 +351,15 @@ mod tests {
         let mut c = LogCache::new(5);
         c.complete("a", &ReadPlan::Full, chain(2, "a"));
         c.complete("b", &ReadPlan::Full, chain(2, "b"));
-        c.plan("a");
-        c.complete("a", &c.plan("a"), chain(2, "a")[1..].to_vec());
+        c.plan("a", 0);
+        c.complete("a", &c.plan("a", 0), chain(2, "a")[1..].to_vec());
         c.complete("c", &ReadPlan::Full, chain(2, "c"));
-        assert_eq!(c.plan("b"), ReadPlan::Full);
-        assert_ne!(c.plan("a"), ReadPlan::Full);
-        assert_ne!(c.plan("c"), ReadPlan::Full);
+        assert_eq!(c.plan("b", 0), ReadPlan::Full);
+        assert_ne!(c.plan("a", 0), ReadPlan::Full);
+        assert_ne!(c.plan("c", 0), ReadPlan::Full);
         // A journal larger than the whole budget is not kept.
         c.complete("d", &ReadPlan::Full, chain(6, "d"));
-        assert_eq!(c.plan("d"), ReadPlan::Full);
+        assert_eq!(c.plan("d", 0), ReadPlan::Full);
         assert!(c.len() <= 5);
     }
 }
