@@ -255,6 +255,13 @@ mod tests {
         }
     }
 
+    fn from(seq: i64, hash: &str) -> ReadPlan {
+        ReadPlan::From {
+            seq,
+            hash: hash.into(),
+        }
+    }
+
     fn chain(n: i64, tag: &str) -> Vec<LogRecord> {
         (1..=n).map(|s| rec(s, tag)).collect()
     }
@@ -268,13 +275,7 @@ mod tests {
             Some(chain(3, "a"))
         );
         let plan = c.plan("s", 0);
-        assert_eq!(
-            plan,
-            ReadPlan::From {
-                seq: 3,
-                hash: "a3".into()
-            }
-        );
+        assert_eq!(plan, from(3, "a3"));
         // Another writer appended 4 and 5 meanwhile.
         let tail = chain(5, "a")[2..].to_vec();
         assert_eq!(c.complete("s", &plan, tail), Some(chain(5, "a")));
@@ -302,13 +303,7 @@ mod tests {
         // The cache reaches past the bound: only the bound's record is read,
         // to check the prefix.
         let plan = c.plan("s", 3);
-        assert_eq!(
-            plan,
-            ReadPlan::From {
-                seq: 3,
-                hash: "a3".into()
-            }
-        );
+        assert_eq!(plan, from(3, "a3"));
         assert_eq!(
             c.complete("s", &plan, chain(3, "a")[2..].to_vec()),
             Some(chain(3, "a"))
@@ -317,13 +312,7 @@ mod tests {
         assert_eq!(c.len(), 5);
         // The bound lies past the cache: read from the cached head.
         let plan = c.plan("s", 7);
-        assert_eq!(
-            plan,
-            ReadPlan::From {
-                seq: 5,
-                hash: "a5".into()
-            }
-        );
+        assert_eq!(plan, from(5, "a5"));
         assert_eq!(
             c.complete("s", &plan, chain(7, "a")[4..].to_vec()),
             Some(chain(7, "a"))
