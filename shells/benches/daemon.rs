@@ -7,11 +7,14 @@
 //!
 //! 1. one session, turns awaited one at a time, interleaved in blocks with
 //!    single-event appends through the daemon's own `SqliteJournal` (to a
-//!    session of their own), so disk noise hits both alike; the client and
-//!    the appends run as one task on the daemon's runtime, the same vantage
-//!    point as the drive loop whose writes they are compared with;
+//!    session of their own), so disk noise hits both alike; the appends are
+//!    made by a task on the daemon's runtime, the same vantage point as the
+//!    drive loop whose writes they are compared with;
 //! 2. 64 sessions, one client task each, turns back to back for a fixed
 //!    time.
+//!
+//! The clients run on a runtime of their own, on a thread of their own, as
+//! a client process would.
 //!
 //! A turn's durable writes are counted, not assumed: the writer's job
 //! counter over the measured turns divided by the turns (a fence mint and
@@ -397,7 +400,17 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(64);
         let many = if sessions > 0 {
-            concurrent(&daemon, sessions).await
+            let daemon = daemon.clone();
+            let clients = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(concurrent(&daemon, sessions))
+            });
+            tokio::task::spawn_blocking(move || clients.join().unwrap())
+                .await
+                .unwrap()
         } else {
             Figures::default()
         };
