@@ -32,6 +32,9 @@
 //! `DAEMON_BENCH_MARKS=1` prints, per turn, when each frame arrived (µs
 //! after the call), to see where a turn spends its time.
 
+#[path = "../tests/support/daemon.rs"]
+mod support;
+
 // The allocator agentsessionsd runs on, so the figures are the binary's.
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -40,10 +43,9 @@ use std::time::{Duration, Instant};
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    CreateSessionRequest, Event, EventKind, ExecRequest, Message, Part, Session, TextPart, event,
-    part,
+    Event, EventKind, ExecRequest, Message, Part, TextPart, event, part,
 };
-use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use agentsessions_shells::daemon::app::Daemon;
 use agentsessions_shells::journal::{AppendBatch, JournalStore};
 use tonic::transport::Channel;
 
@@ -64,15 +66,6 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-fn text(t: &str) -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart { text: t.into() })),
-        }],
-    }
 }
 
 /// An OUTPUT event the size of an echo turn's.
@@ -105,28 +98,13 @@ async fn connect(daemon: &Daemon) -> SessionsClient<Channel> {
     SessionsClient::new(channel(daemon).await)
 }
 
-async fn create(c: &mut SessionsClient<Channel>) -> String {
-    c.create_session(CreateSessionRequest {
-        session: Some(Session {
-            harness: "echo".into(),
-            ..Default::default()
-        }),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .metadata
-    .unwrap()
-    .uid
-}
-
 /// One echo turn, read to EOF; returns its latency.
 async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
     let t = Instant::now();
     let mut stream = c
         .exec(ExecRequest {
             session: session.into(),
-            inputs: vec![text("hello")],
+            inputs: vec![support::text("hello")],
             ..Default::default()
         })
         .await
@@ -192,7 +170,7 @@ struct Single {
 /// which the baseline appends are made (where the drive loop makes its).
 async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Single {
     let mut c = connect(daemon).await;
-    let session = create(&mut c).await;
+    let session = support::create(&mut c, "echo").await;
     for _ in 0..50 {
         turn(&mut c, &session).await;
     }
@@ -218,7 +196,7 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
         let session = if one_session {
             session.clone()
         } else {
-            let s = create(&mut c).await;
+            let s = support::create(&mut c, "echo").await;
             turn(&mut c, &s).await;
             s
         };
@@ -305,7 +283,7 @@ async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
     for i in 0..sessions {
         let mut c = clients[i / 16].clone();
         tasks.push(tokio::spawn(async move {
-            let session = create(&mut c).await;
+            let session = support::create(&mut c, "echo").await;
             turn(&mut c, &session).await;
             tokio::time::sleep_until(start.into()).await;
             let mut lat = Vec::new();
@@ -359,20 +337,7 @@ fn main() {
         }
     );
     rt.block_on(async {
-        let daemon = Daemon::start(DaemonConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            registry_addr: None,
-            journal: dir.path().join("journal.db"),
-            project: "default".into(),
-            model: String::new(),
-            model_base_url: None,
-            model_path: None,
-            model_auth_header: "Authorization".into(),
-            model_api_key: None,
-            harnesses: Vec::new(),
-        })
-        .await
-        .unwrap();
+        let daemon = Daemon::start(support::config(dir.path())).await.unwrap();
 
         // The measuring client runs on a runtime of its own, on its own
         // thread, as a client process would; the baseline appends are made
