@@ -301,6 +301,26 @@ async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
     figures(lat, wall)
 }
 
+/// Runs `client` on a current-thread runtime on a thread of its own, as a
+/// client process would, and waits for it without blocking the daemon.
+async fn on_client_thread<F, Fut, T>(client: F) -> T
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T>,
+    T: Send + 'static,
+{
+    let thread = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(client())
+    });
+    tokio::task::spawn_blocking(move || thread.join().unwrap())
+        .await
+        .unwrap()
+}
+
 fn main() {
     let base = std::env::var_os("DAEMON_BENCH_DIR")
         .map(std::path::PathBuf::from)
@@ -346,16 +366,7 @@ fn main() {
         let daemon = std::sync::Arc::new(daemon);
         let single = {
             let (daemon, server) = (daemon.clone(), tokio::runtime::Handle::current());
-            let client = std::thread::spawn(move || {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(single_session(&daemon, server))
-            });
-            tokio::task::spawn_blocking(move || client.join().unwrap())
-                .await
-                .unwrap()
+            on_client_thread(move || async move { single_session(&daemon, server).await }).await
         };
         let (one, append, per_turn) = (&single.turns, &single.appends, single.writes_per_turn);
         // DAEMON_BENCH_SESSIONS=0 skips the concurrent phase (to profile
@@ -366,16 +377,7 @@ fn main() {
             .unwrap_or(64);
         let many = if sessions > 0 {
             let daemon = daemon.clone();
-            let clients = std::thread::spawn(move || {
-                tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .unwrap()
-                    .block_on(concurrent(&daemon, sessions))
-            });
-            tokio::task::spawn_blocking(move || clients.join().unwrap())
-                .await
-                .unwrap()
+            on_client_thread(move || async move { concurrent(&daemon, sessions).await }).await
         } else {
             Figures::default()
         };
