@@ -6,8 +6,25 @@
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_cli_certifies_our_daemon_as_a_child_process() {
+    certify(&[]).await;
+}
+
+/// The other thread layout: the listener on worker threads, the drive loop
+/// on a thread of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_cli_certifies_our_daemon_on_worker_threads() {
+    certify(&["--workers", "2"]).await;
+}
+
+/// Runs the suite against the daemon started with `extra` flags.
+async fn certify(extra: &[&str]) {
     let bin = env!("CARGO_BIN_EXE_agentsessionsd");
-    let args = agentsessions_conformance::cli::our_daemon_args(bin);
+    let mut args = agentsessions_conformance::cli::our_daemon_args(bin);
+    let template = args.last_mut().expect("the host command template");
+    for flag in extra {
+        template.push(' ');
+        template.push_str(flag);
+    }
     let mut out = Vec::new();
     let ok = agentsessions_conformance::cli::run(args, &mut out)
         .await
