@@ -13,8 +13,8 @@
 //! harness events are polled by the loop, one stream per open connection.
 //! Reads from a journal's first record go through a bounded record cache
 //! ([`super::log_cache`]) that only saves decoding: the store is still read
-//! from the cached head (or the read's last seq) on every load. The loop decides nothing: every
-//! branch here is a translation.
+//! from the cached head (or the read's last seq) on every load. The loop
+//! decides nothing: every branch here is a translation.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
