@@ -527,6 +527,19 @@ fn is_busy(e: &StoreError) -> bool {
     )
 }
 
+impl SqliteJournal {
+    /// What an append needs besides the batch: the default project for a
+    /// session row it creates or completes, and the events' stored blobs.
+    fn append_parts(&self, batch: &AppendBatch) -> (String, Vec<Vec<u8>>) {
+        let blobs = batch
+            .events
+            .iter()
+            .map(super::encode::encode_event)
+            .collect();
+        (self.inner.default_project.clone(), blobs)
+    }
+}
+
 /// Releases a [`SqliteJournal::hold_writer`] when dropped.
 #[doc(hidden)]
 pub struct WriterHold {
@@ -538,12 +551,7 @@ impl JournalStore for SqliteJournal {
         &self,
         batch: AppendBatch,
     ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
-        let project = self.inner.default_project.clone();
-        let blobs: Vec<Vec<u8>> = batch
-            .events
-            .iter()
-            .map(super::encode::encode_event)
-            .collect();
+        let (project, blobs) = self.append_parts(&batch);
         self.submit_write(move |conn| write_ops::append(conn, &batch, &blobs, &project))
     }
 
@@ -554,12 +562,7 @@ impl JournalStore for SqliteJournal {
         let Some(conn) = self.begin_if_idle() else {
             return Err(batch);
         };
-        let project = self.inner.default_project.clone();
-        let blobs: Vec<Vec<u8>> = batch
-            .events
-            .iter()
-            .map(super::encode::encode_event)
-            .collect();
+        let (project, blobs) = self.append_parts(&batch);
         Ok(self.commit_in_place(conn, move |conn| {
             write_ops::append(conn, &batch, &blobs, &project)
         }))
