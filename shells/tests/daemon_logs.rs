@@ -6,15 +6,14 @@
 //!
 //! This file installs the process-wide subscriber, so it holds one test.
 
+#[path = "support/daemon.rs"]
+mod support;
+
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use agentsessions_proto::grpc::sessions_client::SessionsClient;
-use agentsessions_proto::v1::{
-    CreateSessionRequest, ExecRequest, GetSessionRequest, Message, Part, Session, TextPart, part,
-};
-use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
-use tonic::transport::Channel;
+use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, GetSessionRequest, Session};
+use agentsessions_shells::daemon::app::Daemon;
 
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<u8>>>);
@@ -70,26 +69,8 @@ async fn rpcs_log_start_and_finish_with_correlation_and_never_payloads() {
         .init();
 
     let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(DaemonConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        registry_addr: None,
-        journal: dir.path().join("journal.db"),
-        project: "default".into(),
-        model: String::new(),
-        model_base_url: None,
-        model_path: None,
-        model_auth_header: "Authorization".into(),
-        model_api_key: None,
-        harnesses: Vec::new(),
-    })
-    .await
-    .unwrap();
-    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = SessionsClient::new(channel);
+    let daemon = Daemon::start(support::config(dir.path())).await.unwrap();
+    let mut c = support::client(&daemon).await;
 
     let created = c
         .create_session(CreateSessionRequest {
@@ -110,14 +91,7 @@ async fn rpcs_log_start_and_finish_with_correlation_and_never_payloads() {
     // A caller's id is adopted and echoed.
     let mut exec = tonic::Request::new(ExecRequest {
         session: uid.clone(),
-        inputs: vec![Message {
-            role: "user".into(),
-            parts: vec![Part {
-                part: Some(part::Part::Text(TextPart {
-                    text: SECRET_INPUT.into(),
-                })),
-            }],
-        }],
+        inputs: vec![support::text(SECRET_INPUT)],
         config: format!("{{\"api_key\":\"{SECRET_CONFIG}\"}}").into_bytes(),
         ..Default::default()
     });
