@@ -23,16 +23,15 @@ use std::time::Duration;
 use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand};
 use agentsessions::cli::exit::{self, RpcError, UsageError};
 use agentsessions::cli::verify::{ChainCheck, VerifyError};
-use agentsessions::cli::{json_line, progress, render};
+use agentsessions::cli::{approve, json_line, progress, render};
 use agentsessions_machine::events::text_message;
 use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    ApprovalRef, ApproveRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest,
-    GetSessionRequest, HarnessSpec, IdentityRef, ListHarnessesRequest, ListHarnessesResponse,
-    ListSessionsRequest, ListSessionsResponse, RegisterHarnessRequest, ReplayRequest,
-    ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
-    exec_update::Update,
+    CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest, GetSessionRequest,
+    HarnessSpec, ListHarnessesRequest, ListHarnessesResponse, ListSessionsRequest,
+    ListSessionsResponse, RegisterHarnessRequest, ReplayRequest, ResourceMetadata, ResumeRequest,
+    RetireHarnessRequest, Session, SuspendRequest, exec_update::Update,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use anyhow::Context as _;
@@ -119,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(exit::OK)
         }
         Command::Harness { registry, command } => {
+            let registry = common.registry_target(registry)?;
             let link = Link::open(&common, Want::Registry(registry)).await?;
             let mut client = HarnessRegistryClient::new(link.channel.clone());
             let result = harness(&mut client, &common, command).await;
@@ -174,6 +174,8 @@ impl Link {
             model_auth_header: "Authorization".to_owned(),
             model_api_key: None,
             harnesses: Vec::new(),
+            // No remote harnesses here, so the bounds never come into play.
+            harness_timeouts: Default::default(),
         };
         let daemon = Daemon::start(config)
             .await
@@ -593,70 +595,73 @@ async fn verify(c: &mut SessionsClient<Channel>, json: bool, session: &str) -> a
     }
 }
 
+/// Commits the decision, then (unless `--no-resume`) resumes the session
+/// and prints the records the resume committed, as `exec` prints a turn's.
 async fn decide(
     c: &mut SessionsClient<Channel>,
     json: bool,
     d: Decide,
     approved: bool,
 ) -> anyhow::Result<()> {
-    let session = d
-        .session
-        .or(d.uid)
-        .ok_or_else(|| no_session("--session or SESSION"))?;
-    let target = match (d.execution, d.call, d.request_seq) {
-        (Some(execution_id), Some(tool_call_id), Some(request_seq)) => ApprovalRef {
-            execution_id,
-            tool_call_id,
-            request_seq,
-        },
-        _ => get(c, &session).await?.pending_approval.with_context(|| {
-            format!(
-                "session {session} has no pending approval: run `agentctl resume --session \
-                 {session}` to continue an interrupted turn, or name the call with \
-                 --execution, --call and --request-seq"
-            )
-        })?,
+    let session = approve::session(&d)
+        .ok_or_else(|| no_session("--session or SESSION"))?
+        .to_owned();
+    let target = match approve::explicit_target(&d) {
+        Some(target) => target,
+        None => get(c, &session)
+            .await?
+            .pending_approval
+            .with_context(|| approve::nothing_pending(&session))?,
     };
-    let identity = IdentityRef {
-        principal: d.actor,
-        issuer: d.identity_issuer,
-        subject: d.identity_subject,
-    };
-    let identity = (!identity.principal.is_empty()
-        || !identity.issuer.is_empty()
-        || !identity.subject.is_empty())
-    .then_some(identity);
     let mut response = c
-        .approve(ApproveRequest {
-            session: session.clone(),
-            execution_id: target.execution_id,
-            tool_call_id: target.tool_call_id,
-            request_seq: target.request_seq,
-            approved: Some(approved),
-            reason: d.reason,
-            identity,
-        })
+        .approve(approve::request(&session, target, approved, &d))
         .await
         .map_err(rpc("Approve"))?
         .into_inner();
     let decision_seq = response.decision.as_ref().map_or(0, |r| r.seq);
-    if d.resume {
-        // The decision is durable whatever happens next; say so, so nobody
-        // decides twice after a failed resume.
-        let resumed = resume(c, session.clone()).await.with_context(|| {
-            format!("the decision was committed at seq {decision_seq}, but resuming failed")
-        })?;
+    // Where the log ended once the decision was in: the resume's records
+    // start after it.
+    let decided_at = response
+        .session
+        .as_ref()
+        .map_or(decision_seq, |s| s.last_seq);
+    if !d.no_resume {
+        let resumed = resume(c, session.clone())
+            .await
+            .with_context(|| approve::resume_failed(&session, decision_seq))?;
         response.session = Some(resumed);
     }
+    // --json keeps the reference's one ApproveResponse (the decision record
+    // and the session as it is now); `replay --json` has the records.
     if json {
         out!("{}", json_line(&response));
-    } else {
-        let s = response.session.unwrap_or_default();
-        out!(
-            "session {session} decision committed seq={decision_seq} approved={approved} compute={} last_seq={}",
-            render::compute(&s),
-            s.last_seq
-        );
+        return Ok(());
+    }
+    let now = response.session.unwrap_or_default();
+    out!(
+        "{}",
+        approve::decision_line(&session, decision_seq, approved, &now)
+    );
+    if let Some(r) = &response.decision {
+        out!("{}", render::record_line(r));
+    }
+    if now.last_seq > decided_at {
+        let mut stream = c
+            .replay(ReplayRequest {
+                session: session.clone(),
+                from_seq: decided_at + 1,
+                to_seq: now.last_seq,
+            })
+            .await
+            .map_err(rpc("Replay"))?
+            .into_inner();
+        while let Some(r) = stream.message().await.map_err(rpc("Replay"))? {
+            out!("{}", render::record_line(&r));
+        }
+    }
+    // The resumed turn may have parked again on another gated call.
+    if let Some(p) = &now.pending_approval {
+        out!("{}", render::pending_line(p));
     }
     Ok(())
 }

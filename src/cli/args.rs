@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli::exit::UsageError;
+
 /// Client of the agentsessions daemon: sessions, turns, replay, fork,
 /// approvals and the harness registry.
 #[derive(Debug, Parser)]
@@ -34,6 +36,26 @@ pub struct Common {
     /// Print proto3-JSON (proto field names) instead of text lines.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+impl Common {
+    /// Where `harness` commands go: the `--registry` address, or `None` for
+    /// the embedded daemon's registry on `--journal`.
+    ///
+    /// `--server` alone is refused rather than ignored: the Sessions port
+    /// does not serve HarnessRegistry, and falling back to the embedded
+    /// daemon would show (and create) a local journal while the user meant
+    /// a remote one.
+    pub fn registry_target(&self, registry: Option<String>) -> Result<Option<String>, UsageError> {
+        match (registry, &self.server) {
+            (Some(addr), _) => Ok(Some(addr)),
+            (None, Some(server)) => Err(UsageError(format!(
+                "--server {server} is a sessions address; harness commands talk to the registry \
+                 listener: pass --registry HOST:PORT (the daemon's --registry-addr)"
+            ))),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 /// The subcommands.
@@ -111,14 +133,15 @@ pub enum Command {
         #[arg(long)]
         session: String,
     },
-    /// Approve a gated tool call.
+    /// Approve a gated tool call, then resume the turn and print its records.
     Approve(Decide),
-    /// Deny a gated tool call.
+    /// Deny a gated tool call, then resume the turn and print its records.
     Deny(Decide),
     /// Administer the harness registry.
     Harness {
-        /// HarnessRegistry address (loopback host:port). Without it an
-        /// embedded daemon serves the registry from --journal.
+        /// HarnessRegistry address (the daemon's --registry-addr). Without
+        /// it, and without --server, an embedded daemon serves the registry
+        /// from --journal.
         #[arg(long, global = true, value_name = "HOST:PORT")]
         registry: Option<String>,
         #[command(subcommand)]
@@ -157,8 +180,12 @@ pub struct Decide {
     pub identity_issuer: String,
     #[arg(long, default_value = "")]
     pub identity_subject: String,
-    /// Resume the session right after the decision commits.
+    /// Only commit the decision: the turn stays parked until `resume`.
     #[arg(long)]
+    pub no_resume: bool,
+    /// Resume after the decision (the default; accepted so scripts written
+    /// when it had to be asked for keep working).
+    #[arg(long, hide = true, conflicts_with = "no_resume")]
     pub resume: bool,
 }
 
@@ -257,6 +284,39 @@ mod tests {
         };
         assert_eq!(d.uid.as_deref(), Some("sess-1"));
         assert_eq!(d.call.as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn harness_commands_refuse_a_sessions_server_without_a_registry() {
+        let common = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["agentctl"].iter().chain(args)).unwrap();
+            let Command::Harness { registry, .. } = cli.command else {
+                panic!("harness")
+            };
+            cli.common.registry_target(registry)
+        };
+        let e = common(&["--server", "h:1", "harness", "list"]).unwrap_err();
+        assert!(e.0.contains("--registry HOST:PORT"), "{e}");
+        assert_eq!(
+            common(&["--server", "h:1", "harness", "list", "--registry", "h:2"]).unwrap(),
+            Some("h:2".to_owned())
+        );
+        assert_eq!(common(&["harness", "list"]).unwrap(), None);
+    }
+
+    #[test]
+    fn approve_resumes_unless_told_not_to() {
+        let decide = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["agentctl", "approve", "s"].iter().chain(args));
+            cli.map(|cli| match cli.command {
+                Command::Approve(d) => d.no_resume,
+                _ => panic!("approve"),
+            })
+        };
+        assert!(!decide(&[]).unwrap());
+        assert!(!decide(&["--resume"]).unwrap());
+        assert!(decide(&["--no-resume"]).unwrap());
+        assert!(decide(&["--no-resume", "--resume"]).is_err());
     }
 
     #[test]

@@ -11,6 +11,10 @@
 //! So NOT_FOUND (5) exits 15, FAILED_PRECONDITION (9) exits 19, ABORTED (10)
 //! exits 20 and UNAVAILABLE (14, also "could not connect") exits 24. A
 //! script can branch on the class of failure without parsing stderr.
+//!
+//! The reference CLI exits 1 for every failed subcommand, so 3 and 10 + N
+//! are where the two differ (docs/quickstart.md has the table); a script
+//! that only tests for non-zero behaves the same against both.
 
 use std::fmt;
 

@@ -1,7 +1,9 @@
 //! Reusable pieces of `agentctl`: exit codes, the human renderings of
-//! sessions and records, chain verification over a record stream, proto3-JSON
-//! printing and the progress bar. The binary wires them to clap and gRPC.
+//! sessions and records, chain verification over a record stream, the
+//! approval requests, proto3-JSON printing and the progress bar. The binary
+//! wires them to clap and gRPC.
 
+pub mod approve;
 pub mod args;
 pub mod exit;
 pub mod progress;
