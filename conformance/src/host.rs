@@ -127,6 +127,7 @@ impl Launcher for InProcess {
                 model_auth_header: "Authorization".into(),
                 model_api_key: None,
                 harnesses: spec.harnesses.clone(),
+                harness_timeouts: Default::default(),
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

@@ -145,6 +145,10 @@ pub enum TurnError {
     /// The harness run failed (END FAILED, stream error).
     #[error("{0}")]
     Harness(String),
+    /// The harness never answered Start (UNAVAILABLE, unlike a run that
+    /// fails once it is going).
+    #[error("harness unavailable: {0}")]
+    HarnessUnavailable(String),
     /// The model provider failed.
     #[error("model: {0}")]
     Model(String),

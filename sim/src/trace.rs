@@ -52,6 +52,9 @@ pub(crate) fn hash_input(h: &mut Fnv, i: &HarnessInput) {
         HarnessInput::Failed(e) => {
             h.str("failed").str(e);
         }
+        HarnessInput::Unavailable(e) => {
+            h.str("unavailable").str(e);
+        }
     }
 }
 
@@ -140,6 +143,9 @@ pub fn describe(item: &Item) -> String {
             ),
             HarnessInput::Closed => format!("h{} harness conn {} closed", item.host, c.0),
             HarnessInput::Failed(e) => format!("h{} harness conn {} failed: {e}", item.host, c.0),
+            HarnessInput::Unavailable(e) => {
+                format!("h{} harness conn {} unavailable: {e}", item.host, c.0)
+            }
         },
     }
 }

@@ -12,8 +12,9 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
-use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
 use anyhow::Context as _;
 use clap::Parser;
 
@@ -56,6 +57,13 @@ struct Args {
     /// docs/architecture.md).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     workers: u16,
+    /// Bound on each Describe of a harness, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    harness_describe_timeout_ms: u64,
+    /// Bound from sending Start until a harness's first event, in
+    /// milliseconds; a silent harness ends the turn UNAVAILABLE.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    harness_connect_timeout_ms: u64,
 }
 
 fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
@@ -109,6 +117,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         model_auth_header: args.model_auth_header,
         model_api_key,
         harnesses,
+        harness_timeouts: HarnessTimeouts {
+            describe: Duration::from_millis(args.harness_describe_timeout_ms),
+            connect: Duration::from_millis(args.harness_connect_timeout_ms),
+        },
     };
     let daemon = Daemon::start(config).await.context("agentsessionsd")?;
     println!("agentsessionsd listening on {}", daemon.addr);

@@ -73,6 +73,10 @@ pub struct HostConfig {
     pub reserved: Vec<String>,
     /// Bound on every Describe.
     pub describe_timeout_ms: u64,
+    /// Bound from a dial until the harness's first event: a harness that
+    /// never answers Start ends the turn as unavailable instead of holding
+    /// the session until the client gives up.
+    pub connect_timeout_ms: u64,
     /// Whether a tool executor is configured.
     pub has_executor: bool,
 }
@@ -97,11 +101,14 @@ impl Default for HostConfig {
             harnesses,
             reserved: Vec::new(),
             describe_timeout_ms: 10_000,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             has_executor: true,
         }
     }
 }
 
+/// Default [`HostConfig::connect_timeout_ms`].
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Most children one Fork may create.
 pub const MAX_FORK_CHILDREN: i32 = 128;
 /// Default page size of ListSessions and ListHarnesses.

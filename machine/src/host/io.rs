@@ -441,6 +441,9 @@ pub enum Effect {
         address: String,
         /// The connection's id for later frames and events.
         conn: ConnId,
+        /// The harness must send its first event within this bound, or the
+        /// connection fails with [`HarnessInput::Unavailable`].
+        first_event_timeout_ms: u64,
     },
     /// Send a frame on a connection (failures come back as harness input).
     Send {
@@ -685,6 +688,8 @@ pub enum HarnessInput {
     Closed,
     /// The stream failed (including a failed send).
     Failed(String),
+    /// The harness sent no event within the dial's first-event bound.
+    Unavailable(String),
 }
 
 /// A park reference, re-exported for callers matching on parks.

@@ -570,6 +570,9 @@ impl Invocation {
             match input {
                 HarnessInput::Closed => self.run_ended(None, out),
                 HarnessInput::Failed(e) => self.run_ended(Some(TurnError::Harness(e)), out),
+                HarnessInput::Unavailable(e) => {
+                    self.run_ended(Some(TurnError::HarnessUnavailable(e)), out)
+                }
                 HarnessInput::Event(ev) => self.on_event(ev, ids, out),
             }
         }
@@ -742,7 +745,7 @@ impl Invocation {
                 out,
             ),
             (_, HarnessInput::Closed) => self.park_failed("stream closed before ack".into(), out),
-            (_, HarnessInput::Failed(e)) => self.park_failed(e, out),
+            (_, HarnessInput::Failed(e) | HarnessInput::Unavailable(e)) => self.park_failed(e, out),
         }
     }
 

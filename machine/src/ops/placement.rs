@@ -192,12 +192,14 @@ impl Placement {
                 let conn = cx.new_conn();
                 self.conn = Some(conn);
                 let (harness, backend) = (self.harness.clone(), self.route.backend.clone());
+                let first_event_timeout_ms = cx.config().connect_timeout_ms;
                 self.step = Step::Dial(cx.request(|id| Effect::Dial {
                     id,
                     harness,
                     backend,
                     address,
                     conn,
+                    first_event_timeout_ms,
                 }));
             }
             (Step::Dial(_), Outcome::Dialed(r)) => {

@@ -132,6 +132,8 @@ fn replay_status(e: &TurnError) -> Status {
     };
     if precondition {
         Status::failed_precondition(format!("replay: {e}"))
+    } else if matches!(e, TurnError::HarnessUnavailable(_)) {
+        Status::unavailable(format!("replay: {e}"))
     } else {
         Status::internal(format!("replay: {e}"))
     }
@@ -248,12 +250,14 @@ impl ReplayHarnessOp {
                 let conn = cx.new_conn();
                 let route = self.route.clone().expect("routed");
                 let harness = self.harness.clone();
+                let first_event_timeout_ms = cx.config().connect_timeout_ms;
                 let dial = cx.request(|id| Effect::Dial {
                     id,
                     harness,
                     backend: route.backend,
                     address,
                     conn,
+                    first_event_timeout_ms,
                 });
                 self.stage = HarnessStage::Dial(dial, conn);
                 Flow::Continue

@@ -44,6 +44,28 @@ pub struct DaemonConfig {
     pub model_api_key: Option<String>,
     /// Remote harnesses: (name, address).
     pub harnesses: Vec<(String, String)>,
+    /// Bounds on Describe and on a harness's first answer.
+    pub harness_timeouts: HarnessTimeouts,
+}
+
+/// How long a harness may take to answer, so a silent peer ends a turn as
+/// unavailable instead of holding its session until the client gives up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HarnessTimeouts {
+    /// Bound on each Describe call.
+    pub describe: std::time::Duration,
+    /// Bound from sending Start until the harness's first event.
+    pub connect: std::time::Duration,
+}
+
+impl Default for HarnessTimeouts {
+    fn default() -> Self {
+        let machine = HostConfig::default();
+        Self {
+            describe: std::time::Duration::from_millis(machine.describe_timeout_ms),
+            connect: std::time::Duration::from_millis(machine.connect_timeout_ms),
+        }
+    }
 }
 
 /// Why a daemon would not start.
@@ -74,10 +96,22 @@ pub enum StartError {
 /// Built-in harness names this host serves locally.
 const BUILTINS: [&str; 3] = ["echo", "approval", "counter"];
 
+/// A timeout in whole milliseconds; zero would fail every call at once.
+fn millis(d: std::time::Duration) -> Result<u64, StartError> {
+    match u64::try_from(d.as_millis()) {
+        Ok(ms) if ms > 0 => Ok(ms),
+        _ => Err(StartError::Config(format!(
+            "harness timeout {d:?}: want 1 ms or more"
+        ))),
+    }
+}
+
 /// The routing table of a daemon.
 pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
     let mut host = HostConfig {
         default_project: config.project.clone(),
+        describe_timeout_ms: millis(config.harness_timeouts.describe)?,
+        connect_timeout_ms: millis(config.harness_timeouts.connect)?,
         ..HostConfig::default()
     };
     host.harnesses.clear();
@@ -373,10 +407,14 @@ fn serve_sessions(
         health
             .set_serving::<SessionsServer<SessionsService>>()
             .await;
-        let reflection = tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(agentsessions_proto::FILE_DESCRIPTOR_SET)
-            .build_v1()
-            .ok();
+        // Both reflection versions: grpcurl and grpc-go speak v1, while
+        // Python's grpcio-reflection, Postman and Evans still ask v1alpha.
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(agentsessions_proto::FILE_DESCRIPTOR_SET)
+        };
+        let reflection_v1 = reflection().build_v1().ok();
+        let reflection_v1alpha = reflection().build_v1alpha().ok();
         // Without TCP_NODELAY every streamed frame waits out Nagle against
         // the client's delayed ACK (~40 ms per Exec or Replay).
         let incoming =
@@ -384,8 +422,11 @@ fn serve_sessions(
         let mut router = tonic::transport::Server::builder()
             .add_service(health_service)
             .add_service(SessionsServer::new(SessionsService::new(driver)));
-        if let Some(reflection) = reflection {
-            router = router.add_service(reflection);
+        if let Some(service) = reflection_v1 {
+            router = router.add_service(service);
+        }
+        if let Some(service) = reflection_v1alpha {
+            router = router.add_service(service);
         }
         let _ = router
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))

@@ -159,7 +159,18 @@ pub enum Input {
     /// An effect's outcome.
     Outcome(EffectId, Outcome),
     /// A dial finished; on success the connection is registered first.
-    Dialed(EffectId, ConnId, String, Result<Connection, HarnessFailure>),
+    Dialed {
+        /// The Dial effect.
+        id: EffectId,
+        /// The connection it opens.
+        conn: ConnId,
+        /// The harness address.
+        address: String,
+        /// The bound on the harness's first event.
+        first_event_timeout: Duration,
+        /// The open stream, or why there is none.
+        result: Result<Connection, HarnessFailure>,
+    },
     /// Harness input on a connection.
     Harness(ConnId, HarnessInput),
     /// A read from the first record made with `plan` (see [`LogCache`]).
@@ -241,13 +252,38 @@ impl DriverHandle {
 struct Conn {
     frames: mpsc::UnboundedSender<ControllerFrame>,
     address: String,
+    /// A frame (Start) has been sent: the first-event clock runs.
+    started: bool,
 }
 
 /// A connection's inbound events as host input: every event, then one
 /// failure or one clean close, then the end.
 struct ConnEvents {
     events: EventStream,
+    first_event: FirstEvent,
     done: bool,
+}
+
+/// The bound on a harness's first event, counted from the first frame the
+/// host sends (Start): a harness that stays silent after it (headers only,
+/// or nothing at all) fails the connection as unavailable.
+enum FirstEvent {
+    /// Nothing sent yet.
+    Unarmed(Duration),
+    /// Start is out; the harness must answer before the sleep ends.
+    Armed(Duration, std::pin::Pin<Box<tokio::time::Sleep>>),
+    /// An event (or the end) arrived.
+    Met,
+}
+
+impl ConnEvents {
+    /// Starts the first-event clock; the loop polls the stream again after
+    /// the current input, which registers the sleep's waker.
+    fn arm(&mut self) {
+        if let FirstEvent::Unarmed(bound) = self.first_event {
+            self.first_event = FirstEvent::Armed(bound, Box::pin(tokio::time::sleep(bound)));
+        }
+    }
 }
 
 impl tokio_stream::Stream for ConnEvents {
@@ -261,7 +297,21 @@ impl tokio_stream::Stream for ConnEvents {
         if self.done {
             return Poll::Ready(None);
         }
-        let input = match std::task::ready!(self.events.as_mut().poll_next(cx)) {
+        use std::future::Future as _;
+        let polled = self.events.as_mut().poll_next(cx);
+        if polled.is_pending()
+            && let FirstEvent::Armed(bound, sleep) = &mut self.first_event
+        {
+            std::task::ready!(sleep.as_mut().poll(cx));
+            let text = format!("no event within {} ms of Start", bound.as_millis());
+            self.first_event = FirstEvent::Met;
+            self.done = true;
+            return Poll::Ready(Some(HarnessInput::Unavailable(text)));
+        }
+        if polled.is_ready() {
+            self.first_event = FirstEvent::Met;
+        }
+        let input = match std::task::ready!(polled) {
             Some(Ok(ev)) => HarnessInput::Event(ev),
             Some(Err(e)) => HarnessInput::Failed(e),
             None => HarnessInput::Closed,
@@ -409,16 +459,21 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.host.handle_request(now, id, request)
             }
             Input::Outcome(effect, outcome) => self.host.handle_outcome(now, effect, outcome),
-            Input::Dialed(effect, conn, address, result) => {
+            Input::Dialed {
+                id,
+                conn,
+                address,
+                first_event_timeout,
+                result,
+            } => {
                 let outcome = match result {
                     Ok(connection) => {
-                        self.register(conn, address, connection);
+                        self.register(conn, address, first_event_timeout, connection);
                         Ok(())
                     }
                     Err(e) => Err(e),
                 };
-                self.host
-                    .handle_outcome(now, effect, Outcome::Dialed(outcome))
+                self.host.handle_outcome(now, id, Outcome::Dialed(outcome))
             }
             Input::LogRead {
                 id,
@@ -483,16 +538,30 @@ impl<S: JournalStore + 'static> Driver<S> {
         }
     }
 
-    fn register(&mut self, conn: ConnId, address: String, connection: Connection) {
+    fn register(
+        &mut self,
+        conn: ConnId,
+        address: String,
+        first_event_timeout: Duration,
+        connection: Connection,
+    ) {
         let Connection { frames, events } = connection;
         self.events.insert(
             conn,
             ConnEvents {
                 events,
+                first_event: FirstEvent::Unarmed(first_event_timeout),
                 done: false,
             },
         );
-        self.conns.insert(conn, Conn { frames, address });
+        self.conns.insert(
+            conn,
+            Conn {
+                frames,
+                address,
+                started: false,
+            },
+        );
     }
 
     /// Reads the journal of `session` from its first record through
@@ -562,6 +631,15 @@ impl<S: JournalStore + 'static> Driver<S> {
                 }
             }
             Effect::Send { conn, frame } => {
+                if let Some(c) = self.conns.get_mut(&conn)
+                    && !c.started
+                {
+                    c.started = true;
+                    // Once per connection, so the scan stays off the hot path.
+                    if let Some((_, events)) = self.events.iter_mut().find(|(k, _)| *k == conn) {
+                        events.arm();
+                    }
+                }
                 let sent = self.conns.get(&conn).map(|c| c.frames.send(frame).is_ok());
                 if sent == Some(false) {
                     let _ = self.tx.send(Input::Harness(
@@ -575,11 +653,22 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.events.remove(&conn);
             }
             Effect::Dial {
-                id, address, conn, ..
+                id,
+                address,
+                conn,
+                first_event_timeout_ms,
+                ..
             } => {
+                let first_event_timeout = Duration::from_millis(first_event_timeout_ms);
                 self.start(async move {
                     let result = ports.harness.connect(address.clone()).await;
-                    Input::Dialed(id, conn, address, result)
+                    Input::Dialed {
+                        id,
+                        conn,
+                        address,
+                        first_event_timeout,
+                        result,
+                    }
                 });
             }
             Effect::Describe {

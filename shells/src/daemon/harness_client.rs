@@ -6,13 +6,15 @@
 //! `http://ip:port`), unix sockets are refused.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll};
 
 use agentsessions_machine::host::HarnessFailure;
 use agentsessions_proto::grpc::harness_client::HarnessClient;
-use agentsessions_proto::v1::{DescribeRequest, HarnessDescriptor};
+use agentsessions_proto::v1::{DescribeRequest, Event, HarnessDescriptor};
 use tokio::sync::mpsc;
-use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -155,19 +157,57 @@ impl HarnessPort for GrpcHarnesses {
         Box::pin(async move {
             let mut client = self.client(&address)?;
             let (frames, frames_rx) = mpsc::unbounded_channel();
-            let response = client
-                .connect(UnboundedReceiverStream::new(frames_rx))
-                .await
-                .map_err(failure)?;
-            // Polled by the drive loop directly: no forwarding task.
-            let events = response
-                .into_inner()
-                .map(|item| item.map_err(stream_failure));
+            // The call is not awaited here: its future resolves only when
+            // the harness sends response headers, and grpcio and grpc-go
+            // harnesses send them with their first event, after reading
+            // Start. The drive loop polls the events stream, which drives
+            // the call, so Start flows while the headers are still due.
+            let call: CallFuture = Box::pin(async move {
+                client
+                    .connect(UnboundedReceiverStream::new(frames_rx))
+                    .await
+                    .map(tonic::Response::into_inner)
+            });
             Ok(Connection {
                 frames,
-                events: Box::pin(events),
+                events: Box::pin(Opening::Call(call)),
             })
         })
+    }
+}
+
+type CallFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<tonic::Streaming<Event>, tonic::Status>> + Send>>;
+
+/// A Connect call's events: first the call itself (until the response
+/// headers), then the response stream. A call refused before any header is
+/// a stream failure like any other.
+enum Opening {
+    Call(CallFuture),
+    Open(Box<tonic::Streaming<Event>>),
+    Done,
+}
+
+impl tokio_stream::Stream for Opening {
+    type Item = Result<Event, String>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            match &mut *self {
+                Opening::Call(call) => match std::task::ready!(call.as_mut().poll(cx)) {
+                    Ok(stream) => *self = Opening::Open(Box::new(stream)),
+                    Err(status) => {
+                        *self = Opening::Done;
+                        return Poll::Ready(Some(Err(stream_failure(status))));
+                    }
+                },
+                Opening::Open(stream) => {
+                    let item = std::task::ready!(Pin::new(&mut **stream).poll_next(cx));
+                    return Poll::Ready(item.map(|r| r.map_err(stream_failure)));
+                }
+                Opening::Done => return Poll::Ready(None),
+            }
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         model_auth_header: "Authorization".into(),
         model_api_key: None,
         harnesses: Vec::new(),
+        harness_timeouts: Default::default(),
     }
 }
 
