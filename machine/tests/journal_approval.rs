@@ -7,6 +7,7 @@ mod jl;
 use agentsessions_machine::error::LogError;
 use agentsessions_machine::journal::approval::{
     DENIED_TEXT, denial_receipt, executor_receipt, receipt_matches_decision, scan,
+    scan_agrees_with_grouped_scan,
 };
 use agentsessions_proto::v1::{
     ApprovalResult, Event, EventKind, Mediation, ToolResult, lifecycle, tool_result::Code,
@@ -141,6 +142,24 @@ fn negative_cursor_is_invalid() {
     let err = scan(&log.records, -1).expect_err("negative cursor");
     assert!(matches!(err, LogError::InvalidExecutionLog(_)), "{err}");
     assert_eq!(scan(&[], 0), Ok(Default::default()));
+}
+
+/// The fuzz finding `scan-cut-at-a-negative-seq`: a tampered journal whose
+/// middle record has a negative seq, cut there. The shortcut (no gated
+/// record) refused the cursor while the grouped scan read it as "no bound"
+/// and scanned the whole journal; both now refuse it, gated or not.
+#[test]
+fn negative_cursor_is_refused_by_both_scans() {
+    let (gated, _) = gate_log(true, Cut::Request);
+    let mut plain = Log::new();
+    plain.push(input(E1, "hi"));
+    plain.push(output(E1, "no gate"));
+    plain.push(end(E1));
+    for log in [&gated, &plain] {
+        assert!(scan_agrees_with_grouped_scan(&log.records, -5));
+        assert!(scan(&log.records, -5).is_err());
+    }
+    assert!(scan_agrees_with_grouped_scan(&[], -1));
 }
 
 #[test]

@@ -143,11 +143,7 @@ impl ApprovalScan {
 /// (0 = the whole journal; a negative cursor is invalid). The first bad
 /// piece of evidence aborts the scan.
 pub fn scan(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, LogError> {
-    if through_seq < 0 {
-        return Err(LogError::invalid(format!(
-            "negative approval scan cursor {through_seq}"
-        )));
-    }
+    check_cursor(through_seq)?;
     let within = |r: &&LogRecord| through_seq == 0 || r.seq <= through_seq;
     // Most journals never use the gate: one pass over the kinds settles
     // that without grouping every record by execution.
@@ -161,8 +157,20 @@ pub fn scan(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, Log
     scan_grouped(records, through_seq)
 }
 
+/// A cursor is a seq or 0 (the whole journal). Both scans refuse a
+/// negative one: read as "no bound" it would scan records past the cut.
+fn check_cursor(through_seq: i64) -> Result<(), LogError> {
+    if through_seq < 0 {
+        return Err(LogError::invalid(format!(
+            "negative approval scan cursor {through_seq}"
+        )));
+    }
+    Ok(())
+}
+
 /// [`scan`] without its shortcut for journals with no gated record.
 fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, LogError> {
+    check_cursor(through_seq)?;
     let mut head = 0;
     let mut last_fork = 0;
     let mut groups: Vec<(&str, Vec<&LogRecord>)> = Vec::new();
