@@ -673,6 +673,31 @@ fn observe_returns_the_descriptor_for_static_and_registered_harnesses() {
     assert!(reg.observe_error.starts_with("describe: "), "{reg:?}");
 }
 
+/// A row another host added after this one started is listed but not
+/// routed here; observing it says so instead of leaving both fields empty.
+#[test]
+fn observe_sets_observe_error_for_a_row_this_host_has_not_loaded() {
+    let mut world = world();
+    store_spec(&mut world, "late", &remote_spec(ADDR));
+    let mark = world.trace.len();
+    let reg = harness(&get(&mut world, "late", true));
+    assert!(reg.observed.is_none());
+    assert!(
+        reg.observe_error.contains("not loaded on this host"),
+        "{reg:?}"
+    );
+    assert!(reg.unservable_reason.contains("not loaded"), "{reg:?}");
+    let described = world.trace[mark..]
+        .iter()
+        .any(|e| matches!(e, Effect::Describe { .. }));
+    assert!(!described, "an unloaded row is never described");
+    assert!(
+        harness(&get(&mut world, "late", false))
+            .observe_error
+            .is_empty()
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Startup loading and isolation
 

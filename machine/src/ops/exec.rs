@@ -13,6 +13,7 @@ use agentsessions_proto::v1::{
 };
 
 use super::load::{Load, Loaded};
+use super::override_check::{Checked, OverrideCheck};
 use super::placement::{Placed, Placement, Provision};
 use super::resume::ResumeOp;
 use super::routing::{for_turn, mapping, resolve};
@@ -31,6 +32,7 @@ use crate::journal::{approval, legacy};
 enum Stage {
     Creating(EffectId, Box<SessionRow>),
     Load(Load),
+    Check(Box<OverrideCheck>),
     Place(Box<Placement>),
     Starting(EffectId, Box<Placement>),
     Running(Box<Run>),
@@ -152,6 +154,14 @@ impl ExecOp {
                 }
                 Loaded::Busy(status) | Loaded::Failed(status) => self.fail(cx, status),
             },
+            Stage::Check(mut check) => match check.on_outcome(cx, id, outcome) {
+                Checked::Pending => {
+                    self.stage = Stage::Check(check);
+                    Flow::Continue
+                }
+                Checked::Allowed => self.place(cx),
+                Checked::Refused(status) => self.fail(cx, status),
+            },
             Stage::Place(mut placement) => match placement.on_outcome(cx, id, outcome) {
                 Placed::Pending => {
                     self.stage = Stage::Place(placement);
@@ -246,12 +256,7 @@ impl ExecOp {
         };
         self.harness = harness;
         self.route = Some(route.clone());
-        let session = if self.log.is_empty() {
-            render::session(&row, &[])
-        } else {
-            render::session(&row, &self.log)
-        };
-        match session {
+        match render::session(&row, &self.log) {
             Ok(s) => cx.stream(self.request, StreamItem::Session(s)),
             Err(status) => return self.fail(cx, status),
         }
@@ -259,6 +264,18 @@ impl ExecOp {
         if let Err(e) = legacy::legacy_prefix(&self.log) {
             return self.fail(cx, mapping::exec(&e.into()));
         }
+        if let Some(check) =
+            OverrideCheck::start(cx, &self.session, &row.harness, &self.harness, &route)
+        {
+            self.stage = Stage::Check(Box::new(check));
+            return Flow::Continue;
+        }
+        self.place(cx)
+    }
+
+    /// Admit, provision, dial and fence the turn's harness.
+    fn place(&mut self, cx: &mut Cx<'_>) -> Flow {
+        let route = self.route.clone().expect("routed");
         let placement = Placement::start(
             cx,
             self.harness.clone(),

@@ -9,6 +9,7 @@ mod approve;
 mod exec;
 mod fork;
 mod load;
+mod override_check;
 mod placement;
 mod registry;
 mod replay;

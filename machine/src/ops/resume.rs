@@ -17,6 +17,7 @@ use agentsessions_proto::v1::{
 };
 
 use super::load::{Load, Loaded};
+use super::override_check::{Checked, OverrideCheck};
 use super::placement::{Placed, Placement, Provision, needs_memory};
 use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
 use super::run::{Handed, Handoff, Run};
@@ -29,7 +30,7 @@ use crate::host::{
     Status, StreamItem, render,
 };
 use crate::invocation::{Ending, Invocation, Mode, Setup};
-use crate::journal::approval::{self, ApprovalScan};
+use crate::journal::approval::{self, ApprovalScan, ApprovalState};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 
@@ -44,6 +45,8 @@ enum Style {
 
 enum Stage {
     Load(Load),
+    /// The memory-snapshot override rule, with the gate found by `decide`.
+    Check(Box<OverrideCheck>, Option<ApprovalState>),
     Repair {
         fence: Option<EffectId>,
         append: Option<EffectId>,
@@ -169,6 +172,14 @@ impl ResumeOp {
                     self.fail(cx, status)
                 }
             },
+            Stage::Check(mut check, gate) => match check.on_outcome(cx, id, outcome) {
+                Checked::Pending => {
+                    self.stage = Stage::Check(check, gate);
+                    Flow::Continue
+                }
+                Checked::Allowed => self.recover(cx, gate),
+                Checked::Refused(status) => self.fail(cx, status),
+            },
             Stage::Repair {
                 fence,
                 append,
@@ -286,6 +297,23 @@ impl ResumeOp {
         }
         self.harness = harness.clone();
         self.route = Some(route.clone());
+        // A recorded override is checked before the gate is repaired or
+        // reported, and before any compute changes.
+        if let Some(check) = OverrideCheck::start(cx, &self.session, &row.harness, &harness, &route)
+        {
+            self.stage = Stage::Check(Box::new(check), gate);
+            return Flow::Continue;
+        }
+        self.recover(cx, gate)
+    }
+
+    /// The journal allows recovery: repair or report the gate, or place the
+    /// recorded harness and run the pending execution.
+    fn recover(&mut self, cx: &mut Cx<'_>, gate: Option<ApprovalState>) -> Flow {
+        let (harness, route) = (
+            self.harness.clone(),
+            self.route.clone().expect("routed before recovery"),
+        );
         if let Some(g) = gate {
             if g.request.is_none() {
                 // A call-only cut: write the missing request, then park.
