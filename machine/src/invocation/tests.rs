@@ -4,8 +4,10 @@
 use agentsessions_proto::v1::{
     ApprovalRef, ApprovalResult, Capabilities, ControllerFrame, Event, EventKind,
     HarnessDescriptor, HarnessEnd, LogRecord, Mediation, ModelCall, ModelResult, Resumability,
-    ToolCall, ToolResult, controller_frame::Frame, event::Body,
+    ToolCall, ToolResult, Usage, controller_frame::Frame, event::Body,
 };
+
+mod divergence;
 
 use super::*;
 use crate::events;
