@@ -4,9 +4,9 @@
 //! contract over the wire only. It brings its own peers, so it can steer
 //! and observe what the API cannot: a fake OpenAI-compatible model
 //! ([`model`]) that counts requests and never answers the same way twice,
-//! and harness servers over `Harness.Connect` ([`harnesses`], [`rawpark`])
-//! that record what they were started with and can hold a turn while the
-//! host is killed.
+//! and harness servers over `Harness.Connect` ([`harnesses`], [`rawpark`],
+//! and Python/grpcio ones in [`python`]) that record what they were started
+//! with and can hold a turn while the host is killed.
 //!
 //! Each check ([`checks`]) runs in a fresh [`env::Env`]: new peers, a new
 //! journal, and a host started by a [`host::Launcher`], either our daemon
@@ -26,5 +26,6 @@ pub mod harnesses;
 pub mod host;
 pub mod model;
 pub mod peers;
+pub mod python;
 pub mod rawpark;
 pub mod render;

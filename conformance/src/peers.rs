@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use crate::harnesses::{self, Control};
 use crate::model::FakeModel;
+use crate::python::PythonPeers;
 use crate::rawpark::ForeignPark;
 
 /// Everything a host under test talks to besides its journal.
@@ -20,14 +21,18 @@ pub struct Peers {
     pub control: Arc<Control>,
     /// The raw park peer.
     pub foreign_park: ForeignPark,
-    /// (name, host:port) of every harness server.
+    /// (name, host:port) of every harness server, Python ones included.
     pub harnesses: Vec<(String, String)>,
+    /// The Python harness process, or why it is unavailable.
+    pub python: Result<PythonPeers, String>,
     stop: watch::Sender<bool>,
 }
 
 impl Peers {
     /// Binds and serves every peer.
     pub async fn start() -> Result<Self, String> {
+        // Python boots while the Rust peers bind.
+        let python = tokio::spawn(PythonPeers::start());
         let model = FakeModel::start()
             .await
             .map_err(|e| format!("fake model: {e}"))?;
@@ -59,11 +64,18 @@ impl Peers {
                 .serve_with_incoming_shutdown(incoming, shutdown)
                 .await;
         });
+        let python = python
+            .await
+            .unwrap_or_else(|e| Err(format!("python harnesses: {e}")));
+        if let Ok(py) = &python {
+            addrs.extend(py.harnesses.iter().cloned());
+        }
         Ok(Self {
             model,
             control,
             foreign_park,
             harnesses: addrs,
+            python,
             stop,
         })
     }

@@ -72,4 +72,52 @@ checks! {
     go_v012_mixed_completed,
     go_v012_mixed_interrupted,
     grpc_bad_input_matrix,
+    python_harness_turns_replay_without_the_model,
+    python_harness_crash_mid_turn_redrive_at_most_once,
+    python_harness_approval_denied_then_approved,
+    python_harness_fork_child_inherits_history,
+    python_harness_failure_journaled_as_error,
+    python_doc_harness_runs_an_echo_turn,
+}
+
+/// A Python client that knows no .proto file lists the daemon's services
+/// over reflection v1alpha (what grpcio-reflection speaks) and calls
+/// ListSessions with message classes built from the reflected descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_reflection_client_lists_services_and_calls_list_sessions() {
+    use agentsessions_conformance::host::{HostSpec, Launcher};
+    use agentsessions_conformance::{client, env, model::FakeModel, python};
+
+    if let Err(why) = python::toolchain().await {
+        assert!(
+            !python::required(),
+            "python unavailable with CI=true: {why}"
+        );
+        println!("SKIPPED: python reflection client: {why}");
+        return;
+    }
+    let model = FakeModel::start().await.expect("fake model");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let spec = HostSpec {
+        journal: dir.path().join("journal.db"),
+        model_url: model.base_url().to_owned(),
+        model: env::MODEL.to_owned(),
+        harnesses: Vec::new(),
+        dir: dir.path().to_path_buf(),
+    };
+    let host = InProcess.start(&spec).await.expect("host");
+    let mut c = client::connect(host.addr()).await.expect("connect");
+    let uid = client::create(&mut c, "echo").await.expect("create");
+    let listing = python::reflection_listing(host.addr(), "default").await;
+    host.stop().await;
+    let listing = listing.expect("reflection client");
+    assert!(
+        listing
+            .services
+            .iter()
+            .any(|s| s == "agentsessions.v1.Sessions"),
+        "services: {:?}",
+        listing.services
+    );
+    assert_eq!(listing.sessions, vec![uid]);
 }

@@ -90,6 +90,7 @@ mod approval;
 mod bad_input;
 mod core;
 mod interop;
+mod python;
 mod recovery;
 mod support;
 mod tools;
@@ -101,6 +102,7 @@ pub fn all() -> Vec<Check> {
     v.extend(approval::checks());
     v.extend(interop::checks());
     v.extend(bad_input::checks());
+    v.extend(python::checks());
     v
 }
 
