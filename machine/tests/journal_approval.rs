@@ -144,6 +144,24 @@ fn negative_cursor_is_invalid() {
     assert_eq!(scan(&[], 0), Ok(Default::default()));
 }
 
+/// The fuzz finding `scan-of-a-gated-call-with-nan-args`: both scans give
+/// the same answer for a call whose args hold a NaN, which `==` on the
+/// answers cannot see (NaN is unequal to itself).
+#[test]
+fn scans_agree_on_a_gated_call_whose_args_hold_a_nan() {
+    let mut call = gated_call(E1, "c1");
+    if let Some(agentsessions_proto::v1::event::Body::Tool(tc)) = call.body.as_mut() {
+        tc.args = Some(pbjson_types::Struct::from_iter([(
+            "x".to_owned(),
+            pbjson_types::Value::from(f64::NAN),
+        )]));
+    }
+    let mut log = Log::new();
+    log.push(call);
+    assert!(scan_agrees_with_grouped_scan(&log.records, 0));
+    assert_eq!(scan(&log.records, 0).unwrap().states.len(), 1);
+}
+
 /// The fuzz finding `scan-cut-at-a-negative-seq`: a tampered journal whose
 /// middle record has a negative seq, cut there. The shortcut (no gated
 /// record) refused the cursor while the grouped scan read it as "no bound"
