@@ -496,6 +496,12 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![create("drift"), exec("t1")],
             vec![Post::ReplayDiverges { slot: 0 }],
         ),
+        s(
+            "chatter",
+            "diverging harness",
+            vec![create("chatter"), exec("t1")],
+            vec![Post::ReplayDiverges { slot: 0 }],
+        ),
     ]
 }
 

@@ -1,4 +1,4 @@
-//! Harness scripts: the testkit's kinds plus two the simulator needs.
+//! Harness scripts: the testkit's kinds plus three the simulator needs.
 //!
 //! - `reporter` runs a tool itself and reports the result (an in-harness
 //!   tool: the host journals the report, executes nothing), then makes one
@@ -6,6 +6,10 @@
 //! - `drift` is the echo harness whose prompt changes once it has been
 //!   started before for the same session (as a harness that reads a clock
 //!   would): recovery and replay must refuse to serve its recorded answers.
+//! - `chatter` writes its own OUTPUT (no model call), and its text changes
+//!   once it has been started before for the same session, as a foreign
+//!   harness that is nondeterministic in its text: replay must diverge on
+//!   the output text alone.
 
 use agentsessions_machine::events;
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, Script, ev};
@@ -17,14 +21,17 @@ use agentsessions_proto::v1::{
 pub const REPORTER: &str = "reporter";
 /// The drifting echo harness.
 pub const DRIFT: &str = "drift";
+/// The harness whose own output text drifts.
+pub const CHATTER: &str = "chatter";
 /// Kinds defined here (the testkit defines the rest).
-pub const KINDS: &[&str] = &[REPORTER, DRIFT];
+pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER];
 
 /// A fresh script for a connection to `kind`.
 pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
     match kind {
         REPORTER => Some(Box::new(FnScript::new(REPORTER, reporter()))),
         DRIFT => harness::by_kind("echo"),
+        CHATTER => Some(Box::new(FnScript::new(CHATTER, chatter()))),
         other => harness::by_kind(other),
     }
 }
@@ -56,6 +63,31 @@ fn reporter() -> impl FnMut(&ControllerFrame) -> Reply + Send {
         }
         Some(Frame::Model(_)) => Reply::finish(vec![harness::end(&exec)]),
         _ => Reply::default(),
+    }
+}
+
+fn chatter() -> impl FnMut(&ControllerFrame) -> Reply + Send {
+    move |frame| match &frame.frame {
+        Some(Frame::Start(start)) => {
+            let exec = frame.execution_id.clone();
+            let text = start
+                .inputs
+                .last()
+                .map(events::message_text)
+                .unwrap_or_default();
+            let said = events::assistant_text(&format!("said {text}"));
+            Reply::finish(vec![events::output(&exec, said), harness::end(&exec)])
+        }
+        _ => Reply::default(),
+    }
+}
+
+/// Changes a chatter harness's own output text on start `ordinal` (> 1)
+/// of its session.
+pub fn chatter_drift(ev: &mut Event, ordinal: u32) {
+    if let Some(Body::Message(m)) = &mut ev.body {
+        let text = format!("{} (start {ordinal})", events::message_text(m));
+        *m = events::assistant_text(&text);
     }
 }
 

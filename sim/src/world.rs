@@ -487,6 +487,12 @@ impl Sim {
         let reply = c.script.on_frame(&frame);
         let (kind, ordinal) = (c.kind.clone(), c.ordinal);
         for mut ev in reply.events {
+            if kind == scripts::CHATTER
+                && ordinal > 1
+                && events::kind_of(&ev) == EventKind::EventOutput
+            {
+                scripts::chatter_drift(&mut ev, ordinal);
+            }
             if events::kind_of(&ev) == EventKind::EventModelCall {
                 if kind == scripts::DRIFT && ordinal > 1 {
                     scripts::drift(&mut ev, ordinal);
