@@ -2,12 +2,13 @@
 //! Resume): a session whose stored harness requires MEMORY_SNAPSHOT refuses
 //! a turn on a STATELESS_REPLAY harness, whether an Exec names it as an
 //! override or a Resume finds it recorded, before any fence, journal write,
-//! repair or runtime change. Overrides the rule does not cover still run.
+//! repair or runtime change. Overrides the rule does not cover still run,
+//! and a stored harness that cannot be described refuses (fails closed).
 
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Code, Effect, Response};
+use agentsessions_machine::host::{Code, Effect, HarnessFailure, Response};
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{EventKind, ExecutionStart, Mediation, ToolCall, event::Body};
 use common::*;
@@ -90,20 +91,41 @@ fn exec_overriding_a_memory_snapshot_harness_with_a_stateless_one_is_refused_bef
 }
 
 #[test]
-fn exec_overrides_the_rule_does_not_cover_describe_nothing_extra_and_run() {
+fn overrides_the_rule_does_not_cover_run_with_their_usual_describes() {
     let mut world = World::default();
-    // Stateless stored harness, stateless override: no extra Describe.
+    // A stored route that cannot snapshot memory: no extra Describe.
     let sid = create(&mut world, "echo");
     let mark = world.trace.len();
     let call = world.call(exec(&sid, "tools", "hi"));
     assert_eq!(call.reply, Ok(Response::StreamEnd), "{call:?}");
     assert_eq!(described(&world, mark), ["tools"]);
+    // A memory-snapshot override of a memory-snapshot harness is allowed.
+    world.add_memory("counter-b", "counter");
+    let sid = create(&mut world, MEMORY);
+    let mark = world.trace.len();
+    let call = world.call(exec(&sid, "counter-b", "hi"));
+    assert_eq!(call.reply, Ok(Response::StreamEnd), "{call:?}");
+    assert_eq!(described(&world, mark), [MEMORY, "counter-b", "counter-b"]);
     // Memory-snapshot stored harness without an override: no check.
     let sid = create(&mut world, MEMORY);
     let mark = world.trace.len();
     let call = world.call(exec(&sid, "", "hi"));
     assert_eq!(call.reply, Ok(Response::StreamEnd), "{call:?}");
     assert_eq!(described(&world, mark), [MEMORY]);
+}
+
+#[test]
+fn an_override_fails_closed_when_the_stored_harness_cannot_be_described() {
+    let mut world = World::default();
+    let sid = create(&mut world, MEMORY);
+    world
+        .describe_fail
+        .insert(MEMORY.into(), HarnessFailure::Unavailable("down".into()));
+    let mark = world.trace.len();
+    let call = world.call(exec(&sid, "echo", "hi"));
+    let status = call.reply.clone().expect_err("refused");
+    assert_eq!(status.code, Code::Unavailable, "{status:?}");
+    no_fence_write_or_compute(&world, mark, "fail closed");
 }
 
 #[test]

@@ -264,9 +264,7 @@ impl ExecOp {
         if let Err(e) = legacy::legacy_prefix(&self.log) {
             return self.fail(cx, mapping::exec(&e.into()));
         }
-        if let Some(check) =
-            OverrideCheck::start(cx, &self.session, &row.harness, &self.harness, &route)
-        {
+        if let Some(check) = OverrideCheck::start(cx, &row.harness, &self.harness, &route) {
             self.stage = Stage::Check(Box::new(check));
             return Flow::Continue;
         }

@@ -4,20 +4,24 @@
 //! a STATELESS_REPLAY harness: an Exec override naming one, or the Resume of
 //! a turn that recorded one. Parking or finishing only the override could
 //! not checkpoint the stored harness's live memory. The rule is decided from
-//! Describes alone, before any fence, journal write or runtime change.
+//! Describes alone, before any fence, journal write or runtime change. It
+//! fails closed: a stored harness that cannot be described refuses the
+//! override with its Describe status.
 //!
-//! Only a stored harness whose route can snapshot memory is described: on
-//! any other route the admission gate refuses a memory-snapshot harness, so
-//! the rule cannot apply and the common path stays free of extra I/O.
+//! Only a stored harness whose route can snapshot memory is described:
+//! remote routes serve STATELESS_REPLAY harnesses only, and on any other
+//! route admission refuses a memory-snapshot harness, so the rule cannot
+//! apply. Ordinary turns and static overrides keep their single Describe.
 
-use super::placement::{Placed, Placement, Provision, needs_memory};
-use crate::host::{Cx, EffectId, Outcome, Route, Status};
+use super::placement::{describe_error, needs_memory};
+use crate::host::{Cx, Effect, EffectId, Outcome, Route, Status};
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
     /// Describing the session's stored harness.
-    Stored(Box<Placement>),
+    Stored(EffectId),
     /// The stored harness needs memory snapshots: describing the turn's.
-    Turn(Box<Placement>),
+    Turn(EffectId),
 }
 
 /// The check in progress.
@@ -25,7 +29,6 @@ pub(crate) struct OverrideCheck {
     stored: String,
     turn: String,
     turn_route: Route,
-    session: String,
     step: Step,
 }
 
@@ -36,13 +39,24 @@ pub(crate) enum Checked {
     Refused(Status),
 }
 
+fn describe(cx: &mut Cx<'_>, harness: &str, route: &Route) -> EffectId {
+    let timeout_ms = cx.config().describe_timeout_ms;
+    let (harness, backend) = (harness.to_owned(), route.backend.clone());
+    cx.request(|id| Effect::Describe {
+        id,
+        harness,
+        backend,
+        conn: None,
+        timeout_ms,
+    })
+}
+
 impl OverrideCheck {
     /// Starts the check for a turn on `turn` in a session stored on
-    /// `stored`; `None` when the rule cannot apply (same harness, or a
-    /// stored route that cannot snapshot memory, or one this host lacks).
+    /// `stored`; `None` when the rule cannot apply (the same harness, or a
+    /// stored route that cannot snapshot memory, or none on this host).
     pub(crate) fn start(
         cx: &mut Cx<'_>,
-        session: &str,
         stored: &str,
         turn: &str,
         turn_route: &Route,
@@ -59,28 +73,18 @@ impl OverrideCheck {
         if !stored_route.backend.memory_snapshot() {
             return None;
         }
-        let describe = Placement::start(
-            cx,
-            stored.clone(),
-            stored_route,
-            session,
-            Provision::AdmitOnly,
-            false,
-        );
+        let id = describe(cx, &stored, &stored_route);
         Some(Self {
             stored,
             turn: turn.to_owned(),
             turn_route: turn_route.clone(),
-            session: session.to_owned(),
-            step: Step::Stored(Box::new(describe)),
+            step: Step::Stored(id),
         })
     }
 
     /// True when `id` is the Describe this check waits for.
     pub(crate) fn owns(&self, id: EffectId) -> bool {
-        match &self.step {
-            Step::Stored(p) | Step::Turn(p) => p.owns(id),
-        }
+        matches!(self.step, Step::Stored(x) | Step::Turn(x) if x == id)
     }
 
     /// Advances on the outcome of the Describe it waits for.
@@ -94,45 +98,27 @@ impl OverrideCheck {
             self.owns(id),
             "override check got an outcome it did not ask for"
         );
-        let (stored_step, placement) = match &mut self.step {
-            Step::Stored(p) => (true, p),
-            Step::Turn(p) => (false, p),
+        let Outcome::Described(result) = outcome else {
+            super::unexpected("override check", &outcome)
         };
-        match placement.on_outcome(cx, id, outcome) {
-            Placed::Pending => Checked::Pending,
-            // The rule cannot be decided without the stored harness: fail
-            // closed with the Describe's own status.
-            Placed::Failed(status) => Checked::Refused(status),
-            Placed::Ready => {
-                let d = placement
-                    .descriptor
-                    .as_ref()
-                    .expect("admitted harness is described");
-                assert!(placement.conn.is_none(), "admission opens no connection");
-                if stored_step {
-                    if !needs_memory(d) {
-                        return Checked::Allowed;
-                    }
-                    let describe = Placement::start(
-                        cx,
-                        self.turn.clone(),
-                        self.turn_route.clone(),
-                        &self.session,
-                        Provision::AdmitOnly,
-                        false,
-                    );
-                    self.step = Step::Turn(Box::new(describe));
-                    return Checked::Pending;
+        match self.step {
+            Step::Stored(_) => match result {
+                Err(e) => Checked::Refused(describe_error(&self.stored, &e)),
+                Ok(d) if !needs_memory(&d) => Checked::Allowed,
+                Ok(_) => {
+                    let (turn, route) = (self.turn.clone(), self.turn_route.clone());
+                    self.step = Step::Turn(describe(cx, &turn, &route));
+                    Checked::Pending
                 }
-                if needs_memory(d) {
-                    Checked::Allowed
-                } else {
-                    Checked::Refused(Status::failed_precondition(format!(
-                        "session harness {:?} requires MEMORY_SNAPSHOT; a turn on the STATELESS_REPLAY harness {:?} could not checkpoint its memory",
-                        self.stored, self.turn
-                    )))
-                }
-            }
+            },
+            Step::Turn(_) => match result {
+                Err(e) => Checked::Refused(describe_error(&self.turn, &e)),
+                Ok(d) if needs_memory(&d) => Checked::Allowed,
+                Ok(_) => Checked::Refused(Status::failed_precondition(format!(
+                    "session harness {:?} requires MEMORY_SNAPSHOT; a turn on the STATELESS_REPLAY harness {:?} could not checkpoint its memory",
+                    self.stored, self.turn
+                ))),
+            },
         }
     }
 }

@@ -60,7 +60,7 @@ pub(crate) struct Placement {
 }
 
 /// Maps a Describe failure: outages are UNAVAILABLE, anything else INTERNAL.
-fn describe_error(harness: &str, e: &HarnessFailure) -> Status {
+pub(crate) fn describe_error(harness: &str, e: &HarnessFailure) -> Status {
     match e {
         HarnessFailure::Unavailable(m) => {
             Status::unavailable(format!("harness {harness:?} unavailable: {m}"))

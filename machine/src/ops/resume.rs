@@ -299,8 +299,7 @@ impl ResumeOp {
         self.route = Some(route.clone());
         // A recorded override is checked before the gate is repaired or
         // reported, and before any compute changes.
-        if let Some(check) = OverrideCheck::start(cx, &self.session, &row.harness, &harness, &route)
-        {
+        if let Some(check) = OverrideCheck::start(cx, &row.harness, &harness, &route) {
             self.stage = Stage::Check(Box::new(check), gate);
             return Flow::Continue;
         }
