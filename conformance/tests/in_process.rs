@@ -52,6 +52,7 @@ checks! {
     replay_emits_no_deltas,
     wire_failed_harness_journaled_as_error,
     wire_execution_start_reopen_resume_replay_fork,
+    memory_snapshot_session_refuses_a_stateless_override,
     wire_controller_mediated_tool,
     crash_mid_tool_call_at_most_once,
     controller_mediated_tool_requires_key,

@@ -56,6 +56,11 @@ pub(super) fn checks() -> Vec<Check> {
             "execution_start_test",
             super::recovery::execution_start
         ),
+        check!(
+            "memory_snapshot_session_refuses_a_stateless_override",
+            "api-reference ExecRequest.harness",
+            memory_session_refuses_stateless_override
+        ),
     ]
 }
 
@@ -503,5 +508,42 @@ async fn failed_harness(env: &mut Env) -> CheckResult {
         "a failed turn was journaled as END COMPLETED"
     );
     env.snapshot("failed_harness", &[&sid], &records);
+    Ok(Verdict::Pass)
+}
+
+/// The host's memory-snapshot harness, when it has one by this name (our
+/// daemon's built-in `counter`); hosts without one skip the check.
+const MEMORY_HARNESS: &str = "counter";
+
+async fn memory_session_refuses_stateless_override(env: &mut Env) -> CheckResult {
+    env.start().await?;
+    let mut c = env.client()?;
+    let sid = match client::create(&mut c, MEMORY_HARNESS).await {
+        Ok(sid) => sid,
+        Err(s) if s.code() == tonic::Code::InvalidArgument => {
+            return Ok(Verdict::Skip(format!(
+                "the host serves no memory-snapshot harness named {MEMORY_HARNESS:?}"
+            )));
+        }
+        Err(s) => return Err(s.into()),
+    };
+    let opts = ExecOpts {
+        harness: ECHO.to_owned(),
+        ..ExecOpts::default()
+    };
+    let t = client::exec(&mut c, &sid, &["hi"], opts).await;
+    ensure!(
+        t.code() == tonic::Code::FailedPrecondition,
+        "a STATELESS_REPLAY override of a memory-snapshot session must be FAILED_PRECONDITION: {}",
+        t.describe()
+    );
+    let records = log(env, &sid).await?;
+    ensure!(
+        records.is_empty(),
+        "the refused override wrote {}",
+        kind_names(&records)
+    );
+    // The session's own harness still runs.
+    turn_ok(env, &sid, &["hi"], ExecOpts::default()).await?;
     Ok(Verdict::Pass)
 }
