@@ -205,6 +205,10 @@ fn live_model_call_records_intent_before_invoking_then_output_before_answering()
     };
     assert_eq!(recorded(&out), vec![1]);
     assert_eq!(request.messages, echo_call("hi").messages);
+    assert!(
+        request.id.is_empty() && request.input_hash.is_empty(),
+        "the provider sees no wire id or journal hash: {request:?}"
+    );
 
     let reply = events::assistant_text("echo:hi");
     let out = rig.model(Ok(ModelReply {
@@ -315,7 +319,13 @@ fn resume_redrives_a_trailing_model_call_once_and_records_only_the_output() {
     let stream = log.clone();
     let mut rig = Rig::new(setup(Mode::Resume, stream, 1), log);
     let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
-    assert!(matches!(&out[..], [Action::InvokeModel(_)]), "{out:?}");
+    let [Action::InvokeModel(request)] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert!(
+        request.id.is_empty() && request.input_hash.is_empty(),
+        "the re-driven request carries no wire id or journal hash: {request:?}"
+    );
     let out = rig.model(Ok(ModelReply {
         message: Some(events::assistant_text("echo:hi")),
         usage: None,

@@ -342,3 +342,40 @@ fn ending_before_every_recorded_effect_is_served_diverges() {
     rig.event(EventKind::EventEnd, end());
     assert_diverged(&rig, "consumed 1 of 2");
 }
+
+// --- not divergence: a keyless CONTROLLER_MEDIATED call ---------------------
+
+#[test]
+fn a_keyless_mediated_call_is_refused_as_live_and_consumes_nothing() {
+    let mut keyless = ordinary("c1");
+    keyless.idempotency_key.clear();
+    let mut rig = replay(vec![
+        tool_call_ev(ordinary("c2")),
+        result_ev(ok_result("c2")),
+    ]);
+    rig.event(EventKind::EventToolCall, Body::Tool(keyless));
+    match rig.inv.finished().map(|f| &f.ending) {
+        Some(Ending::Failed(e)) => {
+            assert!(
+                !e.is_divergence(),
+                "a keyless call is not a divergence: {e}"
+            );
+            assert!(
+                matches!(e, TurnError::Log(LogError::MissingIdempotencyKey)),
+                "{e:?}"
+            );
+        }
+        other => panic!("expected the live refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_keyless_mediated_call_where_its_gate_was_recorded_diverges_on_mediation() {
+    // The live refusal is reproduced only when the journal holds no gate
+    // for that call: here it does, so the call is checked against it.
+    let mut keyless = ordinary("c1");
+    keyless.idempotency_key.clear();
+    let mut rig = replay_gated(gated_turn(receipt(2, 3)));
+    rig.event(EventKind::EventToolCall, Body::Tool(keyless));
+    assert_diverged(&rig, "mediation differs");
+}
