@@ -8,7 +8,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Code, Effect, HarnessFailure, Response};
+use agentsessions_machine::host::{Code, HarnessFailure, Response};
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{EventKind, ExecutionStart, Mediation, ToolCall, event::Body};
 use common::*;
@@ -34,16 +34,6 @@ fn no_fence_write_or_compute(world: &World, mark: usize, what: &str) {
         "{what}: {:?}",
         effect_names(since(world, mark))
     );
-}
-
-fn described(world: &World, mark: usize) -> Vec<String> {
-    since(world, mark)
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Describe { harness, .. } => Some(harness.clone()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// A session stored on the memory-snapshot harness whose journal holds a

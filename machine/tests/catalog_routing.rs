@@ -26,17 +26,6 @@ fn err(call: &Call) -> agentsessions_machine::host::Status {
     call.reply.clone().expect_err("the call fails")
 }
 
-/// Harness names the Describe effects since `mark` asked about.
-fn described(world: &World, mark: usize) -> Vec<String> {
-    since(world, mark)
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Describe { harness, .. } => Some(harness.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn no_writes_or_compute(world: &World, mark: usize, what: &str) {
     assert!(
         !any_of(

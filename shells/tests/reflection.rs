@@ -21,67 +21,46 @@ async fn channel(daemon: &Daemon) -> Channel {
         .unwrap()
 }
 
-/// Lists the services, then asks for the file that declares Sessions.
-async fn ask_v1(ch: Channel) -> (Vec<String>, usize) {
-    use v1::server_reflection_request::MessageRequest as Ask;
-    use v1::server_reflection_response::MessageResponse as Answer;
-    let mut client = v1::server_reflection_client::ServerReflectionClient::new(ch);
-    let asks = [
-        Ask::ListServices(String::new()),
-        Ask::FileContainingSymbol(SESSIONS.into()),
-    ];
-    let requests = asks.map(|a| v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(a),
-    });
-    let mut answers = client
-        .server_reflection_info(tokio_stream::iter(requests))
-        .await
-        .unwrap()
-        .into_inner();
-    let (mut services, mut files) = (Vec::new(), 0);
-    while let Some(a) = answers.message().await.unwrap() {
-        match a.message_response.unwrap() {
-            Answer::ListServicesResponse(l) => {
-                services.extend(l.service.into_iter().map(|s| s.name))
+/// Defines `$name`, which lists the services and then asks for the file
+/// declaring Sessions over reflection version `$v`; it returns the service
+/// names and the number of file descriptors in the answer. The two versions
+/// have the same messages in different generated modules.
+macro_rules! ask {
+    ($name:ident, $v:ident) => {
+        async fn $name(ch: Channel) -> (Vec<String>, usize) {
+            use $v::server_reflection_request::MessageRequest as Ask;
+            use $v::server_reflection_response::MessageResponse as Answer;
+            let mut client = $v::server_reflection_client::ServerReflectionClient::new(ch);
+            let asks = [
+                Ask::ListServices(String::new()),
+                Ask::FileContainingSymbol(SESSIONS.into()),
+            ];
+            let requests = asks.map(|a| $v::ServerReflectionRequest {
+                host: String::new(),
+                message_request: Some(a),
+            });
+            let mut answers = client
+                .server_reflection_info(tokio_stream::iter(requests))
+                .await
+                .unwrap()
+                .into_inner();
+            let (mut services, mut files) = (Vec::new(), 0);
+            while let Some(a) = answers.message().await.unwrap() {
+                match a.message_response.unwrap() {
+                    Answer::ListServicesResponse(l) => {
+                        services.extend(l.service.into_iter().map(|s| s.name))
+                    }
+                    Answer::FileDescriptorResponse(f) => files += f.file_descriptor_proto.len(),
+                    other => panic!("unexpected answer {other:?}"),
+                }
             }
-            Answer::FileDescriptorResponse(f) => files += f.file_descriptor_proto.len(),
-            other => panic!("unexpected answer {other:?}"),
+            (services, files)
         }
-    }
-    (services, files)
+    };
 }
 
-/// The same two questions in v1alpha.
-async fn ask_v1alpha(ch: Channel) -> (Vec<String>, usize) {
-    use v1alpha::server_reflection_request::MessageRequest as Ask;
-    use v1alpha::server_reflection_response::MessageResponse as Answer;
-    let mut client = v1alpha::server_reflection_client::ServerReflectionClient::new(ch);
-    let asks = [
-        Ask::ListServices(String::new()),
-        Ask::FileContainingSymbol(SESSIONS.into()),
-    ];
-    let requests = asks.map(|a| v1alpha::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(a),
-    });
-    let mut answers = client
-        .server_reflection_info(tokio_stream::iter(requests))
-        .await
-        .unwrap()
-        .into_inner();
-    let (mut services, mut files) = (Vec::new(), 0);
-    while let Some(a) = answers.message().await.unwrap() {
-        match a.message_response.unwrap() {
-            Answer::ListServicesResponse(l) => {
-                services.extend(l.service.into_iter().map(|s| s.name))
-            }
-            Answer::FileDescriptorResponse(f) => files += f.file_descriptor_proto.len(),
-            other => panic!("unexpected answer {other:?}"),
-        }
-    }
-    (services, files)
-}
+ask!(ask_v1, v1);
+ask!(ask_v1alpha, v1alpha);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reflection_v1_and_v1alpha_both_list_and_describe_the_sessions_api() {

@@ -3,7 +3,7 @@
 
 use agentsessions_proto::v1::{EventKind, event::Body};
 
-use super::support::{log, resume_ok, same_entry, session, turn_ok, turn_records};
+use super::support::{failing_turn, log, resume_ok, same_entry, session, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, Turn, count, kind_names, outputs};
 use crate::env::Env;
@@ -489,24 +489,7 @@ async fn replay_no_deltas(env: &mut Env) -> CheckResult {
 async fn failed_harness(env: &mut Env) -> CheckResult {
     env.start().await?;
     let sid = session(env, FAIL).await?;
-    let mut c = env.client()?;
-    let t = client::exec(&mut c, &sid, &["go"], ExecOpts::default()).await;
-    ensure!(!t.ok(), "a failing harness's Exec returned OK");
-    ensure!(
-        t.describe().contains("boom"),
-        "the error does not carry the harness's text: {}",
-        t.describe()
-    );
-    let records = log(env, &sid).await?;
-    ensure!(
-        client::kinds(&records).last() == Some(&EventKind::EventError),
-        "the failed turn must end in ERROR: {}",
-        kind_names(&records)
-    );
-    ensure!(
-        client::end_state(&records) != "COMPLETED",
-        "a failed turn was journaled as END COMPLETED"
-    );
+    let records = failing_turn(env, &sid).await?;
     env.snapshot("failed_harness", &[&sid], &records);
     Ok(Verdict::Pass)
 }

@@ -10,7 +10,7 @@ use agentsessions_proto::v1::{
 use serde_json::Value as Json;
 
 use super::support::{
-    HOLD_WAIT, extends, log, resume_ok, same_entry, session, turn_ok, turn_records,
+    HOLD_WAIT, extends, failing_turn, log, resume_ok, same_entry, session, turn_ok, turn_records,
 };
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names, outputs};
@@ -521,24 +521,7 @@ async fn failure(env: &mut Env) -> CheckResult {
     }
     env.start().await?;
     let sid = session(env, FAIL).await?;
-    let mut c = env.client()?;
-    let t = client::exec(&mut c, &sid, &["go"], ExecOpts::default()).await;
-    ensure!(!t.ok(), "a failing python harness's Exec returned OK");
-    ensure!(
-        t.describe().contains("boom"),
-        "the error does not carry the harness's text: {}",
-        t.describe()
-    );
-    let records = log(env, &sid).await?;
-    ensure!(
-        client::kinds(&records).last() == Some(&EventKind::EventError),
-        "the failed turn must end in ERROR: {}",
-        kind_names(&records)
-    );
-    ensure!(
-        client::end_state(&records) != "COMPLETED",
-        "a failed turn was journaled as END COMPLETED"
-    );
+    failing_turn(env, &sid).await?;
     Ok(Verdict::Pass)
 }
 

@@ -31,6 +31,30 @@ pub(super) async fn session(env: &Env, harness: &str) -> Result<String, Failure>
     Ok(client::create(&mut c, harness).await?)
 }
 
+/// Runs a turn on a harness that ends FAILED "boom" and checks the host
+/// failed the call with that text and journaled ERROR, not END COMPLETED.
+pub(super) async fn failing_turn(env: &Env, sid: &str) -> Result<Vec<LogRecord>, Failure> {
+    let mut c = env.client()?;
+    let t = client::exec(&mut c, sid, &["go"], ExecOpts::default()).await;
+    ensure!(!t.ok(), "a failing harness's Exec returned OK");
+    ensure!(
+        t.describe().contains("boom"),
+        "the error does not carry the harness's text: {}",
+        t.describe()
+    );
+    let records = log(env, sid).await?;
+    ensure!(
+        client::kinds(&records).last() == Some(&EventKind::EventError),
+        "the failed turn must end in ERROR: {}",
+        client::kind_names(&records)
+    );
+    ensure!(
+        client::end_state(&records) != "COMPLETED",
+        "a failed turn was journaled as END COMPLETED"
+    );
+    Ok(records)
+}
+
 /// The whole journal through Replay, chain-verified.
 pub(super) async fn log(env: &Env, sid: &str) -> Result<Vec<LogRecord>, Failure> {
     let mut c = env.client()?;

@@ -135,6 +135,17 @@ pub fn since(world: &World, mark: usize) -> &[Effect] {
     &world.trace[mark..]
 }
 
+/// Harness names the Describe effects since `mark` asked about.
+pub fn described(world: &World, mark: usize) -> Vec<String> {
+    since(world, mark)
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Describe { harness, .. } => Some(harness.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The variant name of each effect, for exact effect-list assertions.
 pub fn effect_names(effects: &[Effect]) -> Vec<&'static str> {
     effects.iter().map(Effect::name).collect()
