@@ -379,3 +379,166 @@ fn a_keyless_mediated_call_where_its_gate_was_recorded_diverges_on_mediation() {
     rig.event(EventKind::EventToolCall, Body::Tool(keyless));
     assert_diverged(&rig, "mediation differs");
 }
+
+// --- what a replay or recovery may re-drive, and what it refuses -----------
+// (found by cargo-mutants: each guard below survived the tests above)
+
+fn has_invoke(out: &[Action]) -> bool {
+    out.iter().any(|a| matches!(a, Action::InvokeModel(_)))
+}
+
+fn has_execute(out: &[Action]) -> bool {
+    out.iter().any(|a| matches!(a, Action::ExecuteTool { .. }))
+}
+
+/// Commits the ERROR append a failing Live or Resume run asks for.
+fn settle(rig: &mut Rig, out: &[Action]) {
+    if let Some(append @ Action::Append { .. }) = out.last() {
+        rig.appended(append);
+    }
+}
+
+#[track_caller]
+fn assert_failed_with(rig: &Rig, want: &str) {
+    match rig.inv.finished().map(|f| &f.ending) {
+        Some(Ending::Failed(e)) => assert!(e.to_string().contains(want), "{e} lacks {want:?}"),
+        other => panic!("expected a failure {want:?}, got {other:?}"),
+    }
+}
+
+/// A run in `mode` over `evs`, recorded at seqs 1...
+fn rig_in(mode: Mode, evs: Vec<Event>, legacy: bool, has_executor: bool) -> Rig {
+    let stream: Vec<_> = evs
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let head = stream.len() as i64;
+    let log = stream.clone();
+    let mut s = setup(mode, stream, head);
+    s.legacy = legacy;
+    s.has_executor = has_executor;
+    Rig::new(s, log)
+}
+
+#[test]
+fn a_replay_never_asks_the_model_for_an_unanswered_recorded_call() {
+    let call = recorded_echo("hi").remove(0);
+    let mut rig = rig_in(Mode::Replay, vec![call], false, true);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(!has_invoke(&out), "{out:?}");
+    assert_failed_with(&rig, "expected a recorded completion");
+}
+
+#[test]
+fn a_recovery_asks_the_model_again_only_for_a_trailing_modern_call() {
+    let call = || recorded_echo("hi").remove(0);
+    let usage_ev = events::event(E, EventKind::EventUsage, Body::Usage(usage(1)));
+    // Not trailing: evidence follows the unanswered call.
+    let mut rig = rig_in(Mode::Resume, vec![call(), usage_ev], false, true);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(!has_invoke(&out), "{out:?}");
+    settle(&mut rig, &out);
+    assert_failed_with(&rig, "recorded completion missing");
+    // Trailing but legacy: legacy turns re-drive tools only.
+    let mut rig = rig_in(Mode::Resume, vec![call()], true, true);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(!has_invoke(&out), "{out:?}");
+    // Trailing and modern: asked once.
+    let mut rig = rig_in(Mode::Resume, vec![call()], false, true);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    assert!(has_invoke(&out), "{out:?}");
+}
+
+#[test]
+fn a_replay_never_executes_an_unanswered_recorded_tool_call() {
+    let mut rig = rig_in(
+        Mode::Replay,
+        vec![tool_call_ev(ordinary("c1"))],
+        false,
+        true,
+    );
+    let out = rig.event(EventKind::EventToolCall, Body::Tool(ordinary("c1")));
+    assert!(!has_execute(&out), "{out:?}");
+    assert_failed_with(&rig, "recorded tool call has no result");
+}
+
+#[test]
+fn a_recovery_reruns_a_trailing_tool_intent_only_with_an_executor() {
+    let mut rig = rig_in(
+        Mode::Resume,
+        vec![tool_call_ev(ordinary("c1"))],
+        false,
+        true,
+    );
+    let out = rig.event(EventKind::EventToolCall, Body::Tool(ordinary("c1")));
+    assert!(has_execute(&out), "{out:?}");
+    let mut rig = rig_in(
+        Mode::Resume,
+        vec![tool_call_ev(ordinary("c1"))],
+        false,
+        false,
+    );
+    let out = rig.event(EventKind::EventToolCall, Body::Tool(ordinary("c1")));
+    assert!(!has_execute(&out), "{out:?}");
+    settle(&mut rig, &out);
+    assert_failed_with(&rig, "no tool executor");
+}
+
+#[test]
+fn a_call_the_live_host_refused_is_refused_again_before_its_recorded_fallback() {
+    // Live, the unmediated c1 was refused before any write and the harness
+    // fell back to the ordinary c2: replay refuses c1 the same way.
+    let mut unmediated = ordinary("c1");
+    unmediated.mediation = Mediation::Unspecified as i32;
+    let fallback = vec![tool_call_ev(ordinary("c2")), result_ev(ok_result("c2"))];
+    let mut rig = replay(fallback);
+    rig.event(EventKind::EventToolCall, Body::Tool(unmediated.clone()));
+    match rig.inv.finished().map(|f| &f.ending) {
+        Some(Ending::Failed(e)) => {
+            assert!(
+                !e.is_divergence(),
+                "the live refusal, not a divergence: {e}"
+            );
+            assert!(e.to_string().contains("MEDIATION_UNSPECIFIED"), "{e}");
+        }
+        other => panic!("expected the live refusal, got {other:?}"),
+    }
+    // A recorded gated call is no fallback: c1 is checked against it.
+    let mut rig = replay(gated_turn(receipt(2, 3)));
+    unmediated.id = "c0".into();
+    rig.event(EventKind::EventToolCall, Body::Tool(unmediated));
+    assert_diverged(&rig, "differs from the record");
+}
+
+#[test]
+fn an_undecided_recorded_gate_is_missing_evidence_for_a_replay() {
+    let mut rig = replay_gated(gated_turn(receipt(2, 3))[..2].to_vec());
+    rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    assert_diverged(&rig, "approval evidence missing for gated call");
+}
+
+#[test]
+fn approval_evidence_other_than_the_scanned_evidence_diverges() {
+    let evs = gated_turn(receipt(2, 3));
+    let mut rig = replay_gated(evs.clone());
+    // The same decision with another reason, in place of the scanned one.
+    let mut other = rig.inv.setup().stream.clone();
+    if let Some(Body::ApprovalResult(d)) = other[2].event.as_mut().and_then(|e| e.body.as_mut()) {
+        d.reason = "changed".into();
+    } else {
+        panic!("seq 3 is the decision: {:?}", other[2]);
+    }
+    rig.inv = Invocation::new(Setup {
+        stream: std::mem::take(&mut other),
+        ..rig.inv.setup().clone()
+    });
+    rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    assert_diverged(&rig, "approval evidence out of order");
+}
