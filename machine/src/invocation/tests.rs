@@ -4,7 +4,7 @@
 use agentsessions_proto::v1::{
     ApprovalRef, ApprovalResult, Capabilities, ControllerFrame, Event, EventKind,
     HarnessDescriptor, HarnessEnd, LogRecord, Mediation, ModelCall, ModelResult, Resumability,
-    ToolCall, ToolResult, Usage, controller_frame::Frame, event::Body,
+    ToolCall, ToolResult, Usage, controller_frame::Frame, event::Body, tool_result,
 };
 
 mod divergence;

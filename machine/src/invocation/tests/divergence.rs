@@ -542,3 +542,65 @@ fn approval_evidence_other_than_the_scanned_evidence_diverges() {
     );
     assert_diverged(&rig, "approval evidence out of order");
 }
+
+// --- reports and usage once the recorded stream is spent --------------------
+
+#[test]
+fn a_report_carrying_any_receipt_field_is_refused_as_host_owned() {
+    let fields: [fn(&mut ToolResult); 3] = [
+        |r| r.approval_request_seq = 2,
+        |r| r.approval_decision_seq = 3,
+        |r| r.code = tool_result::Code::ApprovalDenied as i32,
+    ];
+    for set in fields {
+        let mut report = ok_result("c9");
+        set(&mut report);
+        let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+        let out = rig.event(EventKind::EventToolResult, Body::Result(report.clone()));
+        settle(&mut rig, &out);
+        assert_eq!(
+            rig.ending(),
+            Ending::Failed(TurnError::ApprovalReceiptReport),
+            "{report:?}"
+        );
+    }
+}
+
+#[test]
+fn a_spent_replay_diverges_on_a_report_or_a_modern_usage_and_ignores_a_legacy_usage() {
+    let mut rig = replay(vec![]);
+    rig.event(EventKind::EventToolResult, Body::Result(ok_result("c9")));
+    assert_diverged(&rig, "expected a recorded tool result");
+    let mut rig = replay(vec![]);
+    rig.event(EventKind::EventUsage, Body::Usage(usage(1)));
+    assert_diverged(&rig, "expected a recorded usage");
+    // Legacy journals never recorded usage: served or spent, it is ignored.
+    for evs in [vec![], vec![text_output("a")]] {
+        let mut rig = rig_in(Mode::Replay, evs, true, true);
+        let out = rig.event(EventKind::EventUsage, Body::Usage(usage(1)));
+        assert!(out.is_empty(), "{out:?}");
+        assert_running(&rig);
+    }
+}
+
+#[test]
+fn a_report_reusing_a_gated_call_id_diverges_after_the_stream_is_spent() {
+    let mut rig = replay_gated(gated_turn(receipt(2, 3)));
+    rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    );
+    assert_running(&rig);
+    rig.event(EventKind::EventToolResult, Body::Result(ok_result("c1")));
+    assert_diverged(&rig, "report reuses approval call id");
+}
+
+#[test]
+fn a_live_report_is_journaled_as_the_harness_sent_it() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventToolResult, Body::Result(ok_result("r1")));
+    let [Action::Append { events, .. }] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(events[0].body, Some(Body::Result(ok_result("r1"))));
+}
