@@ -187,7 +187,12 @@ fn recorded_echo(text: &str) -> Vec<Event> {
 #[test]
 fn live_model_call_records_intent_before_invoking_then_output_before_answering() {
     let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
-    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    // A stray hash from the harness is neither journaled nor passed on.
+    let call = ModelCall {
+        input_hash: "stray".into(),
+        ..echo_call("hi")
+    };
+    let out = rig.event(EventKind::EventModelCall, Body::Model(call));
     assert_eq!(out.len(), 1, "only the MODEL_CALL append: {out:?}");
     let Action::Append { events: evs, .. } = &out[0] else {
         panic!()
@@ -198,6 +203,10 @@ fn live_model_call_records_intent_before_invoking_then_output_before_answering()
     assert_eq!(mc.model, "echo");
     assert_eq!(mc.input_hash, input_hash(&echo_call("hi")).unwrap());
     assert!(mc.messages.is_empty(), "messages are wire-only");
+    assert!(
+        !mc.id.is_empty() && mc.id != "wire-call-1",
+        "the journal names the call by a host-minted id: {mc:?}"
+    );
 
     let out = rig.appended(&out[0]);
     let Action::InvokeModel(request) = &out[1] else {
@@ -318,7 +327,12 @@ fn resume_redrives_a_trailing_model_call_once_and_records_only_the_output() {
     log.push(record(1, mc));
     let stream = log.clone();
     let mut rig = Rig::new(setup(Mode::Resume, stream, 1), log);
-    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    // A stray hash from the harness is not passed on either.
+    let call = ModelCall {
+        input_hash: "stray".into(),
+        ..echo_call("hi")
+    };
+    let out = rig.event(EventKind::EventModelCall, Body::Model(call));
     let [Action::InvokeModel(request)] = &out[..] else {
         panic!("{out:?}")
     };
