@@ -197,25 +197,44 @@ impl GoJson {
     }
 
     /// A Go float64 as `encoding/json` writes it: plain decimal between 1e-6
-    /// and 1e21, otherwise exponent form with at least one exponent digit.
+    /// and 1e21, otherwise exponent form with a signed exponent. The digits
+    /// are the shortest that round-trip, a tie going to the even digit as in
+    /// Go's strconv (ryu's digits; Rust's own `Display` rounds such a tie
+    /// up, so -594132965547100.25 came out as ….3 instead of Go's ….2).
     fn float(&mut self, f: f64) -> Result<(), InputHashError> {
         if !f.is_finite() {
             return Err(InputHashError::NonFiniteNumber { value: f });
         }
+        let (digits, point) = shortest_digits(f);
+        // Go keeps the sign of -0 too ("-0").
+        if f.is_sign_negative() {
+            self.out.push('-');
+        }
+        if digits.is_empty() {
+            self.out.push('0');
+            return Ok(());
+        }
+        let n = digits.len() as i32;
         let abs = f.abs();
-        if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-            // Rust's `{:e}` gives the same shortest digits as Go; Go also
-            // signs a positive exponent.
-            let s = format!("{f:e}");
-            match s.split_once('e') {
-                Some((mantissa, exp)) if !exp.starts_with('-') => {
-                    let _ = write!(self.out, "{mantissa}e+{exp}");
-                }
-                _ => self.out.push_str(&s),
+        if (1e-6..1e21).contains(&abs) {
+            if point <= 0 {
+                self.out.push_str("0.");
+                self.out.extend(std::iter::repeat_n('0', (-point) as usize));
+                self.out.push_str(&digits);
+            } else if point >= n {
+                self.out.push_str(&digits);
+                self.out
+                    .extend(std::iter::repeat_n('0', (point - n) as usize));
+            } else {
+                let (int, frac) = digits.split_at(point as usize);
+                let _ = write!(self.out, "{int}.{frac}");
             }
         } else {
-            // Display never uses an exponent and writes -0 as "-0", as Go does.
-            let _ = write!(self.out, "{f}");
+            let (first, rest) = digits.split_at(1);
+            let e = point - 1;
+            let dot = if rest.is_empty() { "" } else { "." };
+            let sign = if e < 0 { '-' } else { '+' };
+            let _ = write!(self.out, "{first}{dot}{rest}e{sign}{}", e.abs());
         }
         Ok(())
     }
@@ -492,4 +511,23 @@ impl GoJson {
         }
         Ok(())
     }
+}
+
+/// The shortest round-trip decimal digits of finite `f` (no leading or
+/// trailing zeros; empty for zero) and the decimal point's position:
+/// |f| = 0.DIGITS × 10^point.
+fn shortest_digits(f: f64) -> (String, i32) {
+    assert!(f.is_finite(), "only finite floats have digits");
+    let mut buf = ryu_js::Buffer::new();
+    let text = buf.format_finite(f.abs());
+    let (mantissa, exp) = match text.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes a decimal exponent")),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{int}{frac}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_start_matches('0').trim_end_matches('0').to_owned();
+    let point = int.len() as i32 - lead as i32 + exp;
+    (digits, point)
 }

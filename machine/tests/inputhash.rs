@@ -490,6 +490,11 @@ fn go_float_formatting() {
         (f64::MAX, "1.7976931348623157e+308"),
         (9007199254740993.0, "9007199254740992"),
         (0.30000000000000004, "0.30000000000000004"),
+        // Exactly halfway between two shortest candidates: Go (and ryu)
+        // keep the even digit. The fuzz finding
+        // `regressions/input_hash/float-tie-rounds-to-even`.
+        (-594132965547100.0 - 0.25, "-594132965547100.2"),
+        (594132965547100.0 + 0.75, "594132965547100.8"),
     ];
     for (f, want) in cases {
         assert_eq!(data_json(num(*f)), *want, "{f:?}");
