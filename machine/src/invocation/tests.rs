@@ -665,3 +665,49 @@ fn an_event_for_another_execution_fails_the_turn() {
     assert_eq!(out[0], Action::Close);
     assert!(matches!(&out[1], Action::Append { .. }));
 }
+
+/// Found by cargo-mutants: `abort` could do nothing and every machine test
+/// stayed green.
+#[test]
+fn an_abort_between_actions_closes_and_journals_the_error_at_once() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let mut out = Vec::new();
+    rig.inv.abort(TurnError::DeadlineExceeded, &mut out);
+    assert_eq!(out[0], Action::Close, "{out:?}");
+    rig.appended(&out[1]);
+    assert_eq!(rig.ending(), Ending::Failed(TurnError::DeadlineExceeded));
+    assert_eq!(rig.kinds(), vec![EventKind::EventError]);
+    // Later harness input is ignored.
+    let out = rig.event(EventKind::EventEnd, end());
+    assert!(out.is_empty(), "{out:?}");
+}
+
+#[test]
+fn an_abort_during_a_model_call_closes_now_and_journals_the_error_after_it() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    rig.appended(&out[0]);
+    let mut out = Vec::new();
+    rig.inv.abort(TurnError::DeadlineExceeded, &mut out);
+    assert_eq!(
+        out,
+        vec![Action::Close],
+        "nothing is written while the call is out"
+    );
+    assert!(rig.inv.finished().is_none());
+    // The answer is ignored; the audit ERROR follows it.
+    let out = rig.model(Ok(ModelReply {
+        message: Some(events::assistant_text("echo:hi")),
+        usage: None,
+    }));
+    let [Action::Append { events, .. }] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(events::kind_of(&events[0]), EventKind::EventError);
+    rig.appended(&out[0]);
+    assert_eq!(rig.ending(), Ending::Failed(TurnError::DeadlineExceeded));
+    assert_eq!(
+        rig.kinds(),
+        vec![EventKind::EventModelCall, EventKind::EventError]
+    );
+}
