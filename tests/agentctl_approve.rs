@@ -8,7 +8,7 @@
 //! a real daemon's resume of the `approval` harness does not.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use agentsessions_proto::grpc::sessions_server::{Sessions, SessionsServer};
@@ -21,23 +21,9 @@ use agentsessions_proto::v1::{
 use tonic::codegen::tokio_stream;
 use tonic::{Request, Response, Status};
 
-const AGENTCTL: &str = env!("CARGO_BIN_EXE_agentctl");
-
-fn agentctl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(AGENTCTL)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run agentctl")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{agentctl, stderr, stdout};
 
 /// stdout as lines with runs of blanks squashed, so the column padding of
 /// record lines does not matter.

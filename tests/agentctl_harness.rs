@@ -2,61 +2,10 @@
 //! named a server: the Sessions port does not serve HarnessRegistry, so
 //! `--server` without `--registry` is refused before anything is opened.
 
-use std::io::{BufRead, BufReader};
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{Daemon, agentctl};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-
-const AGENTCTL: &str = env!("CARGO_BIN_EXE_agentctl");
-const DAEMON: &str = env!("CARGO_BIN_EXE_agentsessionsd");
-
-fn agentctl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(AGENTCTL)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run agentctl")
-}
-
-/// A daemon on its own journal, and its Sessions and registry addresses.
-struct Daemon {
-    child: Child,
-    sessions: String,
-    registry: String,
-}
-
-impl Daemon {
-    fn start(journal: &Path) -> Self {
-        let mut child = Command::new(DAEMON)
-            .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
-            .arg("--journal")
-            .arg(journal)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut addr_of = |prefix: &str| {
-            let line = lines.next().expect("daemon line").unwrap();
-            line.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("{line:?}"))
-                .to_owned()
-        };
-        let sessions = addr_of("agentsessionsd listening on ");
-        let registry = addr_of("harness registry listening on ");
-        Self {
-            child,
-            sessions,
-            registry,
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn entries(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)

@@ -18,28 +18,12 @@
 //! a running `agentsessionsd`.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-const AGENTCTL: &str = env!("CARGO_BIN_EXE_agentctl");
-const DAEMON: &str = env!("CARGO_BIN_EXE_agentsessionsd");
-
-fn agentctl(dir: &Path, args: &[&str]) -> Output {
-    Command::new(AGENTCTL)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run agentctl")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{DAEMON, Daemon, agentctl, stderr, stdout};
 
 // ---- the document runner -------------------------------------------------
 
@@ -519,23 +503,8 @@ fn both_binaries_print_the_crate_version() {
 #[test]
 fn server_mode_talks_to_a_running_daemon() {
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = Command::new(DAEMON)
-        .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
-        .arg("--journal")
-        .arg(dir.path().join("server.db"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(daemon.stdout.take().unwrap()).lines();
-    let mut addr_of = |prefix: &str| {
-        let line = lines.next().expect("daemon line").unwrap();
-        line.strip_prefix(prefix)
-            .unwrap_or_else(|| panic!("{line:?}"))
-            .to_owned()
-    };
-    let addr = addr_of("agentsessionsd listening on ");
-    let registry = addr_of("harness registry listening on ");
+    let daemon = Daemon::start(&dir.path().join("server.db"));
+    let (addr, registry) = (daemon.sessions.clone(), daemon.registry.clone());
     let d = dir.path();
 
     let o = agentctl(d, &["--server", &addr, "exec", "--input", "remote"]);
@@ -558,6 +527,5 @@ fn server_mode_talks_to_a_running_daemon() {
     // No journal was opened here: embedded mode never ran.
     assert!(!d.join("agentsessions.db").exists());
 
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(daemon);
 }

@@ -55,6 +55,14 @@ fn assert_diverged(rig: &Rig, want: &str) {
     }
 }
 
+/// The harness asks for the gated call `c1`.
+fn gated_c1(rig: &mut Rig) -> Vec<Action> {
+    rig.event(
+        EventKind::EventToolCall,
+        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    )
+}
+
 #[track_caller]
 fn assert_running(rig: &Rig) {
     assert!(rig.inv.finished().is_none(), "{:?}", rig.inv.finished());
@@ -280,10 +288,7 @@ fn receipt(request_seq: i64, decision_seq: i64) -> ToolResult {
 fn a_gated_call_without_scanned_approval_evidence_diverges() {
     // The stream holds the evidence, but the host's scan found none for it.
     let mut rig = replay(gated_turn(receipt(2, 3)));
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
+    gated_c1(&mut rig);
     assert_diverged(&rig, "approval evidence missing");
 }
 
@@ -295,16 +300,10 @@ fn a_receipt_that_does_not_match_its_decision_diverges_and_a_matching_one_is_ser
         replay_gated(evs[..3].to_vec()),
         vec![result_ev(receipt(2, 2))],
     );
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
+    gated_c1(&mut rig);
     assert_diverged(&rig, "approval receipt does not match its decision");
     let mut rig = replay_gated(evs);
-    let out = rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
+    let out = gated_c1(&mut rig);
     assert_eq!(out.len(), 2, "decision, then receipt: {out:?}");
 }
 
@@ -319,15 +318,18 @@ fn a_report_that_would_consume_an_approval_receipt_diverges() {
 
 #[test]
 fn a_report_reusing_a_served_gated_call_id_diverges() {
-    let evs = gated_turn(receipt(2, 3));
-    let mut rig = with_tail(replay_gated(evs), vec![result_ev(ok_result("c1"))]);
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
+    // With a recorded result still to serve, and with the stream spent.
+    let served = replay_gated(gated_turn(receipt(2, 3)));
+    let tailed = with_tail(
+        replay_gated(gated_turn(receipt(2, 3))),
+        vec![result_ev(ok_result("c1"))],
     );
-    assert_running(&rig);
-    rig.event(EventKind::EventToolResult, Body::Result(ok_result("c1")));
-    assert_diverged(&rig, "report reuses approval call id");
+    for mut rig in [tailed, served] {
+        gated_c1(&mut rig);
+        assert_running(&rig);
+        rig.event(EventKind::EventToolResult, Body::Result(ok_result("c1")));
+        assert_diverged(&rig, "report reuses approval call id");
+    }
 }
 
 // --- under-consumption -------------------------------------------------------
@@ -515,10 +517,7 @@ fn a_call_the_live_host_refused_is_refused_again_before_its_recorded_fallback() 
 #[test]
 fn an_undecided_recorded_gate_is_missing_evidence_for_a_replay() {
     let mut rig = replay_gated(gated_turn(receipt(2, 3))[..2].to_vec());
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
+    gated_c1(&mut rig);
     assert_diverged(&rig, "approval evidence missing for gated call");
 }
 
@@ -537,10 +536,7 @@ fn approval_evidence_other_than_the_scanned_evidence_diverges() {
         stream: std::mem::take(&mut other),
         ..rig.inv.setup().clone()
     });
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
+    gated_c1(&mut rig);
     assert_diverged(&rig, "approval evidence out of order");
 }
 
@@ -582,18 +578,6 @@ fn a_spent_replay_diverges_on_a_report_or_a_modern_usage_and_ignores_a_legacy_us
         assert!(out.is_empty(), "{out:?}");
         assert_running(&rig);
     }
-}
-
-#[test]
-fn a_report_reusing_a_gated_call_id_diverges_after_the_stream_is_spent() {
-    let mut rig = replay_gated(gated_turn(receipt(2, 3)));
-    rig.event(
-        EventKind::EventToolCall,
-        Body::Tool(keyed_call("c1", Mediation::RequiresApproval)),
-    );
-    assert_running(&rig);
-    rig.event(EventKind::EventToolResult, Body::Result(ok_result("c1")));
-    assert_diverged(&rig, "report reuses approval call id");
 }
 
 #[test]

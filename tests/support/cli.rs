@@ -1,0 +1,71 @@
+//! Helpers the CLI tests share: running the built `agentctl` in a
+//! directory, reading its output, and a real `agentsessionsd` child on free
+//! loopback ports.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+pub const AGENTCTL: &str = env!("CARGO_BIN_EXE_agentctl");
+pub const DAEMON: &str = env!("CARGO_BIN_EXE_agentsessionsd");
+
+/// Runs `agentctl args…` with `dir` as its working directory.
+pub fn agentctl(dir: &Path, args: &[&str]) -> Output {
+    Command::new(AGENTCTL)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run agentctl")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A daemon on its own journal, and its Sessions and registry addresses;
+/// killed when dropped.
+pub struct Daemon {
+    child: Child,
+    pub sessions: String,
+    pub registry: String,
+}
+
+impl Daemon {
+    pub fn start(journal: &Path) -> Self {
+        let mut child = Command::new(DAEMON)
+            .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
+            .arg("--journal")
+            .arg(journal)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start agentsessionsd");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+        let mut addr_of = |prefix: &str| {
+            let line = lines.next().expect("daemon line").expect("utf-8 line");
+            line.strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("{line:?}"))
+                .to_owned()
+        };
+        let sessions = addr_of("agentsessionsd listening on ");
+        let registry = addr_of("harness registry listening on ");
+        Self {
+            child,
+            sessions,
+            registry,
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
