@@ -393,19 +393,9 @@ pub async fn reflection_listing(
     }
     let v: Json = serde_json::from_slice(&out.stdout)
         .map_err(|e| format!("reflection client output: {e}"))?;
-    let strings = |k: &str| -> Vec<String> {
-        v.get(k)
-            .and_then(Json::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     Ok(ReflectionListing {
-        services: strings("services"),
-        sessions: strings("sessions"),
+        services: json_strings(&v, "services"),
+        sessions: json_strings(&v, "sessions"),
     })
 }
 
@@ -451,6 +441,18 @@ pub fn doc_matches_harness() -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The strings of the JSON array `v[key]` (none when absent).
+pub(crate) fn json_strings(v: &Json, key: &str) -> Vec<String> {
+    v.get(key)
+        .and_then(Json::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

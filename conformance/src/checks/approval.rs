@@ -10,7 +10,7 @@ use agentsessions_proto::v1::{
 };
 use serde_json::json;
 
-use super::support::{log, resume_ok, session, turn_ok, turn_records};
+use super::support::{log, parked_turn, resume_ok, session, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names};
 use crate::env::Env;
@@ -83,34 +83,7 @@ async fn cycle(env: &mut Env, variant: Variant) -> CheckResult {
         config: plan.to_string().into_bytes(),
         ..ExecOpts::default()
     };
-    let t = turn_ok(env, &sid, &["gate me"], opts).await?;
-    let pending = t
-        .last_session()
-        .and_then(|s| s.pending_approval.clone())
-        .ok_or_else(|| {
-            Failure("the parked turn's final Session frame has no pending_approval".into())
-        })?;
-    let parked = log(env, &sid).await?;
-    let at = usize::try_from(pending.request_seq - 1).unwrap_or(usize::MAX);
-    ensure!(
-        parked.get(at).map(client::kind) == Some(EventKind::EventApprovalRequest),
-        "no APPROVAL_REQUEST at the park's seq {}: {}",
-        pending.request_seq,
-        kind_names(&parked)
-    );
-    for k in [
-        EventKind::EventParked,
-        EventKind::EventEnd,
-        EventKind::EventError,
-        EventKind::EventToolResult,
-    ] {
-        ensure!(
-            count(&parked, k) == 0,
-            "a parked turn must not journal {}: {}",
-            client::short_kind(k),
-            kind_names(&parked)
-        );
-    }
+    let (pending, _) = parked_turn(env, &sid, &["gate me"], opts).await?;
     effects(env, &sid, 0)?;
 
     let mut c = env.client()?;

@@ -10,7 +10,8 @@ use agentsessions_proto::v1::{
 use serde_json::Value as Json;
 
 use super::support::{
-    HOLD_WAIT, extends, failing_turn, log, resume_ok, same_entry, session, turn_ok, turn_records,
+    HOLD_WAIT, extends, failing_turn, log, of_execution, parked_turn, resume_ok, same_entry,
+    session, turn_ok, turn_records,
 };
 use super::{Check, CheckResult, Failure, Verdict};
 use crate::client::{self, ExecOpts, count, kind_names, outputs};
@@ -81,17 +82,6 @@ fn text<'a>(v: &'a Json, key: &str) -> &'a str {
     v.get(key).and_then(Json::as_str).unwrap_or_default()
 }
 
-fn texts(v: &Json, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Json::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn int(v: &Json, key: &str) -> i64 {
     v.get(key).and_then(Json::as_i64).unwrap_or_default()
 }
@@ -122,16 +112,17 @@ async fn turns_and_replay(env: &mut Env) -> CheckResult {
     let starts = py(env)?.starts();
     ensure!(starts.len() == 2, "the harness saw {} Starts", starts.len());
     ensure!(
-        texts(&starts[0], "inputs") == ["one"] && texts(&starts[1], "inputs") == ["two"],
+        python::json_strings(&starts[0], "inputs") == ["one"]
+            && python::json_strings(&starts[1], "inputs") == ["two"],
         "Start inputs {:?} then {:?}",
-        texts(&starts[0], "inputs"),
-        texts(&starts[1], "inputs")
+        python::json_strings(&starts[0], "inputs"),
+        python::json_strings(&starts[1], "inputs")
     );
     ensure!(
-        texts(&starts[1], "history_texts").contains(&outs[0]),
+        python::json_strings(&starts[1], "history_texts").contains(&outs[0]),
         "the second Start's history lacks the first output {:?}: {:?}",
         outs[0],
-        texts(&starts[1], "history_texts")
+        python::json_strings(&starts[1], "history_texts")
     );
 
     env.restart().await?;
@@ -230,7 +221,7 @@ async fn crash_mid_turn(env: &mut Env) -> CheckResult {
     );
     ensure!(
         text(&starts[0], "execution_id") == text(&starts[1], "execution_id")
-            && texts(&starts[1], "inputs") == ["hello"],
+            && python::json_strings(&starts[1], "inputs") == ["hello"],
         "the recovery Start is another execution or lost its input: {starts:?}"
     );
     resume_ok(env, &sid).await?;
@@ -257,45 +248,9 @@ fn effects(env: &mut Env, sid: &str, want: usize) -> Result<(), Failure> {
 }
 
 /// Records of one execution.
-fn of_execution(records: &[LogRecord], execution: &str) -> Vec<LogRecord> {
-    records
-        .iter()
-        .filter(|r| client::event(r).execution_id == execution)
-        .cloned()
-        .collect()
-}
-
 /// Runs a gated turn that must park, and checks what the park left.
 async fn park(env: &mut Env, sid: &str, input: &str) -> Result<ApprovalRef, Failure> {
-    let t = turn_ok(env, sid, &[input], ExecOpts::default()).await?;
-    let pending = t
-        .last_session()
-        .and_then(|s| s.pending_approval.clone())
-        .ok_or_else(|| {
-            Failure("the parked turn's final Session frame has no pending_approval".into())
-        })?;
-    let records = log(env, sid).await?;
-    let at = usize::try_from(pending.request_seq - 1).unwrap_or(usize::MAX);
-    ensure!(
-        records.get(at).map(client::kind) == Some(EventKind::EventApprovalRequest),
-        "no APPROVAL_REQUEST at the park's seq {}: {}",
-        pending.request_seq,
-        kind_names(&records)
-    );
-    let turn = of_execution(&records, &pending.execution_id);
-    for k in [
-        EventKind::EventParked,
-        EventKind::EventEnd,
-        EventKind::EventError,
-        EventKind::EventToolResult,
-    ] {
-        ensure!(
-            count(&turn, k) == 0,
-            "a parked turn must not journal {}: {}",
-            client::short_kind(k),
-            kind_names(&turn)
-        );
-    }
+    let (pending, _) = parked_turn(env, sid, &[input], ExecOpts::default()).await?;
     let mut c = env.client()?;
     let got = c
         .get_session(GetSessionRequest {
@@ -503,7 +458,7 @@ async fn fork_inherits(env: &mut Env) -> CheckResult {
         "the child's turn ran on session {:?}",
         text(last, "session")
     );
-    let history = texts(last, "history_texts");
+    let history = python::json_strings(last, "history_texts");
     ensure!(
         history.contains(&"one".to_owned()) && outputs(&parent).iter().all(|o| history.contains(o)),
         "the child's Start lacks the parent's turn: {history:?}"

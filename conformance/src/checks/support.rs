@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use agentsessions_proto::v1::{EventKind, LogRecord};
+use agentsessions_proto::v1::{ApprovalRef, EventKind, LogRecord};
 
 use super::Failure;
 use crate::client::{self, ExecOpts, Turn};
@@ -23,6 +23,57 @@ pub(super) async fn turn_ok(
     let t = client::exec(&mut c, sid, inputs, opts).await;
     ensure!(t.ok(), "Exec {inputs:?} on {sid}: {}", t.describe());
     Ok(t)
+}
+
+/// The records of one execution, in journal order.
+pub(super) fn of_execution(records: &[LogRecord], execution: &str) -> Vec<LogRecord> {
+    records
+        .iter()
+        .filter(|r| client::event(r).execution_id == execution)
+        .cloned()
+        .collect()
+}
+
+/// Runs a gated turn that must park and checks what the park left: a
+/// pending approval on the final Session frame, its APPROVAL_REQUEST at the
+/// named seq, and no PARKED, END, ERROR or TOOL_RESULT of that execution.
+/// Returns the pending approval and the whole journal.
+pub(super) async fn parked_turn(
+    env: &Env,
+    sid: &str,
+    inputs: &[&str],
+    opts: ExecOpts,
+) -> Result<(ApprovalRef, Vec<LogRecord>), Failure> {
+    let t = turn_ok(env, sid, inputs, opts).await?;
+    let pending = t
+        .last_session()
+        .and_then(|s| s.pending_approval.clone())
+        .ok_or_else(|| {
+            Failure("the parked turn's final Session frame has no pending_approval".into())
+        })?;
+    let records = log(env, sid).await?;
+    let at = usize::try_from(pending.request_seq - 1).unwrap_or(usize::MAX);
+    ensure!(
+        records.get(at).map(client::kind) == Some(EventKind::EventApprovalRequest),
+        "no APPROVAL_REQUEST at the park's seq {}: {}",
+        pending.request_seq,
+        client::kind_names(&records)
+    );
+    let turn = of_execution(&records, &pending.execution_id);
+    for k in [
+        EventKind::EventParked,
+        EventKind::EventEnd,
+        EventKind::EventError,
+        EventKind::EventToolResult,
+    ] {
+        ensure!(
+            client::count(&turn, k) == 0,
+            "a parked turn must not journal {}: {}",
+            client::short_kind(k),
+            client::kind_names(&turn)
+        );
+    }
+    Ok((pending, records))
 }
 
 /// Creates a session on `harness`.
