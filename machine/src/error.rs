@@ -157,7 +157,7 @@ pub enum TurnError {
     ParkAck(String),
     /// A journal write was refused or failed.
     #[error("append: {0:?}")]
-    Append(crate::host::AppendError),
+    Append(crate::vocab::AppendError),
     /// The caller's deadline passed.
     #[error("deadline exceeded")]
     DeadlineExceeded,

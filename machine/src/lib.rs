@@ -4,14 +4,23 @@
 //! no I/O, reads no clock and draws no randomness. Time and ids arrive as
 //! inputs; work to be done leaves as effects for the shells to perform.
 //!
+//! The modules form layers, bottom up (`docs/architecture.md`, "Layers";
+//! `tests/layers.rs` keeps them):
+//!
 //! - [`canon`]: the canonical form of an Event and the record content hash
 //!   (byte-identical with the Go reference host).
-//! - [`chain`]: verification of a hash-chained sequence of records.
 //! - [`inputhash`]: the model input hash in the Go-compatible encoding.
-//! - [`interop`]: conversion of journals written by the Go host.
+//! - [`vocab`]: what goes in and out of the machine (requests, effects,
+//!   outcomes, rows, statuses, config).
+//! - [`chain`]: verification of a hash-chained sequence of records.
 //! - [`journal`]: pure projections of a journal (executions, legacy prefix,
 //!   approval gate, session status).
 //! - [`error`]: the error catalog.
+//! - [`invocation`]: one harness run (live, replay or resume).
+//! - `ops`: one state machine per client request, and the core they share.
+//! - [`host`]: the [`host::Host`] that routes inputs to operations.
+//! - [`testkit`], [`interop`] (journals written by the Go host) and
+//!   `fuzzing`: test support.
 
 // Effects, outcomes and operation stages are moved once through a queue or
 // a state slot; boxing their large variants would add an allocation per
@@ -45,6 +54,7 @@ pub mod invocation;
 pub mod journal;
 mod ops;
 pub mod testkit;
+pub mod vocab;
 
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;

@@ -7,7 +7,6 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::registry::load_registrations;
 use agentsessions_machine::host::{
     Backend, Code, Effect, EffectId, HarnessFailure, HarnessRow, HostConfig, Request, Route,
 };
@@ -591,7 +590,7 @@ fn a_row_colliding_with_the_stored_static_name_does_not_stop_a_recorded_static_o
         },
         world.now,
     );
-    let isolated = load_registrations(&mut world.host, &[row]);
+    let isolated = world.host.load_registrations(&[row]);
     assert_eq!(isolated.len(), 1);
     let mark = world.trace.len();
     let call = world.call(resume(&sid));

@@ -5,9 +5,7 @@
 
 use agentsessions_machine::canon;
 use agentsessions_machine::events;
-use agentsessions_machine::host::registry::{
-    MAX_SPEC_BYTES, SUBSTRATE_UNSERVABLE, canonical_spec, load_registrations,
-};
+use agentsessions_machine::host::registry::{MAX_SPEC_BYTES, SUBSTRATE_UNSERVABLE, canonical_spec};
 use agentsessions_machine::host::{
     Code, Effect, EffectId, HarnessFailure, HarnessRow, Outcome, PutError, RegistryRefusal,
     Request, Response,
@@ -177,7 +175,7 @@ fn boot(world: &mut World) -> Vec<(String, String)> {
     );
     assert_eq!(reserved, Some(Outcome::Reserved(Ok(()))), "reservation");
     let rows = stored_rows(world);
-    load_registrations(&mut world.host, &rows)
+    world.host.load_registrations(&rows)
 }
 
 fn stored_rows(world: &mut World) -> Vec<HarnessRow> {
@@ -828,7 +826,7 @@ fn a_stored_row_under_a_static_name_is_reported_and_fails_closed() {
         ))))
     );
     let rows = stored_rows(&mut world);
-    let isolated = load_registrations(&mut world.host, &rows);
+    let isolated = world.host.load_registrations(&rows);
     assert_eq!(isolated.len(), 1);
     assert_eq!(isolated[0].0, "echo");
     assert_eq!(world.host.unservable_reason("echo"), None);

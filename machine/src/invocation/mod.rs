@@ -33,8 +33,8 @@ use agentsessions_proto::v1::{
 
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::host::{AppendError, Committed, HarnessInput, IdSource, ModelReply};
 use crate::journal::approval::ApprovalState;
+use crate::vocab::{AppendError, Committed, HarnessInput, IdSource, ModelReply};
 
 /// How recorded effects are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,8 +15,8 @@ use super::sink::{carries_receipt, mediation_of, pre_intent_rejection};
 use super::{Action, CallKind, Fault, GateSeqs, Invocation, Mode, input_hash};
 use crate::error::{Divergence, LogError, TurnError};
 use crate::events::{self, body};
-use crate::host::Committed;
 use crate::journal::approval::{denial_receipt, receipt_matches_decision};
+use crate::vocab::Committed;
 
 impl Invocation {
     /// The next recorded effect, if any.

@@ -13,7 +13,7 @@ use agentsessions_proto::v1::{
 use super::{AfterAppend, CallKind, Fault, Invocation, Mode, input_hash};
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::host::IdSource;
+use crate::vocab::IdSource;
 
 /// The mediation of a call, unknown numbers read as unspecified.
 pub(super) fn mediation_of(tc: &ToolCall) -> Mediation {
@@ -213,7 +213,7 @@ impl Invocation {
                 event: Some(ev),
                 ..Default::default()
             };
-            self.execute(crate::host::Committed::new(unsaved), tc, None, out);
+            self.execute(crate::vocab::Committed::new(unsaved), tc, None, out);
             return Ok(());
         }
         self.append(vec![ev], AfterAppend::ExecuteTool { call: tc }, out);

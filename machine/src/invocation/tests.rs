@@ -11,8 +11,8 @@ mod divergence;
 
 use super::*;
 use crate::events;
-use crate::host::{CountingIds, HarnessInput, ModelReply};
 use crate::journal::approval;
+use crate::vocab::{CountingIds, HarnessInput, ModelReply};
 
 const S: &str = "sess-1";
 const E: &str = "e1";

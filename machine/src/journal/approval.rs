@@ -14,7 +14,7 @@ use agentsessions_proto::v1::{
     part, tool_result::Code,
 };
 
-use super::executions::check_input_counts;
+use super::inputs::check_input_counts;
 use super::records::{event, exec_id, is_fork, is_gated, kind, kind_name, tool_call};
 use crate::error::LogError;
 use crate::events::body;

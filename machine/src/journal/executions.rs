@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use agentsessions_proto::v1::{EventKind, ExecutionStart, LogRecord, Message};
 
 use super::approval;
+use super::inputs::check_input_counts;
 use super::legacy::legacy_prefix;
 use super::records::{event, exec_id, is_fork, is_gated, kind, kind_name, tool_call};
 use crate::error::LogError;
@@ -305,46 +306,6 @@ pub fn validate_inputs(e: &Execution) -> Result<(), LogError> {
         e.input_missing_payload,
         e.completed,
     )
-}
-
-/// The completeness rule over raw counts, shared with the approval scan.
-pub(crate) fn check_input_counts(
-    id: &str,
-    marker: Option<&ExecutionStart>,
-    records: usize,
-    missing_payload: bool,
-    completed: bool,
-) -> Result<(), LogError> {
-    let Some(marker) = marker else {
-        return Ok(());
-    };
-    let Some(count) = marker.input_count else {
-        return Err(LogError::invalid(format!(
-            "execution {id} start has no input count"
-        )));
-    };
-    if count < 0 {
-        return Err(LogError::invalid(format!(
-            "execution {id} start has negative input count {count}"
-        )));
-    }
-    if missing_payload {
-        return Err(LogError::invalid(format!(
-            "execution {id} has an input without a message"
-        )));
-    }
-    let recorded = i64::try_from(records).unwrap_or(i64::MAX);
-    if recorded == count {
-        return Ok(());
-    }
-    if !completed && recorded < count {
-        return Err(LogError::IncompleteInvocation(format!(
-            "execution {id} recorded {recorded} of {count} inputs"
-        )));
-    }
-    Err(LogError::invalid(format!(
-        "execution {id} recorded {recorded} inputs, start declared {count}"
-    )))
 }
 
 /// A copy of the start marker of the execution recovery would continue.

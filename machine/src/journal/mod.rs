@@ -10,6 +10,7 @@
 
 pub mod approval;
 pub mod executions;
+mod inputs;
 pub mod legacy;
 pub mod projection;
 

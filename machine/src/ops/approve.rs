@@ -15,8 +15,10 @@ use super::routing::mapping;
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::events;
-use crate::host::{Cx, EffectId, Outcome, RequestId, Response, Status, render::timestamp};
 use crate::journal::approval;
+use crate::ops::cx::Cx;
+use crate::ops::render::timestamp;
+use crate::vocab::{EffectId, Outcome, RequestId, Response, Status};
 
 enum Stage {
     Load(Load),

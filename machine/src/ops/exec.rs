@@ -22,12 +22,14 @@ use super::session::{Render, Rendered, new_row, put_error};
 use super::{Flow, unexpected};
 use crate::error::TurnError;
 use crate::events;
-use crate::host::{
-    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
-    SessionRow, Status, StreamItem, render,
-};
 use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::{approval, legacy};
+use crate::ops::cx::Cx;
+use crate::ops::render;
+use crate::vocab::{
+    Committed, ConnId, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
+    SessionRow, Status, StreamItem,
+};
 
 enum Stage {
     Creating(EffectId, Box<SessionRow>),
@@ -422,7 +424,7 @@ impl ExecOp {
     pub(crate) fn on_deadline(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
         match std::mem::replace(&mut self.stage, Stage::Over) {
             Stage::Running(mut run) => {
-                let err = if status.code == crate::host::Code::DeadlineExceeded {
+                let err = if status.code == crate::vocab::Code::DeadlineExceeded {
                     TurnError::DeadlineExceeded
                 } else {
                     TurnError::Harness("client cancelled".into())

@@ -23,10 +23,11 @@ use super::run::suspend_event;
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::events;
-use crate::host::config::MAX_FORK_CHILDREN;
-use crate::host::{
-    Code, Cx, Effect, EffectId, Outcome, PutError, RequestId, Response, Route, RuntimeOp,
-    RuntimeReply, SessionRow, Status,
+use crate::ops::cx::Cx;
+use crate::vocab::config::MAX_FORK_CHILDREN;
+use crate::vocab::{
+    Code, Effect, EffectId, Outcome, PutError, RequestId, Response, Route, RuntimeOp, RuntimeReply,
+    SessionRow, Status,
 };
 
 /// The fixed refusal for a supplied identity (children would not get their
@@ -339,7 +340,7 @@ impl ForkOp {
         }
     }
 
-    fn runtime_target(&self, session: &str) -> (String, crate::host::Backend, String) {
+    fn runtime_target(&self, session: &str) -> (String, crate::vocab::Backend, String) {
         let route = self.route.as_ref().expect("routed before any runtime call");
         (
             self.harness.clone(),

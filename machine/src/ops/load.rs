@@ -4,7 +4,8 @@
 use agentsessions_proto::v1::LogRecord;
 
 use super::unexpected;
-use crate::host::{Cx, EffectId, Outcome, SessionRow, Status};
+use crate::ops::cx::Cx;
+use crate::vocab::{EffectId, Outcome, SessionRow, Status};
 
 #[derive(Debug)]
 enum Step {

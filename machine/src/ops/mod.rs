@@ -6,12 +6,14 @@
 //! returns [`Flow::Done`] once it has replied.
 
 mod approve;
+pub(crate) mod cx;
 mod exec;
 mod fork;
 mod load;
 mod override_check;
 mod placement;
-mod registry;
+pub(crate) mod registry;
+pub mod render;
 mod replay;
 mod resume;
 mod routing;
@@ -19,7 +21,8 @@ mod run;
 mod session;
 mod suspend;
 
-use crate::host::{ConnId, Cx, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
+use crate::ops::cx::Cx;
+use crate::vocab::{ConnId, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
 
 /// Whether an operation is still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +144,7 @@ impl Op {
         match self {
             Self::Exec(op) => op.on_deadline(
                 cx,
-                Status::new(crate::host::Code::Cancelled, "client cancelled"),
+                Status::new(crate::vocab::Code::Cancelled, "client cancelled"),
             ),
             _ => Flow::Continue,
         }
@@ -151,7 +154,7 @@ impl Op {
         match self {
             Self::Exec(op) => op.on_deadline(
                 cx,
-                Status::new(crate::host::Code::DeadlineExceeded, "deadline exceeded"),
+                Status::new(crate::vocab::Code::DeadlineExceeded, "deadline exceeded"),
             ),
             _ => Flow::Continue,
         }

@@ -14,7 +14,8 @@
 //! apply. Ordinary turns and static overrides keep their single Describe.
 
 use super::placement::{describe_error, needs_memory};
-use crate::host::{Cx, Effect, EffectId, Outcome, Route, Status};
+use crate::ops::cx::Cx;
+use crate::vocab::{Effect, EffectId, Outcome, Route, Status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {

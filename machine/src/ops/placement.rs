@@ -10,8 +10,9 @@
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use super::unexpected;
-use crate::host::{
-    ConnId, Cx, Effect, EffectId, HarnessFailure, Outcome, Route, RuntimeOp, RuntimeReply, Status,
+use crate::ops::cx::Cx;
+use crate::vocab::{
+    ConnId, Effect, EffectId, HarnessFailure, Outcome, Route, RuntimeOp, RuntimeReply, Status,
 };
 
 /// How compute is obtained.

@@ -10,15 +10,16 @@ use super::routing::resolve;
 use super::run::Run;
 use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
-use crate::host::config::REPLAY_PAGE;
-use crate::host::{
-    Committed, ConnId, Cx, Effect, EffectId, HarnessFailure, HarnessInput, Outcome, ReplayReport,
-    RequestId, Response, Route, RuntimeOp, RuntimeReply, Status, StreamItem,
-};
 use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
+use crate::ops::cx::Cx;
+use crate::vocab::config::REPLAY_PAGE;
+use crate::vocab::{
+    Committed, ConnId, Effect, EffectId, HarnessFailure, HarnessInput, Outcome, ReplayReport,
+    RequestId, Response, Route, RuntimeOp, RuntimeReply, Status, StreamItem,
+};
 
 /// Sessions.Replay: committed records, verbatim, in pages. No validation:
 /// an unknown session is an empty stream.

@@ -25,14 +25,16 @@ use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
 use crate::events::{self, body};
-use crate::host::{
-    Committed, ConnId, Cx, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
-    Status, StreamItem, render,
-};
 use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::approval::{self, ApprovalScan, ApprovalState};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
+use crate::ops::cx::Cx;
+use crate::ops::render;
+use crate::vocab::{
+    Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
+    Status, StreamItem,
+};
 
 /// How the caller is answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,8 @@
 //! Which harness serves a session, and how failures map to status codes.
 
 use crate::error::{LogError, TurnError};
-use crate::host::{AppendError, Cx, Route, Status};
+use crate::ops::cx::Cx;
+use crate::vocab::{AppendError, Route, Status};
 
 /// Resolves a harness name ("" = the host default) to its route.
 pub(crate) fn resolve(cx: &Cx<'_>, name: &str) -> Result<(String, Route), Status> {
@@ -82,7 +83,7 @@ pub(crate) fn check_resumed(
 /// does not serve it).
 pub(crate) fn resolve_recorded(cx: &Cx<'_>, name: &str) -> Result<(String, Route), Status> {
     resolve(cx, name).map_err(|s| {
-        if s.code == crate::host::Code::InvalidArgument {
+        if s.code == crate::vocab::Code::InvalidArgument {
             Status::failed_precondition(format!(
                 "recorded harness {name:?} is not served by this host"
             ))
@@ -129,7 +130,7 @@ pub(crate) mod mapping {
         match e {
             TurnError::Append(a) => append(a, "exec"),
             TurnError::DeadlineExceeded => {
-                Status::new(crate::host::Code::DeadlineExceeded, e.to_string())
+                Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }
             TurnError::HarnessUnavailable(_) => Status::unavailable(e.to_string()),
             _ if precondition(e) => Status::failed_precondition(e.to_string()),
@@ -142,7 +143,7 @@ pub(crate) mod mapping {
         match e {
             TurnError::Append(a) => append(a, "resume"),
             TurnError::DeadlineExceeded => {
-                Status::new(crate::host::Code::DeadlineExceeded, e.to_string())
+                Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }
             TurnError::HarnessUnavailable(_) => Status::unavailable(format!("resume: {e}")),
             TurnError::Log(LogError::InheritedToolIntent(_)) => Status::failed_precondition(

@@ -5,12 +5,13 @@ use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, Sn
 use super::unexpected;
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::host::{
-    Committed, ConnId, Cx, Effect, EffectId, HarnessInput, Outcome, RequestId, Route, RuntimeOp,
-    RuntimeReply, StreamItem,
-};
 use crate::invocation::{Action, Finish, Invocation};
 use crate::journal::approval;
+use crate::ops::cx::Cx;
+use crate::vocab::{
+    Committed, ConnId, Effect, EffectId, HarnessInput, Outcome, RequestId, Route, RuntimeOp,
+    RuntimeReply, StreamItem,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pending {

@@ -9,10 +9,12 @@ use base64::Engine as _;
 
 use super::routing::{is_registered, resolve};
 use super::{Flow, unexpected};
-use crate::host::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-use crate::host::{
-    Cx, Effect, EffectId, HarnessCheck, Nanos, Outcome, PutError, RegistryRefusal, RequestId,
-    Response, SessionRow, Status, render,
+use crate::ops::cx::Cx;
+use crate::ops::render;
+use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::vocab::{
+    Effect, EffectId, HarnessCheck, Nanos, Outcome, PutError, RegistryRefusal, RequestId, Response,
+    SessionRow, Status,
 };
 
 /// Maps a refused session insert to its status.

@@ -12,10 +12,11 @@ use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
 use super::run::suspend_event;
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
-use crate::host::{
-    Cx, Effect, EffectId, Outcome, RequestId, Response, RuntimeOp, RuntimeReply, Status,
-};
 use crate::journal::approval;
+use crate::ops::cx::Cx;
+use crate::vocab::{
+    Effect, EffectId, Outcome, RequestId, Response, RuntimeOp, RuntimeReply, Status,
+};
 
 enum Stage {
     Load(Load),

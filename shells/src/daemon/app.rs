@@ -312,7 +312,7 @@ impl Daemon {
                 .into_iter()
                 .map(super::convert::harness_row_of)
                 .collect();
-            agentsessions_machine::host::registry::load_registrations(&mut host, &rows);
+            host.load_registrations(&rows);
         }
 
         let tools_path = ToolLedger::path_for_journal(&config.journal);

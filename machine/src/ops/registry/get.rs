@@ -8,8 +8,9 @@
 use agentsessions_proto::v1::{GetHarnessRequest, HarnessRegistration};
 
 use super::{describe_failure, registration, static_registration};
-use crate::host::{Cx, Effect, EffectId, Outcome, RequestId, Response, Status};
+use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::{Effect, EffectId, Outcome, RequestId, Response, Status};
 
 enum Stage {
     Idle,

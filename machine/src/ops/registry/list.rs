@@ -11,9 +11,10 @@ use agentsessions_proto::v1::{HarnessRegistration, ListHarnessesRequest, ListHar
 use base64::Engine as _;
 
 use super::{registration, static_registration};
-use crate::host::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-use crate::host::{Cx, Effect, EffectId, HarnessRow, Outcome, RequestId, Response, Status};
+use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::vocab::{Effect, EffectId, HarnessRow, Outcome, RequestId, Response, Status};
 
 pub(crate) struct ListOp {
     request: RequestId,

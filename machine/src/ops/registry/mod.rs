@@ -6,12 +6,13 @@
 //! a route for the name, so sessions can run on it at once. Static
 //! (configured) names are read-only here, and names reserved in
 //! configuration can never be registered. The validation and the stored
-//! form live in [`crate::host::registry`], shared with startup loading.
+//! form live in [`rules`], shared with startup loading.
 
 mod get;
 mod list;
 mod register;
 mod retire;
+pub mod rules;
 
 use agentsessions_proto::v1::{
     GetHarnessRequest, HarnessRegistration, HarnessSource, HarnessState, ListHarnessesRequest,
@@ -19,8 +20,10 @@ use agentsessions_proto::v1::{
 };
 
 use super::Flow;
-use crate::host::registry::decode_stored_spec;
-use crate::host::{Cx, EffectId, HarnessFailure, HarnessRow, Outcome, RequestId, render};
+use crate::ops::cx::Cx;
+use crate::ops::registry::rules::decode_stored_spec;
+use crate::ops::render;
+use crate::vocab::{EffectId, HarnessFailure, HarnessRow, Outcome, RequestId};
 
 /// One HarnessRegistry call in flight.
 pub(crate) enum RegistryOp {

@@ -9,12 +9,13 @@
 use agentsessions_proto::v1::{RegisterHarnessRequest, RegisterHarnessResponse};
 
 use super::registration;
-use crate::host::registry::{canonical_spec, route_for_spec, validate_name, validate_spec};
-use crate::host::{
-    Cx, Effect, EffectId, HarnessRow, Outcome, PutError, RegisterOutcome, RegistryRefusal,
-    RequestId, Response, Route, Status,
-};
+use crate::ops::cx::Cx;
+use crate::ops::registry::rules::{canonical_spec, route_for_spec, validate_name, validate_spec};
 use crate::ops::{Flow, unexpected};
+use crate::vocab::{
+    Effect, EffectId, HarnessRow, Outcome, PutError, RegisterOutcome, RegistryRefusal, RequestId,
+    Response, Route, Status,
+};
 
 enum Stage {
     Idle,

@@ -8,11 +8,12 @@
 use agentsessions_proto::v1::RetireHarnessRequest;
 
 use super::registration;
-use crate::host::registry::MAX_RETIRE_REASON_BYTES;
-use crate::host::{
-    Cx, Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status,
-};
+use crate::ops::cx::Cx;
+use crate::ops::registry::rules::MAX_RETIRE_REASON_BYTES;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::{
+    Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status,
+};
 
 pub(crate) struct RetireOp {
     request: RequestId,

@@ -17,16 +17,15 @@
 //!    two harnesses in one name's sessions. Reserving is idempotent.
 //! 2. Read every registration row, retired ones included (existing sessions
 //!    on a retired harness keep running), in name order.
-//! 3. [`load_registrations`] with those rows. A row this host cannot serve is
+//! 3. `Host::load_registrations` with those rows. A row this host cannot serve is
 //!    isolated (marked unservable, with a reason) and never fails startup;
 //!    the shell logs the returned reasons.
 
 use agentsessions_proto::v1::{HarnessSpec, Resumability, harness_spec::Placement};
 
-use super::config::{Backend, Route};
-use super::io::HarnessRow;
-use super::{Host, Status};
 use crate::canon;
+use crate::ops::cx::Core;
+use crate::vocab::{Backend, HarnessRow, Route, Status};
 
 /// Largest canonical spec text the registry stores.
 pub const MAX_SPEC_BYTES: usize = 4096;
@@ -155,7 +154,7 @@ pub fn route_for_spec(spec: &HarnessSpec) -> Result<Route, String> {
     }
 }
 
-/// Loads stored registration rows into `host` at boot (step 3 of the module
+/// Loads stored registration rows into the host at boot (step 3 of the module
 /// docs). Each row either becomes a registered route or is marked
 /// unservable; the returned pairs (name, reason) are the rows that could not
 /// be served, for the shell to log. Never fails as a whole: one bad row must
@@ -165,10 +164,10 @@ pub fn route_for_spec(spec: &HarnessSpec) -> Result<Route, String> {
 /// name keeps routing to the static harness, and the session store's
 /// static-name check refuses new sessions on it. Reserving names first
 /// (which fails on exactly this collision) keeps such a row from existing.
-pub fn load_registrations(host: &mut Host, rows: &[HarnessRow]) -> Vec<(String, String)> {
+pub(crate) fn load_registrations(core: &mut Core, rows: &[HarnessRow]) -> Vec<(String, String)> {
     let mut isolated = Vec::new();
     for row in rows {
-        if host.is_static(&row.name) {
+        if core.is_static(&row.name) {
             isolated.push((
                 row.name.clone(),
                 "a static harness on this host has the same name".to_owned(),
@@ -178,14 +177,14 @@ pub fn load_registrations(host: &mut Host, rows: &[HarnessRow]) -> Vec<(String, 
         let route = decode_stored_spec(&row.spec).and_then(|spec| route_for_spec(&spec));
         let reason = match route {
             Ok(route) => {
-                if host.add_route(&row.name, route) {
+                if core.add_route(&row.name, route) {
                     continue;
                 }
                 // A duplicate row name (or a second load) keeps the first.
                 "the name is already loaded on this host".to_owned()
             }
             Err(reason) => {
-                host.mark_unservable(&row.name, &reason);
+                core.unservable.insert(row.name.clone(), reason.clone());
                 reason
             }
         };

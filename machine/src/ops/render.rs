@@ -3,9 +3,8 @@
 use agentsessions_proto::v1::{ComputeState, ExecState, LogRecord, ResourceMetadata, Session};
 use agentsessions_proto::wkt::Timestamp;
 
-use super::io::{Nanos, SessionRow};
-use super::status::Status;
 use crate::journal::projection::session_status;
+use crate::vocab::{Nanos, SessionRow, Status};
 
 /// Unix nanos as a Timestamp; `None` for 0 (unset).
 pub fn timestamp(nanos: Nanos) -> Option<Timestamp> {

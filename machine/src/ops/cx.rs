@@ -1,0 +1,293 @@
+//! What an operation may touch while it runs: the shared core of the host
+//! (time, config, routes, ids, the effect queue and the routing tables) and
+//! the handle [`Cx`] an operation gets on it.
+//!
+//! Invariants kept here: every effect with an id is in `waiting` exactly
+//! until its outcome arrives; a connection, chunk stream, guard or timer
+//! belongs to exactly one operation and is dropped with it ([`Core::release`]).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::vocab::{
+    ConnId, Effect, EffectId, HostConfig, IdSource, Nanos, RequestId, Response, Route, Status,
+    StreamItem,
+};
+
+/// Identifies one operation (one client request in flight).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct OpId(pub u64);
+
+/// Everything but the operations themselves, so an operation can be taken
+/// out of the table and given mutable access to the rest.
+pub(crate) struct Core {
+    pub(crate) now: Nanos,
+    pub(crate) config: HostConfig,
+    pub(crate) routes: BTreeMap<String, Route>,
+    pub(crate) unservable: BTreeMap<String, String>,
+    pub(crate) ids: Box<dyn IdSource + Send>,
+    next_effect: u64,
+    next_conn: u64,
+    effects: VecDeque<Effect>,
+    waiting: BTreeMap<EffectId, OpId>,
+    chunks: BTreeMap<EffectId, OpId>,
+    conns: BTreeMap<ConnId, OpId>,
+    guards: BTreeMap<String, OpId>,
+    timers: BTreeSet<(Nanos, OpId)>,
+}
+
+impl Core {
+    /// A core at time zero serving `config`'s static routes.
+    pub(crate) fn new(config: HostConfig, ids: Box<dyn IdSource + Send>) -> Self {
+        let routes = config.harnesses.clone();
+        Self {
+            now: 0,
+            config,
+            routes,
+            unservable: BTreeMap::new(),
+            ids,
+            next_effect: 0,
+            next_conn: 0,
+            effects: VecDeque::new(),
+            waiting: BTreeMap::new(),
+            chunks: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            guards: BTreeMap::new(),
+            timers: BTreeSet::new(),
+        }
+    }
+
+    /// True while effects wait to be polled.
+    pub(crate) fn undrained(&self) -> bool {
+        !self.effects.is_empty()
+    }
+
+    /// The next effect to perform, if any.
+    pub(crate) fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// The operation waiting for `effect`, which stops waiting: an outcome
+    /// arrives once. Chunks of that effect stop being routed too.
+    pub(crate) fn take_waiter(&mut self, effect: EffectId) -> Option<OpId> {
+        self.chunks.remove(&effect);
+        self.waiting.remove(&effect)
+    }
+
+    /// The operation that wants `effect`'s streamed chunks, if any.
+    pub(crate) fn chunk_owner(&self, effect: EffectId) -> Option<OpId> {
+        self.chunks.get(&effect).copied()
+    }
+
+    /// The operation owning open connection `conn`, if any.
+    pub(crate) fn conn_owner(&self, conn: ConnId) -> Option<OpId> {
+        self.conns.get(&conn).copied()
+    }
+
+    /// Removes and returns the earliest deadline at or before `now`.
+    pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<OpId> {
+        let &(at, id) = self.timers.first()?;
+        if at > now {
+            return None;
+        }
+        self.timers.pop_first();
+        Some(id)
+    }
+
+    /// The earliest armed deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Nanos> {
+        self.timers.first().map(|(at, _)| *at)
+    }
+
+    /// Effects waiting for an outcome (for reports).
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Open connections (for reports).
+    pub(crate) fn open_conns(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Session guards and their holders (for reports).
+    pub(crate) fn guards(&self) -> &BTreeMap<String, OpId> {
+        &self.guards
+    }
+
+    /// Drops everything finished operation `id` held: its guards, timers and
+    /// chunk routes, and its connections, each closed. Effects it left
+    /// outstanding (cut short by a deadline or a cancel) stay in `waiting`;
+    /// their outcomes are dropped on arrival.
+    pub(crate) fn release(&mut self, id: OpId) {
+        self.guards.retain(|_, holder| *holder != id);
+        self.timers.retain(|(_, holder)| *holder != id);
+        self.chunks.retain(|_, holder| *holder != id);
+        let conns: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|(_, holder)| **holder == id)
+            .map(|(c, _)| *c)
+            .collect();
+        for conn in conns {
+            self.conns.remove(&conn);
+            self.effects.push_back(Effect::Close { conn });
+        }
+        debug_assert!(self.conns.values().all(|holder| *holder != id));
+    }
+
+    pub(crate) fn add_route(&mut self, name: &str, route: Route) -> bool {
+        if self.routes.contains_key(name) || self.unservable.contains_key(name) {
+            return false;
+        }
+        self.routes.insert(name.to_owned(), route);
+        true
+    }
+
+    /// True for a configured (not registered) harness name.
+    pub(crate) fn is_static(&self, name: &str) -> bool {
+        self.routes.get(name).is_some_and(|r| !r.registered)
+    }
+
+    /// True for a name registration can never take: static or reserved.
+    pub(crate) fn is_reserved(&self, name: &str) -> bool {
+        self.is_static(name) || self.config.reserved.iter().any(|r| r == name)
+    }
+}
+
+/// An operation's handle on the host while it runs.
+pub(crate) struct Cx<'a> {
+    pub(crate) core: &'a mut Core,
+    pub(crate) op: OpId,
+}
+
+impl Cx<'_> {
+    /// Current time.
+    pub(crate) fn now(&self) -> Nanos {
+        self.core.now
+    }
+
+    /// Host configuration.
+    pub(crate) fn config(&self) -> &HostConfig {
+        &self.core.config
+    }
+
+    /// Id source.
+    pub(crate) fn ids(&mut self) -> &mut dyn IdSource {
+        self.core.ids.as_mut()
+    }
+
+    /// Emits an effect that expects an outcome; returns its id.
+    pub(crate) fn request(&mut self, make: impl FnOnce(EffectId) -> Effect) -> EffectId {
+        self.core.next_effect += 1;
+        let id = EffectId(self.core.next_effect);
+        let effect = make(id);
+        debug_assert_eq!(effect.id(), Some(id));
+        self.core.waiting.insert(id, self.op);
+        self.core.effects.push_back(effect);
+        id
+    }
+
+    /// Reads the session row.
+    pub(crate) fn get_session(&mut self, session: &str) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::GetSession { id, session })
+    }
+
+    /// Reads records `from_seq..=to_seq` (0 = to the head).
+    pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::ReadLog {
+            id,
+            session,
+            from_seq,
+            to_seq,
+        })
+    }
+
+    /// Mints the session's next fence.
+    pub(crate) fn mint_fence(&mut self, session: &str) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::MintFence { id, session })
+    }
+
+    /// Appends `events` after `expected_last_seq` under `fence`.
+    pub(crate) fn append(
+        &mut self,
+        session: &str,
+        expected_last_seq: i64,
+        fence: i64,
+        events: Vec<agentsessions_proto::v1::Event>,
+    ) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::Append {
+            id,
+            session,
+            expected_last_seq,
+            fence,
+            events,
+        })
+    }
+
+    /// Emits an effect that expects no outcome.
+    pub(crate) fn emit(&mut self, effect: Effect) {
+        debug_assert_eq!(effect.id(), None);
+        self.core.effects.push_back(effect);
+    }
+
+    /// Allocates a connection id owned by this operation.
+    pub(crate) fn new_conn(&mut self) -> ConnId {
+        self.core.next_conn += 1;
+        let conn = ConnId(self.core.next_conn);
+        self.core.conns.insert(conn, self.op);
+        conn
+    }
+
+    /// Closes a connection and stops routing its input.
+    pub(crate) fn close(&mut self, conn: ConnId) {
+        if self.core.conns.remove(&conn).is_some() {
+            self.core.effects.push_back(Effect::Close { conn });
+        }
+    }
+
+    /// Routes streamed model chunks of `effect` to this operation.
+    pub(crate) fn want_chunks(&mut self, effect: EffectId) {
+        self.core.chunks.insert(effect, self.op);
+    }
+
+    /// Takes the session's overlap guard; false if another operation holds it.
+    pub(crate) fn try_guard(&mut self, session: &str) -> bool {
+        match self.core.guards.get(session) {
+            Some(holder) => *holder == self.op,
+            None => {
+                self.core.guards.insert(session.to_owned(), self.op);
+                true
+            }
+        }
+    }
+
+    /// Arms a deadline for this operation.
+    pub(crate) fn set_deadline(&mut self, at: Nanos) {
+        self.core.timers.insert((at, self.op));
+    }
+
+    /// The route of a harness name, if this host serves it.
+    pub(crate) fn route(&self, name: &str) -> Option<&Route> {
+        self.core.routes.get(name)
+    }
+
+    /// Adds a route for a harness registered while the host runs; false
+    /// (and no change) when the name is already served or unservable, so a
+    /// concurrent identical registration keeps the first route.
+    pub(crate) fn add_route(&mut self, name: &str, route: Route) -> bool {
+        self.core.add_route(name, route)
+    }
+
+    /// Streams a frame to the client.
+    pub(crate) fn stream(&mut self, request: RequestId, item: StreamItem) {
+        self.emit(Effect::Stream { request, item });
+    }
+
+    /// Finishes the client call.
+    pub(crate) fn reply(&mut self, request: RequestId, result: Result<Response, Status>) {
+        self.emit(Effect::Reply { request, result });
+    }
+}

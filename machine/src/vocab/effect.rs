@@ -1,0 +1,295 @@
+//! Effects: the work the machine hands to the shells.
+//!
+//! Effects that need an answer carry an [`EffectId`]; the answer comes back
+//! as an [`Outcome`](super::Outcome) with that id, exactly once.
+
+use agentsessions_proto::v1::{ControllerFrame, Event, ModelCall, SnapshotRef, ToolCall};
+
+use super::committed::Committed;
+use super::config::Backend;
+use super::ids::{ConnId, EffectId, Nanos, RequestId};
+use super::request::{Response, StreamItem};
+use super::rows::{HarnessCheck, HarnessRow, SessionRow};
+use super::status::Status;
+
+/// Operations of the Runtime SPI.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeOp {
+    /// Provision a cold incarnation for `session`.
+    Create {
+        /// Session uid.
+        session: String,
+    },
+    /// Bring a snapshot back.
+    Restore {
+        /// From a SUSPEND record, or `{local: uid}`.
+        snapshot: SnapshotRef,
+    },
+    /// Capture state and release compute (EXTERNAL: the cold transition).
+    Snapshot {
+        /// Session uid.
+        session: String,
+    },
+    /// Clone a snapshot into a child.
+    Fork {
+        /// The parent's snapshot.
+        snapshot: SnapshotRef,
+        /// Child session uid.
+        child: String,
+    },
+    /// Destroy an incarnation.
+    Stop {
+        /// Session uid.
+        session: String,
+    },
+}
+
+/// Work for the shells. Effects with an id expect exactly one [`Outcome`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Append `events` as consecutive records after `expected_last_seq`
+    /// under `fence` (CAS + fence in one transaction).
+    Append {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+        /// CAS: the head the writer expects.
+        expected_last_seq: i64,
+        /// The writer's fence.
+        fence: i64,
+        /// Events to append, in order.
+        events: Vec<Event>,
+    },
+    /// Mint the next fence for `session` (creating its row if missing).
+    MintFence {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+    },
+    /// Read records `from_seq..=to_seq` (`to_seq` 0 = to the head).
+    ReadLog {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+        /// First seq (>= 1).
+        from_seq: i64,
+        /// Last seq, 0 = head.
+        to_seq: i64,
+    },
+    /// Read the session row.
+    GetSession {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+    },
+    /// Upsert a session row (never touches fence or compute_state).
+    PutSession {
+        /// Completion key.
+        id: EffectId,
+        /// The row; `last_seq` and `compute_state` are ignored.
+        row: SessionRow,
+        /// When set, check the harness registry in the same transaction.
+        check: Option<HarnessCheck>,
+    },
+    /// Keyset page of sessions in `project`, (created_at DESC, uid ASC).
+    ListSessions {
+        /// Completion key.
+        id: EffectId,
+        /// Exact project.
+        project: String,
+        /// Rows wanted (1..=500); the store reports whether more follow.
+        page_size: usize,
+        /// Resume after this (created_at, uid), exclusive.
+        after: Option<(Nanos, String)>,
+    },
+    /// Read a harness registration row.
+    GetHarnessRow {
+        /// Completion key.
+        id: EffectId,
+        /// Registry name.
+        name: String,
+    },
+    /// Page of registration rows with names `> after`, in name order.
+    ListHarnessRows {
+        /// Completion key.
+        id: EffectId,
+        /// Exclusive lower bound.
+        after: String,
+        /// Rows wanted.
+        limit: usize,
+        /// Include retired rows.
+        include_retired: bool,
+    },
+    /// Register (or find unchanged / reactivate) a harness, atomically.
+    RegisterHarnessRow {
+        /// Completion key.
+        id: EffectId,
+        /// The row to insert when absent.
+        row: HarnessRow,
+    },
+    /// Retire a registration (idempotent; keeps the first reason).
+    RetireHarnessRow {
+        /// Completion key.
+        id: EffectId,
+        /// Registry name.
+        name: String,
+        /// Reason.
+        reason: String,
+        /// Unix nanos.
+        now: Nanos,
+    },
+    /// Reserve names permanently (all or nothing).
+    ReserveHarnessNames {
+        /// Completion key.
+        id: EffectId,
+        /// Names.
+        names: Vec<String>,
+    },
+    /// Ask a harness for its descriptor: through a route, or over an open
+    /// connection (`conn`), bounded by `timeout_ms`.
+    Describe {
+        /// Completion key.
+        id: EffectId,
+        /// Route (registry name) to describe.
+        harness: String,
+        /// The route's backend.
+        backend: Backend,
+        /// Describe the harness behind this connection instead.
+        conn: Option<ConnId>,
+        /// Upper bound; the shell reports [`HarnessFailure::Timeout`].
+        timeout_ms: u64,
+    },
+    /// A Runtime SPI call on the backend of route `harness`.
+    Runtime {
+        /// Completion key.
+        id: EffectId,
+        /// Route (registry name).
+        harness: String,
+        /// The route's backend.
+        backend: Backend,
+        /// The call.
+        op: RuntimeOp,
+    },
+    /// Open `Harness.Connect` to `address` as connection `conn`.
+    Dial {
+        /// Completion key.
+        id: EffectId,
+        /// Route (registry name).
+        harness: String,
+        /// The route's backend.
+        backend: Backend,
+        /// Harness address from the runtime.
+        address: String,
+        /// The connection's id for later frames and events.
+        conn: ConnId,
+        /// The harness must send its first event within this bound, or the
+        /// connection fails with [`HarnessInput::Unavailable`].
+        first_event_timeout_ms: u64,
+    },
+    /// Send a frame on a connection (failures come back as harness input).
+    Send {
+        /// Connection.
+        conn: ConnId,
+        /// Frame.
+        frame: ControllerFrame,
+    },
+    /// Close a connection (idempotent); no further input is expected.
+    Close {
+        /// Connection.
+        conn: ConnId,
+    },
+    /// Invoke the model provider once.
+    InvokeModel {
+        /// Completion key (also tags streamed chunks).
+        id: EffectId,
+        /// Session uid.
+        session: String,
+        /// Execution the call belongs to.
+        execution_id: String,
+        /// The request (model, params, messages, tools, tool_choice).
+        request: ModelCall,
+    },
+    /// Run a host-executed tool. Only emitted once its TOOL_CALL intent is
+    /// durable; the executor dedups by (session, idempotency key).
+    ExecuteTool {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid (the dedup scope).
+        session: String,
+        /// The durable TOOL_CALL record this execution is for.
+        intent: Committed,
+        /// The call exactly as recorded.
+        call: ToolCall,
+    },
+    /// Send one frame of a streamed reply.
+    Stream {
+        /// The call.
+        request: RequestId,
+        /// The frame.
+        item: StreamItem,
+    },
+    /// Finish a client call.
+    Reply {
+        /// The call.
+        request: RequestId,
+        /// Result.
+        result: Result<Response, Status>,
+    },
+}
+
+impl Effect {
+    /// The completion key, for effects that expect an outcome.
+    pub fn id(&self) -> Option<EffectId> {
+        match self {
+            Self::Append { id, .. }
+            | Self::MintFence { id, .. }
+            | Self::ReadLog { id, .. }
+            | Self::GetSession { id, .. }
+            | Self::PutSession { id, .. }
+            | Self::ListSessions { id, .. }
+            | Self::GetHarnessRow { id, .. }
+            | Self::ListHarnessRows { id, .. }
+            | Self::RegisterHarnessRow { id, .. }
+            | Self::RetireHarnessRow { id, .. }
+            | Self::ReserveHarnessNames { id, .. }
+            | Self::Describe { id, .. }
+            | Self::Runtime { id, .. }
+            | Self::Dial { id, .. }
+            | Self::InvokeModel { id, .. }
+            | Self::ExecuteTool { id, .. } => Some(*id),
+            Self::Send { .. } | Self::Close { .. } | Self::Stream { .. } | Self::Reply { .. } => {
+                None
+            }
+        }
+    }
+
+    /// The variant's name, for traces and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Append { .. } => "Append",
+            Self::MintFence { .. } => "MintFence",
+            Self::ReadLog { .. } => "ReadLog",
+            Self::GetSession { .. } => "GetSession",
+            Self::PutSession { .. } => "PutSession",
+            Self::ListSessions { .. } => "ListSessions",
+            Self::GetHarnessRow { .. } => "GetHarnessRow",
+            Self::ListHarnessRows { .. } => "ListHarnessRows",
+            Self::RegisterHarnessRow { .. } => "RegisterHarnessRow",
+            Self::RetireHarnessRow { .. } => "RetireHarnessRow",
+            Self::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+            Self::Describe { .. } => "Describe",
+            Self::Runtime { .. } => "Runtime",
+            Self::Dial { .. } => "Dial",
+            Self::Send { .. } => "Send",
+            Self::Close { .. } => "Close",
+            Self::InvokeModel { .. } => "InvokeModel",
+            Self::ExecuteTool { .. } => "ExecuteTool",
+            Self::Stream { .. } => "Stream",
+            Self::Reply { .. } => "Reply",
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! Identifiers and time: the keys that tie an outcome to its effect, a
+//! reply to its call and a harness event to its connection.
+//!
+//! Ids the machine mints come from an [`IdSource`] passed in, never from
+//! randomness inside the machine, so a seeded source makes every run
+//! repeatable.
+
+/// Identifies one effect awaiting an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EffectId(pub u64);
+
+/// Identifies one client call; chosen by the shell, unique while in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// Identifies one harness connection (one `Harness.Connect` stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u64);
+
+/// Unix time in nanoseconds; the only clock the machine knows.
+pub type Nanos = i64;
+
+/// Where ids come from. The daemon uses OS randomness; tests and the
+/// simulator use a seeded or counting source, which keeps the machine
+/// deterministic.
+pub trait IdSource {
+    /// `sess-` + 24 lowercase hex.
+    fn session_uid(&mut self) -> String;
+    /// 16 lowercase hex (8 random bytes).
+    fn execution_id(&mut self) -> String;
+    /// 16 lowercase hex; the recorded MODEL_CALL id.
+    fn model_call_id(&mut self) -> String;
+    /// `harness-` + 24 lowercase hex.
+    fn harness_uid(&mut self) -> String;
+}
+
+/// A deterministic [`IdSource`] that counts; the ids keep the real formats.
+#[derive(Debug, Clone, Default)]
+pub struct CountingIds {
+    next: u64,
+}
+
+impl CountingIds {
+    /// Starts counting at `start` (use different starts for different hosts).
+    pub fn starting_at(start: u64) -> Self {
+        Self { next: start }
+    }
+    fn bump(&mut self) -> u64 {
+        self.next += 1;
+        self.next
+    }
+}
+
+impl IdSource for CountingIds {
+    fn session_uid(&mut self) -> String {
+        format!("sess-{:024x}", self.bump())
+    }
+    fn execution_id(&mut self) -> String {
+        format!("{:016x}", self.bump())
+    }
+    fn model_call_id(&mut self) -> String {
+        format!("{:016x}", self.bump())
+    }
+    fn harness_uid(&mut self) -> String {
+        format!("harness-{:024x}", self.bump())
+    }
+}

@@ -1,0 +1,28 @@
+//! The machine's vocabulary: what comes in, what goes out.
+//!
+//! Requests and harness input enter through `Host::handle_*`; effects
+//! leave through `Host::poll_effect`, and their outcomes come back keyed by
+//! [`EffectId`]. This module is the bottom layer of the crate: it imports
+//! nothing from the crate above it, so every layer can speak it (see
+//! `docs/architecture.md`, "Layers").
+
+pub mod committed;
+pub mod config;
+pub mod effect;
+pub mod ids;
+pub mod outcome;
+pub mod request;
+pub mod rows;
+pub mod status;
+
+pub use committed::Committed;
+pub use config::{Backend, HostConfig, Route};
+pub use effect::{Effect, RuntimeOp};
+pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
+pub use outcome::{
+    AppendError, HarnessFailure, HarnessInput, ModelReply, Outcome, ParkRef, PutError,
+    RegisterOutcome, RegistryRefusal, RuntimeReply,
+};
+pub use request::{ReplayReport, Request, Response, StreamItem};
+pub use rows::{HarnessCheck, HarnessRow, SessionRow};
+pub use status::{Code, Status};

@@ -1,0 +1,153 @@
+//! Outcomes: the shells' answers to effects, and harness input.
+
+use agentsessions_proto::v1::{
+    ApprovalRef, Event, HarnessDescriptor, LogRecord, Message, SnapshotRef, ToolResult, Usage,
+};
+
+use super::rows::{HarnessRow, SessionRow};
+
+/// Why an append did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendError {
+    /// The head was not `expected_last_seq`.
+    Conflict {
+        /// The head seen by the store.
+        head: i64,
+    },
+    /// A newer fence was minted.
+    Fenced {
+        /// The stored fence.
+        current: i64,
+    },
+    /// Storage failure; whether anything committed is unknown to the caller,
+    /// so the machine re-reads before deciding again.
+    Failed(String),
+}
+
+/// Why a harness call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HarnessFailure {
+    /// The harness could not be reached (gRPC UNAVAILABLE or refused dial).
+    Unavailable(String),
+    /// No answer within the bound.
+    Timeout,
+    /// Anything else, with its gRPC code number.
+    Other {
+        /// gRPC code number.
+        code: i32,
+        /// Detail.
+        message: String,
+    },
+}
+
+/// Why a registry write was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryRefusal {
+    /// The name is reserved for a static harness.
+    Reserved,
+    /// A row with a different digest exists.
+    SpecConflict,
+    /// No such row.
+    NotFound,
+    /// The harness row is retired.
+    Retired,
+    /// A static name has a registration row (or a reservation collides).
+    NameCollision,
+}
+
+/// Answer to a [`Effect::RegisterHarnessRow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegisterOutcome {
+    /// Inserted.
+    Created,
+    /// Same digest, already active.
+    Unchanged,
+    /// Same digest, was retired, now active.
+    Reactivated,
+}
+
+/// A model completion.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ModelReply {
+    /// The assistant message (text, reasoning and tool-call parts).
+    pub message: Option<Message>,
+    /// Provider usage.
+    pub usage: Option<Usage>,
+}
+
+/// The answer to an effect, keyed by its [`EffectId`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// For [`Effect::Append`]: the committed records, in order.
+    Appended(Result<Vec<LogRecord>, AppendError>),
+    /// For [`Effect::MintFence`].
+    Fence(Result<i64, String>),
+    /// For [`Effect::ReadLog`].
+    Log(Result<Vec<LogRecord>, String>),
+    /// For [`Effect::GetSession`]: `None` when the session is unknown.
+    Session(Result<Option<SessionRow>, String>),
+    /// For [`Effect::PutSession`].
+    Put(Result<(), PutError>),
+    /// For [`Effect::ListSessions`]: the rows, and whether more follow.
+    SessionPage(Result<(Vec<SessionRow>, bool), String>),
+    /// For [`Effect::GetHarnessRow`].
+    HarnessRow(Result<Option<HarnessRow>, String>),
+    /// For [`Effect::ListHarnessRows`].
+    HarnessRows(Result<Vec<HarnessRow>, String>),
+    /// For [`Effect::RegisterHarnessRow`]: the stored row and what happened.
+    Registered(Result<(HarnessRow, RegisterOutcome), PutError>),
+    /// For [`Effect::RetireHarnessRow`]: the row after retiring.
+    Retired(Result<HarnessRow, PutError>),
+    /// For [`Effect::ReserveHarnessNames`].
+    Reserved(Result<(), PutError>),
+    /// For [`Effect::Describe`].
+    Described(Result<HarnessDescriptor, HarnessFailure>),
+    /// For [`Effect::Runtime`]: an address (Create, Restore, Fork), a
+    /// snapshot (Snapshot) or nothing (Stop).
+    Runtime(Result<RuntimeReply, String>),
+    /// For [`Effect::Dial`].
+    Dialed(Result<(), HarnessFailure>),
+    /// For [`Effect::InvokeModel`].
+    Model(Result<ModelReply, String>),
+    /// For [`Effect::ExecuteTool`].
+    Tool(Result<ToolResult, String>),
+}
+
+/// Why a store write with a precondition was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutError {
+    /// The registry refused it.
+    Refused(RegistryRefusal),
+    /// Storage failure.
+    Failed(String),
+}
+
+/// What a Runtime SPI call returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RuntimeReply {
+    /// A harness address to dial.
+    Incarnation {
+        /// `unix://…` or `host:port`.
+        address: String,
+    },
+    /// A snapshot handle.
+    Snapshot(SnapshotRef),
+    /// Nothing to report.
+    Done,
+}
+
+/// Something the harness sent, or the end of its stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HarnessInput {
+    /// An event frame.
+    Event(Event),
+    /// The harness closed its send side cleanly.
+    Closed,
+    /// The stream failed (including a failed send).
+    Failed(String),
+    /// The harness sent no event within the dial's first-event bound.
+    Unavailable(String),
+}
+
+/// A park reference, re-exported for callers matching on parks.
+pub type ParkRef = ApprovalRef;

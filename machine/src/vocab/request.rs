@@ -1,0 +1,108 @@
+//! Client calls in, final answers and stream frames out.
+
+use agentsessions_proto::v1::{
+    ExecUpdate, ForkResponse, HarnessRegistration, ListHarnessesResponse, ListSessionsResponse,
+    RegisterHarnessResponse, Session,
+};
+
+use super::committed::Committed;
+
+/// A client call, as decoded by the gRPC shell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    /// Sessions.CreateSession.
+    CreateSession(agentsessions_proto::v1::CreateSessionRequest),
+    /// Sessions.GetSession.
+    GetSession(agentsessions_proto::v1::GetSessionRequest),
+    /// Sessions.ListSessions.
+    ListSessions(agentsessions_proto::v1::ListSessionsRequest),
+    /// Sessions.DeleteSession (not implemented yet).
+    DeleteSession(agentsessions_proto::v1::DeleteSessionRequest),
+    /// Sessions.Exec (streams `ExecUpdate`s).
+    Exec(agentsessions_proto::v1::ExecRequest),
+    /// Sessions.Replay (streams `LogRecord`s; read-only).
+    Replay(agentsessions_proto::v1::ReplayRequest),
+    /// Sessions.Approve.
+    Approve(agentsessions_proto::v1::ApproveRequest),
+    /// Sessions.Cancel (not implemented yet).
+    Cancel(agentsessions_proto::v1::CancelRequest),
+    /// Sessions.Suspend.
+    Suspend(agentsessions_proto::v1::SuspendRequest),
+    /// Sessions.Resume.
+    Resume(agentsessions_proto::v1::ResumeRequest),
+    /// Sessions.Fork.
+    Fork(agentsessions_proto::v1::ForkRequest),
+    /// Re-run the harness over every completed execution with recorded
+    /// effects served (zero model and tool calls) and report the outputs.
+    /// Not a wire RPC: `agentctl verify --replay` and the simulator use it.
+    ReplayHarness {
+        /// The session to re-run.
+        session: String,
+    },
+    /// HarnessRegistry.RegisterHarness.
+    RegisterHarness(agentsessions_proto::v1::RegisterHarnessRequest),
+    /// HarnessRegistry.GetHarness.
+    GetHarness(agentsessions_proto::v1::GetHarnessRequest),
+    /// HarnessRegistry.ListHarnesses.
+    ListHarnesses(agentsessions_proto::v1::ListHarnessesRequest),
+    /// HarnessRegistry.RetireHarness.
+    RetireHarness(agentsessions_proto::v1::RetireHarnessRequest),
+}
+
+/// The final answer to a client call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    /// A session (Create, Get, Suspend, Resume).
+    Session(Session),
+    /// A page of sessions.
+    Sessions(ListSessionsResponse),
+    /// Fork children.
+    Fork(ForkResponse),
+    /// A committed decision.
+    Approve(agentsessions_proto::v1::ApproveResponse),
+    /// A streamed call finished cleanly (Exec, Replay).
+    StreamEnd,
+    /// The outputs of a harness replay.
+    Replayed(ReplayReport),
+    /// A registration (Get, Retire).
+    Harness(HarnessRegistration),
+    /// RegisterHarness.
+    Registered(RegisterHarnessResponse),
+    /// ListHarnesses.
+    Harnesses(ListHarnessesResponse),
+}
+
+/// What a harness replay reproduced.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ReplayReport {
+    /// Executions re-run.
+    pub executions: usize,
+    /// Text of every served completion and output, in order.
+    pub outputs: Vec<String>,
+}
+
+/// One frame of a streamed reply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// An Exec session frame (first, and final after recovery or park).
+    Session(Session),
+    /// A committed record (Exec or Replay).
+    Record(Committed),
+    /// An ephemeral output chunk (Exec only; never journaled).
+    Delta(agentsessions_proto::v1::Delta),
+}
+
+impl StreamItem {
+    /// The Exec wire frame for this item.
+    pub fn into_exec_update(self) -> ExecUpdate {
+        use agentsessions_proto::v1::exec_update::Update;
+        let update = match self {
+            Self::Session(s) => Update::Session(s),
+            Self::Record(r) => Update::Record(r.into_record()),
+            Self::Delta(d) => Update::Delta(d),
+        };
+        ExecUpdate {
+            update: Some(update),
+        }
+    }
+}
