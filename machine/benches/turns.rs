@@ -16,6 +16,10 @@
 // unsafe to implement. The impl below only forwards to `System` and counts.
 #![allow(unsafe_code)]
 
+use agentsessions_machine::host::{
+    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, PutError, RuntimeCall,
+    StoreEffect, StoreOutcome,
+};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
@@ -148,9 +152,55 @@ impl Driver {
     }
 
     fn perform(&mut self, effect: Effect) {
-        let outcome = match effect {
-            Effect::Append {
+        let (id, outcome) = match effect {
+            Effect::Store(effect) => {
+                let id = effect.id();
+                (id, Outcome::Store(self.perform_store(effect)))
+            }
+            Effect::Harness(effect) => match self.perform_harness(effect) {
+                Some(answer) => answer,
+                None => return,
+            },
+            Effect::Runtime(RuntimeCall { id, .. }) => {
+                let reply = RuntimeReply::Incarnation {
+                    address: "local://echo".into(),
+                };
+                (id, Outcome::Runtime(Ok(reply)))
+            }
+            Effect::Model(InvokeModel { id, request, .. }) => {
+                let text = request
+                    .messages
+                    .last()
+                    .map(events::message_text)
+                    .unwrap_or_default();
+                let reply = ModelReply {
+                    message: Some(events::assistant_text(&format!("echo:{text}"))),
+                    usage: None,
+                };
+                (id, Outcome::Model(Ok(reply)))
+            }
+            // The echo harness calls no tools; a refusal fails the call,
+            // which the reply check below reports.
+            Effect::Tool(ExecuteTool { id, .. }) => (
                 id,
+                Outcome::Tool(Err("the echo bench runs no tools".into())),
+            ),
+            Effect::Client(ClientEffect::Stream { .. }) => return,
+            Effect::Client(ClientEffect::Reply { result, .. }) => {
+                result.expect("the call succeeded");
+                self.replies += 1;
+                return;
+            }
+        };
+        self.queue.push_back(Input::Outcome(id, outcome));
+    }
+
+    /// The store, cut to what an echo turn needs: no hashing, no registry.
+    /// Registry effects are refused (the call then fails the reply check).
+    fn perform_store(&mut self, effect: StoreEffect) -> StoreOutcome {
+        let refused = || PutError::Failed("the echo bench has no registry".into());
+        match effect {
+            StoreEffect::Append {
                 session,
                 expected_last_seq,
                 events,
@@ -170,18 +220,18 @@ impl Driver {
                     .collect();
                 s.records.extend(out.iter().cloned());
                 s.row.last_seq = s.records.len() as i64;
-                (id, Outcome::Appended(Ok(out)))
+                StoreOutcome::Appended(Ok(out))
             }
-            Effect::MintFence { id, session } => {
+            StoreEffect::MintFence { session, .. } => {
                 let s = self.store.entry(session).or_default();
                 s.fence += 1;
-                (id, Outcome::Fence(Ok(s.fence)))
+                StoreOutcome::Fence(Ok(s.fence))
             }
-            Effect::ReadLog {
-                id,
+            StoreEffect::ReadLog {
                 session,
                 from_seq,
                 to_seq,
+                ..
             } => {
                 let records = self.store.get(&session).map_or(Vec::new(), |s| {
                     let to = if to_seq == 0 {
@@ -191,31 +241,37 @@ impl Driver {
                     };
                     s.records[(from_seq as usize - 1).min(to)..to].to_vec()
                 });
-                (id, Outcome::Log(Ok(records)))
+                StoreOutcome::Log(Ok(records))
             }
-            Effect::GetSession { id, session } => {
-                let row = self.store.get(&session).map(|s| s.row.clone());
-                (id, Outcome::Session(Ok(row)))
+            StoreEffect::GetSession { session, .. } => {
+                StoreOutcome::Session(Ok(self.store.get(&session).map(|s| s.row.clone())))
             }
-            Effect::PutSession { id, row, .. } => {
+            StoreEffect::PutSession { row, .. } => {
                 let uid = row.uid.clone();
                 self.store.entry(uid).or_default().row = row;
-                (id, Outcome::Put(Ok(())))
+                StoreOutcome::Put(Ok(()))
             }
-            Effect::Describe { id, .. } => {
-                (id, Outcome::Described(Ok(Echo::default().descriptor())))
+            StoreEffect::ListSessions { .. } => StoreOutcome::SessionPage(Ok((Vec::new(), false))),
+            StoreEffect::GetHarnessRow { .. } => StoreOutcome::HarnessRow(Ok(None)),
+            StoreEffect::ListHarnessRows { .. } => StoreOutcome::HarnessRows(Ok(Vec::new())),
+            StoreEffect::RegisterHarnessRow { .. } => StoreOutcome::Registered(Err(refused())),
+            StoreEffect::RetireHarnessRow { .. } => StoreOutcome::Retired(Err(refused())),
+            StoreEffect::ReserveHarnessNames { .. } => StoreOutcome::Reserved(Ok(())),
+        }
+    }
+
+    /// Describe and Dial answer; Send and Close queue harness input.
+    fn perform_harness(&mut self, effect: HarnessEffect) -> Option<(EffectId, Outcome)> {
+        match effect {
+            HarnessEffect::Describe { id, .. } => {
+                let described = HarnessOutcome::Described(Ok(Echo::default().descriptor()));
+                Some((id, Outcome::Harness(described)))
             }
-            Effect::Runtime { id, .. } => {
-                let reply = RuntimeReply::Incarnation {
-                    address: "local://echo".into(),
-                };
-                (id, Outcome::Runtime(Ok(reply)))
-            }
-            Effect::Dial { id, conn, .. } => {
+            HarnessEffect::Dial { id, conn, .. } => {
                 self.conns.insert(conn, Echo::default());
-                (id, Outcome::Dialed(Ok(())))
+                Some((id, Outcome::Harness(HarnessOutcome::Dialed(Ok(())))))
             }
-            Effect::Send { conn, frame } => {
+            HarnessEffect::Send { conn, frame } => {
                 if let Some(h) = self.conns.get_mut(&conn) {
                     let reply = h.on_frame(&frame);
                     for ev in reply.events {
@@ -227,33 +283,13 @@ impl Driver {
                             .push_back(Input::Harness(conn, HarnessInput::Closed));
                     }
                 }
-                return;
+                None
             }
-            Effect::Close { conn } => {
+            HarnessEffect::Close { conn } => {
                 self.conns.remove(&conn);
-                return;
+                None
             }
-            Effect::InvokeModel { id, request, .. } => {
-                let text = request
-                    .messages
-                    .last()
-                    .map(events::message_text)
-                    .unwrap_or_default();
-                let reply = ModelReply {
-                    message: Some(events::assistant_text(&format!("echo:{text}"))),
-                    usage: None,
-                };
-                (id, Outcome::Model(Ok(reply)))
-            }
-            Effect::Stream { .. } => return,
-            Effect::Reply { result, .. } => {
-                result.expect("the call succeeded");
-                self.replies += 1;
-                return;
-            }
-            other => panic!("the echo bench does not expect {other:?}"),
-        };
-        self.queue.push_back(Input::Outcome(outcome.0, outcome.1));
+        }
     }
 }
 

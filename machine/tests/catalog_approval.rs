@@ -8,6 +8,7 @@ use agentsessions_machine::events::body;
 use agentsessions_machine::host::{
     AppendError, Code, Effect, HostConfig, Request, Response, RuntimeOp, StreamItem,
 };
+use agentsessions_machine::host::{HarnessEffect, RuntimeCall, StoreEffect};
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_machine::testkit::{MemStore, World, world};
 use agentsessions_proto::v1::{
@@ -178,7 +179,7 @@ fn a_head_advance_between_scan_and_append_aborts_the_decision() {
     let (sid, eid, seq) = parked(&mut world, "approval");
     let racer = sid.clone();
     world.before_effect = Some(Box::new(move |e, store| {
-        if matches!(e, Effect::MintFence { .. }) {
+        if matches!(e, Effect::Store(StoreEffect::MintFence { .. })) {
             let head = store.records(&racer).len() as i64;
             let fence = store.fence(&racer);
             let marker = agentsessions_machine::events::lifecycle(
@@ -421,7 +422,7 @@ fn decided_recovery_reruns_the_original_invocation_and_executes_once() {
     let (exec_id, start) = since(&world, mark)
         .iter()
         .find_map(|e| match e {
-            Effect::Send { frame, .. } => match &frame.frame {
+            Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
                 Some(Frame::Start(s)) => Some((frame.execution_id.clone(), s.clone())),
                 _ => None,
             },
@@ -763,11 +764,11 @@ fn suspend_of_a_parked_turn_routes_to_the_recorded_harness_with_no_fallback() {
     let mark = world.trace.len();
     assert_eq!(world.call(suspend(&sid)).code(), Code::Ok);
     let routed = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Runtime {
+        Effect::Runtime(RuntimeCall {
             harness,
             op: RuntimeOp::Snapshot { .. },
             ..
-        } => Some(harness.clone()),
+        }) => Some(harness.clone()),
         _ => None,
     });
     assert_eq!(routed.as_deref(), Some("approval"));

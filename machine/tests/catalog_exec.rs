@@ -9,6 +9,7 @@ use agentsessions_machine::host::{
     AppendError, Backend, Code, Effect, EffectId, HarnessFailure, Request, Response, Route,
     StreamItem,
 };
+use agentsessions_machine::host::{ExecuteTool, HarnessEffect, StoreEffect};
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_machine::testkit::{World, world};
 use agentsessions_proto::v1::{
@@ -55,11 +56,12 @@ fn a_turn_superseded_by_a_newer_fence_is_aborted_and_writes_nothing_more() {
     world.hold = true;
     let turn = world.start(exec(&sid, "", "hi"));
     // Another incarnation takes the session over mid-turn.
-    let mint = Effect::MintFence {
+    let mint = StoreEffect::MintFence {
         id: EffectId(u64::MAX),
         session: sid.clone(),
+        now: world.now,
     };
-    world.store.perform(&mint, world.now);
+    world.store.perform(&mint);
     world.release();
     let call = world.take(turn);
     assert_eq!(call.code(), Code::Aborted, "{call:?}");
@@ -122,7 +124,7 @@ fn execution_start_records_config_cursor_count_and_the_connected_identity() {
     );
     // The harness gets the same Start, with no history and the inputs.
     let sent = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } => match &frame.frame {
+        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
             Some(Frame::Start(s)) => Some((frame.execution_id.clone(), s.clone())),
             _ => None,
         },
@@ -165,7 +167,7 @@ fn each_turn_has_its_own_execution_id_and_sees_earlier_turns_as_history() {
             .all(|i| i.len() == 16 && i.bytes().all(|b| b.is_ascii_hexdigit()))
     );
     let history = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } => match &frame.frame {
+        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
             Some(Frame::Start(s)) => Some(s.history.clone()),
             _ => None,
         },
@@ -186,13 +188,13 @@ fn a_host_tool_executes_only_after_its_intent_is_committed() {
         .iter()
         .enumerate()
         .find_map(|(i, e)| match e {
-            Effect::ExecuteTool { intent, .. } => Some((i, intent.record().clone())),
+            Effect::Tool(ExecuteTool { intent, .. }) => Some((i, intent.record().clone())),
             _ => None,
         })
         .expect("the tool ran");
     // The append that produced the intent precedes the execution.
     assert!(world.trace[..pos].iter().any(|e| matches!(e,
-        Effect::Append { events: evs, .. } if evs.iter().any(|ev| events::kind_of(ev) == EventKind::EventToolCall))));
+        Effect::Store(StoreEffect::Append { events: evs, .. }) if evs.iter().any(|ev| events::kind_of(ev) == EventKind::EventToolCall))));
     assert_eq!(world.store.records(&sid)[intent.seq as usize - 1], intent);
     assert_eq!(
         kinds(&world, &sid)[2..].to_vec(),
@@ -453,7 +455,7 @@ fn a_remote_route_rechecks_the_harness_on_the_turns_own_connection() {
     assert_eq!(
         effects
             .iter()
-            .filter(|e| matches!(e, Effect::Describe { .. }))
+            .filter(|e| matches!(e, Effect::Harness(HarnessEffect::Describe { .. })))
             .count(),
         2
     );

@@ -6,6 +6,7 @@
 mod common;
 
 use agentsessions_machine::host::{AppendError, Code, Effect, Response};
+use agentsessions_machine::host::{HarnessEffect, RuntimeCall};
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{ComputeState, EventKind, controller_frame::Frame};
 use common::*;
@@ -132,7 +133,7 @@ fn the_park_handshake_holds_the_guard_against_approve_resume_and_suspend() {
     let mut world = World::default();
     let sid = create(&mut world, "approval");
     world.pause_on = Some(Box::new(
-        |e| matches!(e, Effect::Send { frame, .. } if matches!(frame.frame, Some(Frame::Park(_)))),
+        |e| matches!(e, Effect::Harness(HarnessEffect::Send { frame, .. }) if matches!(frame.frame, Some(Frame::Park(_)))),
     ));
     let turn = world.start(exec(&sid, "", "go"));
     assert!(world.holding() && !world.replied(turn));
@@ -171,10 +172,10 @@ fn the_handoff_snapshot_phase_holds_the_guard() {
     world.pause_on = Some(Box::new(|e| {
         matches!(
             e,
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 op: agentsessions_machine::host::RuntimeOp::Snapshot { .. },
                 ..
-            }
+            })
         )
     }));
     let turn = world.start(exec(&sid, "", "go"));

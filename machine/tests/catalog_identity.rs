@@ -11,6 +11,7 @@ mod common;
 #[path = "support/rerun.rs"]
 mod rerun;
 
+use agentsessions_machine::host::HarnessEffect;
 use agentsessions_machine::host::{Code, Effect};
 use agentsessions_machine::testkit::World;
 use agentsessions_machine::testkit::harness::{self, Step};
@@ -405,7 +406,7 @@ fn equal_numbers_match_however_they_were_built_and_serve_the_recorded_result() {
     assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
     assert_eq!(world.executor.attempts, 0);
     let served = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } => match &frame.frame {
+        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
             Some(Frame::Tool(r)) => Some(r.id.clone()),
             _ => None,
         },

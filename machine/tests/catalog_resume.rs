@@ -5,6 +5,7 @@
 mod common;
 
 use agentsessions_machine::events::body;
+use agentsessions_machine::host::RuntimeCall;
 use agentsessions_machine::host::{AppendError, Code, Effect, Request, RuntimeOp};
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_machine::testkit::{MemStore, World, world};
@@ -324,10 +325,10 @@ fn a_fork_child_at_a_model_call_redrives_its_own_provider_call_once() {
 
 fn restore_ref(effects: &[Effect]) -> Option<agentsessions_proto::v1::SnapshotRef> {
     effects.iter().find_map(|e| match e {
-        Effect::Runtime {
+        Effect::Runtime(RuntimeCall {
             op: RuntimeOp::Restore { snapshot },
             ..
-        } => Some(snapshot.clone()),
+        }) => Some(snapshot.clone()),
         _ => None,
     })
 }

@@ -10,6 +10,7 @@ use agentsessions_machine::events;
 use agentsessions_machine::host::{
     Backend, Code, Effect, EffectId, HarnessFailure, HarnessRow, HostConfig, Request, Route,
 };
+use agentsessions_machine::host::{HarnessEffect, RuntimeCall, StoreEffect};
 use agentsessions_machine::testkit::harness;
 use agentsessions_machine::testkit::{Call, MemStore, World, world};
 use agentsessions_proto::v1::{
@@ -228,7 +229,7 @@ fn a_decided_gate_recovers_only_at_its_recorded_version_and_pinned_descriptor() 
     assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
     assert_eq!(world.runtime_calls, vec!["restore"]);
     let start = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } => match &frame.frame {
+        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
             Some(Frame::Start(s)) => Some((frame.execution_id.clone(), s.clone())),
             _ => None,
         },
@@ -312,7 +313,10 @@ fn a_cancel_or_deadline_during_the_connected_describe_writes_nothing() {
         world.remote.insert("a:1".into(), "echo".into());
         let sid = create(&mut world, "remote");
         world.pause_on = Some(Box::new(|e| {
-            matches!(e, Effect::Describe { conn: Some(_), .. })
+            matches!(
+                e,
+                Effect::Harness(HarnessEffect::Describe { conn: Some(_), .. })
+            )
         }));
         let mut req = exec_req(&sid, "", "x");
         req.deadline_unix = world.now / 1_000_000_000 + 5;
@@ -348,11 +352,11 @@ fn a_cancel_or_deadline_during_the_connected_describe_writes_nothing() {
 
 fn snapshot_route(world: &World, mark: usize) -> Option<String> {
     since(world, mark).iter().find_map(|e| match e {
-        Effect::Runtime {
+        Effect::Runtime(RuntimeCall {
             harness,
             op: agentsessions_machine::host::RuntimeOp::Snapshot { .. },
             ..
-        } => Some(harness.clone()),
+        }) => Some(harness.clone()),
         _ => None,
     })
 }
@@ -583,13 +587,11 @@ fn a_row_colliding_with_the_stored_static_name_does_not_stop_a_recorded_static_o
         spec: "{}".into(),
         ..HarnessRow::default()
     };
-    world.store.perform(
-        &Effect::RegisterHarnessRow {
-            id: EffectId(u64::MAX),
-            row: row.clone(),
-        },
-        world.now,
-    );
+    world.store.perform(&StoreEffect::RegisterHarnessRow {
+        id: EffectId(u64::MAX),
+        row: row.clone(),
+        now: world.now,
+    });
     let isolated = world.host.load_registrations(&[row]);
     assert_eq!(isolated.len(), 1);
     let mark = world.trace.len();
@@ -597,7 +599,9 @@ fn a_row_colliding_with_the_stored_static_name_does_not_stop_a_recorded_static_o
     assert_eq!(call.code(), Code::Ok, "{call:?}");
     assert_eq!(described(&world, mark), vec!["recorded"]);
     let start = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } if matches!(frame.frame, Some(Frame::Start(_))) => {
+        Effect::Harness(HarnessEffect::Send { frame, .. })
+            if matches!(frame.frame, Some(Frame::Start(_))) =>
+        {
             Some(frame.execution_id.clone())
         }
         _ => None,

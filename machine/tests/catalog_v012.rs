@@ -11,6 +11,7 @@ mod common;
 
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{Code, Effect, ReplayReport, Request, Response, Status};
+use agentsessions_machine::host::{ExecuteTool, HarnessEffect};
 use agentsessions_machine::interop::parse_go_records;
 use agentsessions_machine::testkit::harness::{self, FnScript, Step, keyed_call};
 use agentsessions_machine::testkit::{Call, World};
@@ -51,7 +52,7 @@ fn imported(world: &mut World, records: Vec<LogRecord>) -> String {
 /// The Start frame sent since `mark`: (wire execution id, start).
 fn start_sent(world: &World, mark: usize) -> Option<(String, Start)> {
     since(world, mark).iter().find_map(|e| match e {
-        Effect::Send { frame, .. } => match &frame.frame {
+        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
             Some(Frame::Start(s)) => Some((frame.execution_id.clone(), s.clone())),
             _ => None,
         },
@@ -398,7 +399,9 @@ fn a_legacy_tool_intent_is_redriven_once_in_the_session_scope() {
     let driven: Vec<_> = since(&world, mark)
         .iter()
         .filter_map(|e| match e {
-            Effect::ExecuteTool { session, call, .. } => Some((session.clone(), call.clone())),
+            Effect::Tool(ExecuteTool { session, call, .. }) => {
+                Some((session.clone(), call.clone()))
+            }
             _ => None,
         })
         .collect();

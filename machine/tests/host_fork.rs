@@ -2,6 +2,7 @@
 //! keeps, what is refused before any side effect, and how inherited turns
 //! recover in a child.
 
+use agentsessions_machine::host::{ClientEffect, HarnessEffect, RuntimeCall, StoreEffect};
 use std::collections::BTreeMap;
 
 use agentsessions_machine::chain;
@@ -246,10 +247,10 @@ fn exactly_the_maximum_of_128_children_is_allowed() {
         .filter(|e| {
             matches!(
                 e,
-                Effect::Runtime {
+                Effect::Runtime(RuntimeCall {
                     op: RuntimeOp::Fork { .. },
                     ..
-                }
+                })
             )
         })
         .count();
@@ -267,7 +268,10 @@ fn refused_before_any_effect(req: impl FnOnce(&str) -> ForkRequest, code: Code) 
     assert_eq!(call.code(), code, "{call:?}");
     let effects = &world.trace[before..];
     assert_eq!(effects.len(), 1, "only the reply: {effects:?}");
-    assert!(matches!(effects[0], Effect::Reply { .. }));
+    assert!(matches!(
+        effects[0],
+        Effect::Client(ClientEffect::Reply { .. })
+    ));
     assert_eq!(world.store.sessions(), sessions, "no new sessions");
     call.reply.unwrap_err().message
 }
@@ -328,12 +332,11 @@ fn an_empty_session_is_an_invalid_argument_and_an_unknown_one_not_found() {
     let mut world = World::default();
     let call = world.call(Request::Fork(fork_req("sess-nobody", 0, 1)));
     assert_eq!(call.code(), Code::NotFound, "{call:?}");
-    assert!(
-        !world
-            .trace
-            .iter()
-            .any(|e| matches!(e, Effect::Describe { .. } | Effect::MintFence { .. }))
-    );
+    assert!(!world.trace.iter().any(|e| matches!(
+        e,
+        Effect::Harness(HarnessEffect::Describe { .. })
+            | Effect::Store(StoreEffect::MintFence { .. })
+    )));
 }
 
 #[test]
@@ -347,11 +350,10 @@ fn a_harness_outage_at_admission_is_unavailable_and_provisions_nothing() {
     let before = world.trace.len();
     let call = world.call(Request::Fork(fork_req(&sid, 0, 2)));
     assert_eq!(call.code(), Code::Unavailable, "{call:?}");
-    assert!(
-        !world.trace[before..]
-            .iter()
-            .any(|e| matches!(e, Effect::Runtime { .. } | Effect::MintFence { .. }))
-    );
+    assert!(!world.trace[before..].iter().any(|e| matches!(
+        e,
+        Effect::Runtime(RuntimeCall { .. }) | Effect::Store(StoreEffect::MintFence { .. })
+    )));
 }
 
 #[test]
@@ -366,10 +368,10 @@ fn a_failed_child_copy_stops_every_provisioned_child_and_records_no_rows() {
         .trace
         .iter()
         .filter_map(|e| match e {
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 op: RuntimeOp::Stop { session },
                 ..
-            } => Some(session.clone()),
+            }) => Some(session.clone()),
             _ => None,
         })
         .collect();
@@ -377,10 +379,10 @@ fn a_failed_child_copy_stops_every_provisioned_child_and_records_no_rows() {
         .trace
         .iter()
         .filter_map(|e| match e {
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 op: RuntimeOp::Fork { child, .. },
                 ..
-            } => Some(child.clone()),
+            }) => Some(child.clone()),
             _ => None,
         })
         .collect();
@@ -390,7 +392,7 @@ fn a_failed_child_copy_stops_every_provisioned_child_and_records_no_rows() {
     let reply_at = world
         .trace
         .iter()
-        .rposition(|e| matches!(e, Effect::Reply { .. }))
+        .rposition(|e| matches!(e, Effect::Client(ClientEffect::Reply { .. })))
         .unwrap();
     let last_stop = world
         .trace
@@ -398,10 +400,10 @@ fn a_failed_child_copy_stops_every_provisioned_child_and_records_no_rows() {
         .rposition(|e| {
             matches!(
                 e,
-                Effect::Runtime {
+                Effect::Runtime(RuntimeCall {
                     op: RuntimeOp::Stop { .. },
                     ..
-                }
+                })
             )
         })
         .unwrap();
@@ -410,7 +412,7 @@ fn a_failed_child_copy_stops_every_provisioned_child_and_records_no_rows() {
         !world
             .trace
             .iter()
-            .any(|e| matches!(e, Effect::PutSession { row, .. } if row.parent_uid == sid)),
+            .any(|e| matches!(e, Effect::Store(StoreEffect::PutSession { row, .. }) if row.parent_uid == sid)),
         "no child rows for a refused fork"
     );
 }
@@ -431,9 +433,10 @@ fn a_memory_harness_refuses_a_historical_fork_without_minting_a_fence() {
     );
     let after = &world.trace[before..];
     assert!(
-        !after
-            .iter()
-            .any(|e| matches!(e, Effect::MintFence { .. } | Effect::Runtime { .. })),
+        !after.iter().any(|e| matches!(
+            e,
+            Effect::Store(StoreEffect::MintFence { .. }) | Effect::Runtime(RuntimeCall { .. })
+        )),
         "{after:?}"
     );
     assert_eq!(world.store.records(&sid), before_records);
@@ -468,10 +471,10 @@ fn a_memory_harness_fork_at_the_head_checkpoints_the_parent_once_and_clones_it()
         .trace
         .iter()
         .filter_map(|e| match e {
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 op: RuntimeOp::Fork { snapshot, .. },
                 ..
-            } => Some(snapshot.external_uri.clone()),
+            }) => Some(snapshot.external_uri.clone()),
             _ => None,
         })
         .collect();
@@ -494,7 +497,9 @@ fn a_memory_fork_aborts_when_a_writer_moves_the_head_after_the_fence() {
     let mut raced = false;
     // Another writer lands between the fence and the head re-read.
     world.before_effect = Some(Box::new(move |effect, store| {
-        if !raced && matches!(effect, Effect::MintFence { session, .. } if *session == racer) {
+        if !raced
+            && matches!(effect, Effect::Store(StoreEffect::MintFence { session, .. }) if *session == racer)
+        {
             raced = true;
             let ev = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
             store
@@ -507,10 +512,10 @@ fn a_memory_fork_aborts_when_a_writer_moves_the_head_after_the_fence() {
     assert!(
         !world.trace.iter().any(|e| matches!(
             e,
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 op: RuntimeOp::Snapshot { .. },
                 ..
-            }
+            })
         )),
         "no snapshot after a moved head"
     );

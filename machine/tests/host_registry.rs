@@ -7,9 +7,10 @@ use agentsessions_machine::canon;
 use agentsessions_machine::events;
 use agentsessions_machine::host::registry::{MAX_SPEC_BYTES, SUBSTRATE_UNSERVABLE, canonical_spec};
 use agentsessions_machine::host::{
-    Code, Effect, EffectId, HarnessFailure, HarnessRow, Outcome, PutError, RegistryRefusal,
-    Request, Response,
+    Code, Effect, EffectId, HarnessFailure, HarnessRow, PutError, RegistryRefusal, Request,
+    Response,
 };
+use agentsessions_machine::host::{HarnessEffect, StoreEffect, StoreOutcome};
 use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     Capabilities, CreateSessionRequest, ExecRequest, GetHarnessRequest, HarnessRegistration,
@@ -166,30 +167,25 @@ fn resume(world: &mut World, session: &str) -> Call {
 /// and reserved names, then load every stored row, retired ones included.
 fn boot(world: &mut World) -> Vec<(String, String)> {
     let names = world.host.reserved_names();
-    let reserved = world.store.perform(
-        &Effect::ReserveHarnessNames {
-            id: EffectId(0),
-            names,
-        },
-        world.now,
-    );
-    assert_eq!(reserved, Some(Outcome::Reserved(Ok(()))), "reservation");
+    let reserved = world.store.perform(&StoreEffect::ReserveHarnessNames {
+        id: EffectId(0),
+        names,
+        now: world.now,
+    });
+    assert_eq!(reserved, StoreOutcome::Reserved(Ok(())), "reservation");
     let rows = stored_rows(world);
     world.host.load_registrations(&rows)
 }
 
 fn stored_rows(world: &mut World) -> Vec<HarnessRow> {
-    let outcome = world.store.perform(
-        &Effect::ListHarnessRows {
-            id: EffectId(0),
-            after: String::new(),
-            limit: usize::MAX,
-            include_retired: true,
-        },
-        world.now,
-    );
+    let outcome = world.store.perform(&StoreEffect::ListHarnessRows {
+        id: EffectId(0),
+        after: String::new(),
+        limit: usize::MAX,
+        include_retired: true,
+    });
     match outcome {
-        Some(Outcome::HarnessRows(Ok(rows))) => rows,
+        StoreOutcome::HarnessRows(Ok(rows)) => rows,
         other => panic!("rows: {other:?}"),
     }
 }
@@ -204,15 +200,13 @@ fn store_row(world: &mut World, name: &str, spec_text: &str, digest: &str) {
         spec_digest: digest.into(),
         ..HarnessRow::default()
     };
-    let outcome = world.store.perform(
-        &Effect::RegisterHarnessRow {
-            id: EffectId(0),
-            row,
-        },
-        world.now,
-    );
+    let outcome = world.store.perform(&StoreEffect::RegisterHarnessRow {
+        id: EffectId(0),
+        row,
+        now: world.now,
+    });
     assert!(
-        matches!(outcome, Some(Outcome::Registered(Ok(_)))),
+        matches!(outcome, StoreOutcome::Registered(Ok(_))),
         "{outcome:?}"
     );
 }
@@ -226,7 +220,7 @@ fn registry_writes(world: &World) -> usize {
     world
         .trace
         .iter()
-        .filter(|e| matches!(e, Effect::RegisterHarnessRow { .. }))
+        .filter(|e| matches!(e, Effect::Store(StoreEffect::RegisterHarnessRow { .. })))
         .count()
 }
 
@@ -269,7 +263,7 @@ fn a_registered_harness_runs_sessions_created_on_it_and_by_exec_auto_create() {
     assert_eq!(world.store.records(&sid).len(), 5);
     assert!(
         world.trace.iter().any(|e| matches!(e,
-            Effect::Dial { harness, backend: agentsessions_machine::host::Backend::Remote { address }, .. }
+            Effect::Harness(HarnessEffect::Dial { harness, backend: agentsessions_machine::host::Backend::Remote { address }, .. })
                 if harness == "reg" && address == ADDR)),
         "the turn ran on the registered remote"
     );
@@ -496,7 +490,7 @@ fn list_refuses_a_malformed_token_and_a_negative_size_and_clamps_large_sizes() {
         .trace
         .iter()
         .filter_map(|e| match e {
-            Effect::ListHarnessRows { limit, .. } => Some(*limit),
+            Effect::Store(StoreEffect::ListHarnessRows { limit, .. }) => Some(*limit),
             _ => None,
         })
         .collect();
@@ -687,7 +681,7 @@ fn observe_sets_observe_error_for_a_row_this_host_has_not_loaded() {
     assert!(reg.unservable_reason.contains("not loaded"), "{reg:?}");
     let described = world.trace[mark..]
         .iter()
-        .any(|e| matches!(e, Effect::Describe { .. }));
+        .any(|e| matches!(e, Effect::Harness(HarnessEffect::Describe { .. })));
     assert!(!described, "an unloaded row is never described");
     assert!(
         harness(&get(&mut world, "late", false))
@@ -747,7 +741,7 @@ fn the_startup_loader_isolates_rows_it_cannot_serve_while_good_rows_work() {
     let described = world
         .trace
         .iter()
-        .any(|e| matches!(e, Effect::Describe { harness, .. } if harness == "bad-field"));
+        .any(|e| matches!(e, Effect::Harness(HarnessEffect::Describe { harness, .. }) if harness == "bad-field"));
     assert!(!described, "unservable entries are never described");
 
     for name in ["bad-field", "bad-enum", "sub"] {
@@ -812,18 +806,14 @@ fn a_stored_row_under_a_static_name_is_reported_and_fails_closed() {
     let mut world = world();
     store_spec(&mut world, "echo", &remote_spec(ADDR));
     // Reserving would fail here, which must stop a real shell's startup.
-    let reserved = world.store.perform(
-        &Effect::ReserveHarnessNames {
-            id: EffectId(0),
-            names: world.host.reserved_names(),
-        },
-        world.now,
-    );
+    let reserved = world.store.perform(&StoreEffect::ReserveHarnessNames {
+        id: EffectId(0),
+        names: world.host.reserved_names(),
+        now: world.now,
+    });
     assert_eq!(
         reserved,
-        Some(Outcome::Reserved(Err(PutError::Refused(
-            RegistryRefusal::NameCollision
-        ))))
+        StoreOutcome::Reserved(Err(PutError::Refused(RegistryRefusal::NameCollision)))
     );
     let rows = stored_rows(&mut world);
     let isolated = world.host.load_registrations(&rows);

@@ -7,6 +7,9 @@ use agentsessions_machine::events;
 use agentsessions_machine::host::{
     Code, Effect, HarnessFailure, ReplayReport, Request, Response, RuntimeOp,
 };
+use agentsessions_machine::host::{
+    ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreEffect,
+};
 use agentsessions_machine::interop::parse_go_records;
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
@@ -68,11 +71,11 @@ fn replay_read_only(
     let forbidden = world.trace[before..].iter().find(|e| {
         matches!(
             e,
-            Effect::Append { .. }
-                | Effect::MintFence { .. }
-                | Effect::InvokeModel { .. }
-                | Effect::ExecuteTool { .. }
-                | Effect::PutSession { .. }
+            Effect::Store(StoreEffect::Append { .. })
+                | Effect::Store(StoreEffect::MintFence { .. })
+                | Effect::Model(InvokeModel { .. })
+                | Effect::Tool(ExecuteTool { .. })
+                | Effect::Store(StoreEffect::PutSession { .. })
         )
     });
     assert_eq!(forbidden, None);
@@ -108,16 +111,16 @@ fn two_turns_replay_in_order_each_on_its_own_connection() {
         .filter(|e| {
             matches!(
                 e,
-                Effect::Runtime {
+                Effect::Runtime(RuntimeCall {
                     op: RuntimeOp::Create { .. },
                     ..
-                }
+                })
             )
         })
         .count();
     let closes = world.trace[before..]
         .iter()
-        .filter(|e| matches!(e, Effect::Close { .. }))
+        .filter(|e| matches!(e, Effect::Harness(HarnessEffect::Close { .. })))
         .count();
     assert_eq!((creates, closes), (2, 2));
     // Unpinned echo turns still record the harness name and version, so the
@@ -125,13 +128,13 @@ fn two_turns_replay_in_order_each_on_its_own_connection() {
     let describes: Vec<usize> = world.trace[before..]
         .iter()
         .enumerate()
-        .filter(|(_, e)| matches!(e, Effect::Describe { .. }))
+        .filter(|(_, e)| matches!(e, Effect::Harness(HarnessEffect::Describe { .. })))
         .map(|(i, _)| i)
         .collect();
     assert_eq!(describes.len(), 1);
     let first_dial = world.trace[before..]
         .iter()
-        .position(|e| matches!(e, Effect::Dial { .. }))
+        .position(|e| matches!(e, Effect::Harness(HarnessEffect::Dial { .. })))
         .unwrap();
     assert!(describes[0] < first_dial);
 }
@@ -194,7 +197,7 @@ fn a_completed_approval_turn_replays_decision_then_receipt_without_the_executor(
     let served: Vec<&'static str> = world.trace[before..]
         .iter()
         .filter_map(|e| match e {
-            Effect::Send { frame, .. } => match &frame.frame {
+            Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
                 Some(Frame::Start(_)) => Some("start"),
                 Some(Frame::Approval(_)) => Some("decision"),
                 Some(Frame::Tool(_)) => Some("receipt"),
@@ -231,9 +234,10 @@ fn a_recorded_version_the_harness_no_longer_serves_stops_replay_before_any_run()
     assert_eq!(err.code, Code::FailedPrecondition, "{err:?}");
     assert!(err.message.contains("version mismatch"), "{}", err.message);
     assert!(
-        !edited.trace[before..]
-            .iter()
-            .any(|e| matches!(e, Effect::Runtime { .. } | Effect::Dial { .. })),
+        !edited.trace[before..].iter().any(|e| matches!(
+            e,
+            Effect::Runtime(RuntimeCall { .. }) | Effect::Harness(HarnessEffect::Dial { .. })
+        )),
         "the first turn did not run either"
     );
 }
@@ -290,11 +294,10 @@ fn an_invalid_journal_is_a_failed_precondition_before_any_harness_io() {
     let before = edited.trace.len();
     let err = replay_read_only(&mut edited, &sid).unwrap_err();
     assert_eq!(err.code, Code::FailedPrecondition, "{err:?}");
-    assert!(
-        !edited.trace[before..]
-            .iter()
-            .any(|e| matches!(e, Effect::Describe { .. } | Effect::Runtime { .. })),
-    );
+    assert!(!edited.trace[before..].iter().any(|e| matches!(
+        e,
+        Effect::Harness(HarnessEffect::Describe { .. }) | Effect::Runtime(RuntimeCall { .. })
+    )),);
 }
 
 #[test]

@@ -264,9 +264,13 @@ fn resume_of_an_undecided_request_parks_again_without_runtime_io() {
     let io = world.trace[before..].iter().any(|e| {
         matches!(
             e,
-            agentsessions_machine::host::Effect::Runtime { .. }
-                | agentsessions_machine::host::Effect::Dial { .. }
-                | agentsessions_machine::host::Effect::MintFence { .. }
+            agentsessions_machine::host::Effect::Runtime(
+                agentsessions_machine::host::RuntimeCall { .. }
+            ) | agentsessions_machine::host::Effect::Harness(
+                agentsessions_machine::host::HarnessEffect::Dial { .. }
+            ) | agentsessions_machine::host::Effect::Store(
+                agentsessions_machine::host::StoreEffect::MintFence { .. }
+            )
         )
     });
     assert!(!io, "no fence, no runtime IO");

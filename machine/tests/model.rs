@@ -16,6 +16,7 @@
 
 mod common;
 
+use agentsessions_machine::host::ExecuteTool;
 use std::collections::BTreeSet;
 
 use agentsessions_machine::events::{self, body};
@@ -369,18 +370,18 @@ impl StateMachineTest for HostModel {
         );
         let mut keys = BTreeSet::new();
         for e in &world.trace {
-            if let Effect::ExecuteTool { session, call, .. } = e {
+            if let Effect::Tool(ExecuteTool { session, call, .. }) = e {
                 keys.insert((session.clone(), call.idempotency_key.clone()));
             }
         }
         assert_eq!(world.executor.effects, keys.len());
         for e in &world.trace[sut.checked..] {
-            if let Effect::ExecuteTool {
+            if let Effect::Tool(ExecuteTool {
                 session,
                 intent,
                 call,
                 ..
-            } = e
+            }) = e
             {
                 check_tool(world, session, intent.record(), call);
             }

@@ -12,7 +12,8 @@
 //! shape a non-atomic writer (the Go host's two-append gate) leaves behind.
 
 use agentsessions_machine::faults::{self, Fault};
-use agentsessions_machine::host::{Effect, Nanos, Outcome, SessionRow};
+use agentsessions_machine::host::{Nanos, SessionRow};
+use agentsessions_machine::host::{StoreEffect, StoreOutcome};
 use agentsessions_machine::testkit::MemStore;
 use agentsessions_machine::testkit::store::SessionImage;
 use agentsessions_proto::v1::{Event, LogRecord};
@@ -62,24 +63,6 @@ pub struct SimStore {
     next_tx: u64,
 }
 
-/// Effects the store performs.
-pub fn is_store_effect(effect: &Effect) -> bool {
-    matches!(
-        effect,
-        Effect::Append { .. }
-            | Effect::MintFence { .. }
-            | Effect::ReadLog { .. }
-            | Effect::GetSession { .. }
-            | Effect::PutSession { .. }
-            | Effect::ListSessions { .. }
-            | Effect::GetHarnessRow { .. }
-            | Effect::ListHarnessRows { .. }
-            | Effect::RegisterHarnessRow { .. }
-            | Effect::RetireHarnessRow { .. }
-            | Effect::ReserveHarnessNames { .. }
-    )
-}
-
 impl SimStore {
     /// An empty journal (implicit rows use project "default").
     pub fn new() -> Self {
@@ -108,33 +91,30 @@ impl SimStore {
 
     /// Performs a store effect. Returns its outcome and, when it wrote
     /// something, the transaction that stays pending until
-    /// [`SimStore::delivered`]; `None` for effects that are not the store's.
-    pub fn perform(&mut self, effect: &Effect, now: Nanos) -> Option<(Outcome, Option<u64>)> {
-        if !is_store_effect(effect) {
-            return None;
-        }
+    /// [`SimStore::delivered`].
+    pub fn perform(&mut self, effect: &StoreEffect, now: Nanos) -> (StoreOutcome, Option<u64>) {
         // Serialized store: an earlier write is durable once a later
         // operation runs after it.
         self.commit();
         let written = match effect {
-            Effect::Append { session, .. } | Effect::MintFence { session, .. } => {
+            StoreEffect::Append { session, .. } | StoreEffect::MintFence { session, .. } => {
                 Some(session.clone())
             }
-            Effect::PutSession { row, .. } => Some(row.uid.clone()),
+            StoreEffect::PutSession { row, .. } => Some(row.uid.clone()),
             _ => None,
         };
         let before = written.as_ref().map(|s| self.mem.image(s));
-        let outcome = self.mem.perform(effect, now).expect("a store effect");
+        let outcome = self.mem.perform(effect);
         let wrote = matches!(
             outcome,
-            Outcome::Appended(Ok(_)) | Outcome::Fence(Ok(_)) | Outcome::Put(Ok(()))
+            StoreOutcome::Appended(Ok(_)) | StoreOutcome::Fence(Ok(_)) | StoreOutcome::Put(Ok(()))
         );
         let (Some(session), Some(before), true) = (written, before, wrote) else {
-            return Some((outcome, None));
+            return (outcome, None);
         };
         self.next_tx += 1;
         let append = match effect {
-            Effect::Append {
+            StoreEffect::Append {
                 expected_last_seq,
                 fence,
                 events,
@@ -149,7 +129,7 @@ impl SimStore {
             append,
             now,
         });
-        Some((outcome, Some(self.next_tx)))
+        (outcome, Some(self.next_tx))
     }
 
     /// The outcome of transaction `tx` reached the host: it is durable.

@@ -3,6 +3,9 @@
 //! descriptions (for printed traces).
 
 use agentsessions_machine::events::{self, body};
+use agentsessions_machine::host::{
+    ClientEffect, HarnessEffect, HarnessOutcome, StoreEffect, StoreOutcome,
+};
 use agentsessions_machine::host::{Effect, HarnessInput, Outcome, Request, StreamItem};
 
 use crate::digest::Fnv;
@@ -11,25 +14,25 @@ use crate::world::{Item, What};
 /// A compact, stable digest of an outcome (enough to tell states apart).
 pub(crate) fn hash_outcome(h: &mut Fnv, o: &Outcome) {
     match o {
-        Outcome::Appended(Ok(r)) => {
+        Outcome::Store(StoreOutcome::Appended(Ok(r))) => {
             h.str("appended");
             for x in r {
                 h.i64(x.seq).str(&x.content_hash);
             }
         }
-        Outcome::Appended(Err(e)) => {
+        Outcome::Store(StoreOutcome::Appended(Err(e))) => {
             h.str("append-err").str(&format!("{e:?}"));
         }
-        Outcome::Fence(r) => {
+        Outcome::Store(StoreOutcome::Fence(r)) => {
             h.str("fence").i64(*r.as_ref().unwrap_or(&-1));
         }
-        Outcome::Log(Ok(r)) => {
+        Outcome::Store(StoreOutcome::Log(Ok(r))) => {
             h.str("log").u64(r.len() as u64);
             if let Some(last) = r.last() {
                 h.str(&last.content_hash);
             }
         }
-        Outcome::Session(Ok(Some(row))) => {
+        Outcome::Store(StoreOutcome::Session(Ok(Some(row)))) => {
             h.str("row").i64(row.last_seq).i64(row.compute_state as i64);
         }
         other => {
@@ -62,13 +65,13 @@ pub(crate) fn hash_input(h: &mut Fnv, i: &HarnessInput) {
 pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
     h.u64(host as u64);
     match e {
-        Effect::Append {
+        Effect::Store(StoreEffect::Append {
             session,
             expected_last_seq,
             fence,
             events,
             ..
-        } => {
+        }) => {
             h.str("append")
                 .str(session)
                 .i64(*expected_last_seq)
@@ -77,19 +80,19 @@ pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
                 h.i64(i64::from(ev.kind));
             }
         }
-        Effect::Stream { request, item } => {
+        Effect::Client(ClientEffect::Stream { request, item }) => {
             h.str("stream").u64(request.0);
             if let StreamItem::Record(r) = item {
                 h.str(&r.record().content_hash);
             }
         }
-        Effect::Reply { request, result } => {
+        Effect::Client(ClientEffect::Reply { request, result }) => {
             h.str("reply").u64(request.0).i64(match result {
                 Ok(_) => 0,
                 Err(s) => s.code as i64,
             });
         }
-        Effect::Send { conn, frame } => {
+        Effect::Harness(HarnessEffect::Send { conn, frame }) => {
             h.str("send").u64(conn.0).str(&frame.execution_id);
         }
         other => {
@@ -102,13 +105,13 @@ pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
 pub fn describe(item: &Item) -> String {
     match &item.what {
         What::Effect(e) => match e {
-            Effect::Append {
+            Effect::Store(StoreEffect::Append {
                 session,
                 expected_last_seq,
                 fence,
                 events,
                 ..
-            } => format!(
+            }) => format!(
                 "h{} perform Append {session} after={expected_last_seq} fence={fence} [{}]",
                 item.host,
                 events
@@ -123,13 +126,13 @@ pub fn describe(item: &Item) -> String {
         },
         What::Outcome(id, o, ..) => {
             let what = match o {
-                Outcome::Appended(Ok(r)) => format!(
+                Outcome::Store(StoreOutcome::Appended(Ok(r))) => format!(
                     "Appended seq {}..={}",
                     r.first().map_or(0, |x| x.seq),
                     r.last().map_or(0, |x| x.seq)
                 ),
-                Outcome::Appended(Err(e)) => format!("Append failed {e:?}"),
-                Outcome::Fence(f) => format!("Fence {f:?}"),
+                Outcome::Store(StoreOutcome::Appended(Err(e))) => format!("Append failed {e:?}"),
+                Outcome::Store(StoreOutcome::Fence(f)) => format!("Fence {f:?}"),
                 other => outcome_name(other).to_owned(),
             };
             format!("h{} deliver #{} {what}", item.host, id.0)
@@ -153,20 +156,20 @@ pub fn describe(item: &Item) -> String {
 /// The variant name of an outcome.
 pub fn outcome_name(o: &Outcome) -> &'static str {
     match o {
-        Outcome::Appended(_) => "Appended",
-        Outcome::Fence(_) => "Fence",
-        Outcome::Log(_) => "Log",
-        Outcome::Session(_) => "Session",
-        Outcome::Put(_) => "Put",
-        Outcome::SessionPage(_) => "SessionPage",
-        Outcome::HarnessRow(_) => "HarnessRow",
-        Outcome::HarnessRows(_) => "HarnessRows",
-        Outcome::Registered(_) => "Registered",
-        Outcome::Retired(_) => "Retired",
-        Outcome::Reserved(_) => "Reserved",
-        Outcome::Described(_) => "Described",
+        Outcome::Store(StoreOutcome::Appended(_)) => "Appended",
+        Outcome::Store(StoreOutcome::Fence(_)) => "Fence",
+        Outcome::Store(StoreOutcome::Log(_)) => "Log",
+        Outcome::Store(StoreOutcome::Session(_)) => "Session",
+        Outcome::Store(StoreOutcome::Put(_)) => "Put",
+        Outcome::Store(StoreOutcome::SessionPage(_)) => "SessionPage",
+        Outcome::Store(StoreOutcome::HarnessRow(_)) => "HarnessRow",
+        Outcome::Store(StoreOutcome::HarnessRows(_)) => "HarnessRows",
+        Outcome::Store(StoreOutcome::Registered(_)) => "Registered",
+        Outcome::Store(StoreOutcome::Retired(_)) => "Retired",
+        Outcome::Store(StoreOutcome::Reserved(_)) => "Reserved",
+        Outcome::Harness(HarnessOutcome::Described(_)) => "Described",
         Outcome::Runtime(_) => "Runtime",
-        Outcome::Dialed(_) => "Dialed",
+        Outcome::Harness(HarnessOutcome::Dialed(_)) => "Dialed",
         Outcome::Model(_) => "Model",
         Outcome::Tool(_) => "Tool",
     }

@@ -14,6 +14,10 @@
 //! durable part, the executor's dedup table, the oracle), which is cheap to
 //! clone, so an explorer can branch at a crash without replaying.
 
+use agentsessions_machine::host::{
+    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
+    StoreEffect, StoreOutcome,
+};
 use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
@@ -30,9 +34,9 @@ use agentsessions_proto::v1::{
 };
 
 use crate::digest::Fnv;
-use crate::oracle::{Check, Oracle, Rule, violation};
+use crate::oracle::{Check, Oracle};
 use crate::scripts;
-use crate::store::{CrashVariant, SimStore, is_store_effect};
+use crate::store::{CrashVariant, SimStore};
 use crate::trace::{digest_effect, hash_input, hash_outcome};
 
 /// A tool executor that deduplicates by (session, idempotency key).
@@ -387,42 +391,16 @@ impl Sim {
         let mut fresh = Vec::new();
         while let Some(effect) = self.hosts[host].host.poll_effect() {
             digest_effect(&mut self.d.digest, host, &effect);
-            match effect {
-                Effect::Send { conn, frame } => self.send(host, conn, frame)?,
-                Effect::Close { conn } => {
-                    self.conns.remove(&(host, conn));
-                }
-                Effect::Stream { request, item } => {
-                    let Some(call) = self.calls.get_mut(&(host, request)) else {
-                        continue;
-                    };
-                    if let StreamItem::Record(r) = &item {
-                        let session = call.session.clone();
-                        self.d.oracle.on_ack(&self.d.store, &session, r.record())?;
-                    }
-                    if let Some(call) = self.calls.get_mut(&(host, request)) {
-                        call.items.push(item);
-                    }
-                }
-                Effect::Reply { request, result } => {
-                    let Some(call) = self.calls.get_mut(&(host, request)) else {
-                        continue;
-                    };
-                    assert!(call.reply.is_none(), "a call replies once");
-                    if let Ok(Response::Approve(a)) = &result
-                        && let Some(record) = &a.decision
-                    {
-                        let session = call.session.clone();
-                        self.d.oracle.on_ack(&self.d.store, &session, record)?;
-                    }
-                    if let Some(call) = self.calls.get_mut(&(host, request)) {
-                        call.reply = Some(result);
-                    }
-                }
-                other => fresh.push(Item {
+            // Frames, closes and client frames expect no answer and happen
+            // at once, as a shell performs them; an effect with an outcome
+            // waits for the explorer to pick it.
+            if effect.id().is_none() {
+                self.perform(host, effect)?;
+            } else {
+                fresh.push(Item {
                     host,
-                    what: What::Effect(other),
-                }),
+                    what: What::Effect(effect),
+                });
             }
         }
         // New effects go first, in order: FIFO then performs them before
@@ -434,7 +412,8 @@ impl Sim {
     /// Tells the oracle how far the host has now seen a journal.
     fn observe(&mut self, host: usize, session: &str, outcome: &Outcome) {
         let records = match outcome {
-            Outcome::Appended(Ok(r)) | Outcome::Log(Ok(r)) => r,
+            Outcome::Store(StoreOutcome::Appended(Ok(r)))
+            | Outcome::Store(StoreOutcome::Log(Ok(r))) => r,
             _ => return,
         };
         if let Some(last) = records.last() {
@@ -516,49 +495,10 @@ impl Sim {
 
     fn perform(&mut self, host: usize, effect: Effect) -> Check {
         let inc = self.hosts[host].inc;
-        let now = self.d.now;
-        if is_store_effect(&effect) {
-            let id = effect.id().expect("store effects expect outcomes");
-            let stored = match &effect {
-                Effect::Append { session, fence, .. } => {
-                    self.d.oracle.on_append(inc, session, *fence)?;
-                    self.d.store.live_fence(session)
-                }
-                _ => 0,
-            };
-            let (outcome, tx) = self.d.store.perform(&effect, now).expect("store effect");
-            match (&effect, &outcome) {
-                (
-                    Effect::Append {
-                        session,
-                        expected_last_seq,
-                        fence,
-                        ..
-                    },
-                    Outcome::Appended(r),
-                ) => {
-                    self.d
-                        .oracle
-                        .on_commit(session, *expected_last_seq, *fence, stored, r)?;
-                }
-                (Effect::MintFence { session, .. }, Outcome::Fence(Ok(f))) => {
-                    self.d.oracle.on_mint(inc, session, *f);
-                }
-                _ => {}
-            }
-            let session = match &effect {
-                Effect::Append { session, .. } | Effect::ReadLog { session, .. } => {
-                    Some(session.clone())
-                }
-                _ => None,
-            };
-            self.push(host, What::Outcome(id, outcome, tx, session));
-            return Ok(());
-        }
         let (id, outcome) = match effect {
-            Effect::Describe {
+            Effect::Harness(HarnessEffect::Describe {
                 id, backend, conn, ..
-            } => {
+            }) => {
                 let live = conn.and_then(|c| self.conns.get(&(host, c)));
                 let d = match live {
                     Some(c) => Ok(c.script.descriptor()),
@@ -570,14 +510,14 @@ impl Sim {
                             )
                         }),
                 };
-                (id, Outcome::Described(d))
+                (id, Outcome::Harness(HarnessOutcome::Described(d)))
             }
-            Effect::Runtime {
+            Effect::Runtime(RuntimeCall {
                 id, backend, op, ..
-            } => (id, Outcome::Runtime(Ok(runtime(&backend, op)))),
-            Effect::Dial {
+            }) => (id, Outcome::Runtime(Ok(runtime(&backend, op)))),
+            Effect::Harness(HarnessEffect::Dial {
                 id, backend, conn, ..
-            } => {
+            }) => {
                 let kind = backend_kind(&backend);
                 let outcome = match scripts::by_kind(&kind) {
                     Some(script) => {
@@ -598,14 +538,14 @@ impl Sim {
                         "no such harness".into(),
                     )),
                 };
-                (id, Outcome::Dialed(outcome))
+                (id, Outcome::Harness(HarnessOutcome::Dialed(outcome)))
             }
-            Effect::InvokeModel {
+            Effect::Model(InvokeModel {
                 id,
                 session,
                 execution_id,
                 request,
-            } => {
+            }) => {
                 self.d
                     .oracle
                     .on_invoke_model(&self.d.store, inc, &session, &execution_id)?;
@@ -621,12 +561,12 @@ impl Sim {
                 };
                 (id, Outcome::Model(Ok(reply)))
             }
-            Effect::ExecuteTool {
+            Effect::Tool(ExecuteTool {
                 id,
                 session,
                 intent,
                 call,
-            } => {
+            }) => {
                 self.d.oracle.on_execute_tool(
                     &self.d.store,
                     inc,
@@ -636,14 +576,96 @@ impl Sim {
                 )?;
                 (id, Outcome::Tool(self.execute(&session, &call)?))
             }
-            other => {
-                return Err(violation(
-                    Rule::Expectation,
-                    format!("the world cannot perform {other:?}"),
-                ));
+            Effect::Store(effect) => return self.perform_store(host, effect),
+            Effect::Harness(HarnessEffect::Send { conn, frame }) => {
+                return self.send(host, conn, frame);
             }
+            Effect::Harness(HarnessEffect::Close { conn }) => {
+                self.conns.remove(&(host, conn));
+                return Ok(());
+            }
+            Effect::Client(effect) => return self.deliver(host, effect),
         };
         self.push(host, What::Outcome(id, outcome, None, None));
+        Ok(())
+    }
+
+    fn perform_store(&mut self, host: usize, effect: StoreEffect) -> Check {
+        let inc = self.hosts[host].inc;
+        let now = self.d.now;
+        let id = effect.id();
+        let stored = match &effect {
+            StoreEffect::Append { session, fence, .. } => {
+                self.d.oracle.on_append(inc, session, *fence)?;
+                self.d.store.live_fence(session)
+            }
+            _ => 0,
+        };
+        let (outcome, tx) = self.d.store.perform(&effect, now);
+        match (&effect, &outcome) {
+            (
+                StoreEffect::Append {
+                    session,
+                    expected_last_seq,
+                    fence,
+                    ..
+                },
+                StoreOutcome::Appended(r),
+            ) => {
+                self.d
+                    .oracle
+                    .on_commit(session, *expected_last_seq, *fence, stored, r)?;
+            }
+            (StoreEffect::MintFence { session, .. }, StoreOutcome::Fence(Ok(f))) => {
+                self.d.oracle.on_mint(inc, session, *f);
+            }
+            _ => {}
+        }
+        let session = match &effect {
+            StoreEffect::Append { session, .. } | StoreEffect::ReadLog { session, .. } => {
+                Some(session.clone())
+            }
+            _ => None,
+        };
+        self.push(
+            host,
+            What::Outcome(id, Outcome::Store(outcome), tx, session),
+        );
+        Ok(())
+    }
+
+    /// Hands a client frame or reply to its call, telling the oracle what
+    /// the client now holds.
+    fn deliver(&mut self, host: usize, effect: ClientEffect) -> Check {
+        match effect {
+            ClientEffect::Stream { request, item } => {
+                let Some(call) = self.calls.get_mut(&(host, request)) else {
+                    return Ok(());
+                };
+                if let StreamItem::Record(r) = &item {
+                    let session = call.session.clone();
+                    self.d.oracle.on_ack(&self.d.store, &session, r.record())?;
+                }
+                if let Some(call) = self.calls.get_mut(&(host, request)) {
+                    call.items.push(item);
+                }
+            }
+            ClientEffect::Reply { request, result } => {
+                let Some(call) = self.calls.get_mut(&(host, request)) else {
+                    return Ok(());
+                };
+                assert!(call.reply.is_none(), "a call replies once");
+                if let Ok(Response::Approve(a)) = &result
+                    && let Some(record) = &a.decision
+                {
+                    let session = call.session.clone();
+                    self.d.oracle.on_ack(&self.d.store, &session, record)?;
+                }
+                if let Some(call) = self.calls.get_mut(&(host, request)) {
+                    call.reply = Some(result);
+                }
+            }
+        }
         Ok(())
     }
 

@@ -17,6 +17,7 @@
 //! approving decision for the same tuple, and the executed call is the
 //! committed intent.
 
+use crate::host::ExecuteTool;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -556,12 +557,12 @@ fn check_decisions(sid: &str, records: &[LogRecord]) {
 /// call being executed, and a gated call has an approving decision for the
 /// same (execution, call, request) committed before it.
 fn check_effect(effect: &Effect, store: &mut MemStore) {
-    let Effect::ExecuteTool {
+    let Effect::Tool(ExecuteTool {
         session,
         intent,
         call,
         ..
-    } = effect
+    }) = effect
     else {
         return;
     };

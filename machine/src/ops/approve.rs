@@ -6,6 +6,7 @@
 //! refused. A new decision mints a fence and appends at the head its scan
 //! saw, so a racing writer turns it into ABORTED.
 
+use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
     ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
 };
@@ -144,7 +145,7 @@ impl ApproveOp {
                     self.fail(cx, Status::internal(format!("approve: {}", status.message)))
                 }
             },
-            (Stage::Fence(want, head), Outcome::Fence(r)) => {
+            (Stage::Fence(want, head), Outcome::Store(StoreOutcome::Fence(r))) => {
                 assert_eq!(want, id);
                 let fence = match r {
                     Ok(f) => f,
@@ -165,7 +166,7 @@ impl ApproveOp {
                 self.stage = Stage::Append(cx.append(&r.session, head, fence, vec![event]));
                 Flow::Continue
             }
-            (Stage::Append(want), Outcome::Appended(r)) => {
+            (Stage::Append(want), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(mut records) => {

@@ -6,6 +6,7 @@
 //! until its outcome arrives; a connection, chunk stream, guard or timer
 //! belongs to exactly one operation and is dropped with it ([`Core::release`]).
 
+use crate::vocab::{ClientEffect, HarnessCheck, HarnessEffect, SessionRow, StoreEffect};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::vocab::{
@@ -129,7 +130,8 @@ impl Core {
             .collect();
         for conn in conns {
             self.conns.remove(&conn);
-            self.effects.push_back(Effect::Close { conn });
+            self.effects
+                .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
         debug_assert!(self.conns.values().all(|holder| *holder != id));
     }
@@ -189,24 +191,27 @@ impl Cx<'_> {
     /// Reads the session row.
     pub(crate) fn get_session(&mut self, session: &str) -> EffectId {
         let session = session.to_owned();
-        self.request(|id| Effect::GetSession { id, session })
+        self.request(|id| Effect::Store(StoreEffect::GetSession { id, session }))
     }
 
     /// Reads records `from_seq..=to_seq` (0 = to the head).
     pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
         let session = session.to_owned();
-        self.request(|id| Effect::ReadLog {
-            id,
-            session,
-            from_seq,
-            to_seq,
+        self.request(|id| {
+            Effect::Store(StoreEffect::ReadLog {
+                id,
+                session,
+                from_seq,
+                to_seq,
+            })
         })
     }
 
     /// Mints the session's next fence.
     pub(crate) fn mint_fence(&mut self, session: &str) -> EffectId {
         let session = session.to_owned();
-        self.request(|id| Effect::MintFence { id, session })
+        let now = self.core.now;
+        self.request(|id| Effect::Store(StoreEffect::MintFence { id, session, now }))
     }
 
     /// Appends `events` after `expected_last_seq` under `fence`.
@@ -218,12 +223,29 @@ impl Cx<'_> {
         events: Vec<agentsessions_proto::v1::Event>,
     ) -> EffectId {
         let session = session.to_owned();
-        self.request(|id| Effect::Append {
-            id,
-            session,
-            expected_last_seq,
-            fence,
-            events,
+        let now = self.core.now;
+        self.request(|id| {
+            Effect::Store(StoreEffect::Append {
+                id,
+                now,
+                session,
+                expected_last_seq,
+                fence,
+                events,
+            })
+        })
+    }
+
+    /// Upserts a session row, checking the registry when `check` is set.
+    pub(crate) fn put_session(&mut self, row: SessionRow, check: Option<HarnessCheck>) -> EffectId {
+        let now = self.core.now;
+        self.request(|id| {
+            Effect::Store(StoreEffect::PutSession {
+                id,
+                row,
+                check,
+                now,
+            })
         })
     }
 
@@ -244,7 +266,9 @@ impl Cx<'_> {
     /// Closes a connection and stops routing its input.
     pub(crate) fn close(&mut self, conn: ConnId) {
         if self.core.conns.remove(&conn).is_some() {
-            self.core.effects.push_back(Effect::Close { conn });
+            self.core
+                .effects
+                .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
     }
 
@@ -283,11 +307,11 @@ impl Cx<'_> {
 
     /// Streams a frame to the client.
     pub(crate) fn stream(&mut self, request: RequestId, item: StreamItem) {
-        self.emit(Effect::Stream { request, item });
+        self.emit(Effect::Client(ClientEffect::Stream { request, item }));
     }
 
     /// Finishes the client call.
     pub(crate) fn reply(&mut self, request: RequestId, result: Result<Response, Status>) {
-        self.emit(Effect::Reply { request, result });
+        self.emit(Effect::Client(ClientEffect::Reply { request, result }));
     }
 }

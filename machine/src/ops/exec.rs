@@ -8,6 +8,7 @@
 //! place (admit, provision, dial, fence); append EXECUTION_START and the
 //! inputs in one transaction; run the harness; on a park, hand off.
 
+use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
     ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start, controller_frame::Frame,
 };
@@ -27,8 +28,8 @@ use crate::journal::{approval, legacy};
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::{
-    Committed, ConnId, Effect, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
-    SessionRow, Status, StreamItem,
+    Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
+    Status, StreamItem,
 };
 
 enum Stage {
@@ -97,11 +98,7 @@ impl ExecOp {
                 Ok((row, check)) => {
                     self.session = row.uid.clone();
                     let put = row.clone();
-                    let id = cx.request(|id| Effect::PutSession {
-                        id,
-                        row: put,
-                        check: Some(check),
-                    });
+                    let id = cx.put_session(put, Some(check));
                     self.stage = Stage::Creating(id, Box::new(row));
                     Flow::Continue
                 }
@@ -122,13 +119,13 @@ impl ExecOp {
             Stage::Creating(want, row) => {
                 assert_eq!(want, id);
                 match outcome {
-                    Outcome::Put(Ok(())) => {
+                    Outcome::Store(StoreOutcome::Put(Ok(()))) => {
                         let took = cx.try_guard(&self.session);
                         assert!(took, "a new session is free");
                         self.row = Some(*row);
                         self.routed(cx)
                     }
-                    Outcome::Put(Err(e)) => {
+                    Outcome::Store(StoreOutcome::Put(Err(e))) => {
                         let status = put_error(&e, &row.harness);
                         self.fail(cx, status)
                     }
@@ -175,8 +172,10 @@ impl ExecOp {
             Stage::Starting(want, placement) => {
                 assert_eq!(want, id);
                 match outcome {
-                    Outcome::Appended(Ok(records)) => self.run_turn(cx, *placement, records),
-                    Outcome::Appended(Err(e)) => {
+                    Outcome::Store(StoreOutcome::Appended(Ok(records))) => {
+                        self.run_turn(cx, *placement, records)
+                    }
+                    Outcome::Store(StoreOutcome::Appended(Err(e))) => {
                         if let Some(conn) = placement.conn {
                             cx.close(conn);
                         }

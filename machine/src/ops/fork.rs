@@ -13,6 +13,7 @@
 //! no child a client can list. Fork takes no session guard: it never writes
 //! the parent except for the memory checkpoint, which is fenced.
 
+use crate::vocab::{RuntimeCall, StoreOutcome};
 use std::collections::BTreeSet;
 
 use agentsessions_proto::v1::{ForkRequest, ForkResponse, LogRecord, Session, SnapshotRef};
@@ -154,7 +155,7 @@ impl ForkOp {
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         match (std::mem::replace(&mut self.stage, Stage::Over), outcome) {
-            (Stage::Row(want), Outcome::Session(r)) => {
+            (Stage::Row(want), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(Some(row)) => self.routed(cx, row),
@@ -165,7 +166,7 @@ impl ForkOp {
                     Err(e) => self.fail(cx, internal(format!("session: {e}"))),
                 }
             }
-            (Stage::Log(want), Outcome::Log(r)) => {
+            (Stage::Log(want), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(log) => self.admit(cx, log),
@@ -180,7 +181,7 @@ impl ForkOp {
                 Placed::Failed(status) => self.fail(cx, admission_error(status)),
                 Placed::Ready => self.source(cx, &placement),
             },
-            (Stage::Fence(want), Outcome::Fence(r)) => {
+            (Stage::Fence(want), Outcome::Store(StoreOutcome::Fence(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(fence) => {
@@ -195,7 +196,7 @@ impl ForkOp {
                     Err(e) => self.fail(cx, internal(format!("mint fence: {e}"))),
                 }
             }
-            (Stage::Head(want, fence), Outcome::Session(r)) => {
+            (Stage::Head(want, fence), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id);
                 let head = match r {
                     Ok(Some(row)) => row.last_seq,
@@ -207,11 +208,13 @@ impl ForkOp {
                     return self.fail(cx, Status::aborted(msg));
                 }
                 let (harness, backend, session) = self.runtime_target(&self.req.session);
-                let snap = cx.request(|id| Effect::Runtime {
-                    id,
-                    harness,
-                    backend,
-                    op: RuntimeOp::Snapshot { session },
+                let snap = cx.request(|id| {
+                    Effect::Runtime(RuntimeCall {
+                        id,
+                        harness,
+                        backend,
+                        op: RuntimeOp::Snapshot { session },
+                    })
                 });
                 self.stage = Stage::Snapshot(snap, fence);
                 Flow::Continue
@@ -233,7 +236,7 @@ impl ForkOp {
                 self.stage = Stage::Checkpoint(append, snapshot);
                 Flow::Continue
             }
-            (Stage::Checkpoint(want, snapshot), Outcome::Appended(r)) => {
+            (Stage::Checkpoint(want, snapshot), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
                 if let Err(e) = r {
                     return self.fail(cx, mapping::append(&e, "fork"));
@@ -267,14 +270,14 @@ impl ForkOp {
                     Err(e) => self.roll_back(cx, internal(format!("clone: {e}"))),
                 }
             }
-            (Stage::ChildFence(want), Outcome::Fence(r)) => {
+            (Stage::ChildFence(want), Outcome::Store(StoreOutcome::Fence(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(fence) => self.copy(cx, fence),
                     Err(e) => self.roll_back(cx, internal(format!("mint child fence: {e}"))),
                 }
             }
-            (Stage::Copy(want), Outcome::Appended(r)) => {
+            (Stage::Copy(want), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
                 let records = match r {
                     Ok(records) => records,
@@ -300,7 +303,7 @@ impl ForkOp {
                 self.stage = Stage::Rollback(pending, status);
                 Flow::Continue
             }
-            (Stage::Record(want), Outcome::Put(r)) => {
+            (Stage::Record(want), Outcome::Store(StoreOutcome::Put(r))) => {
                 assert_eq!(want, id);
                 if let Err(e) = r {
                     let cause = match e {
@@ -423,11 +426,13 @@ impl ForkOp {
         let child = self.children[self.next].clone();
         let (harness, backend, _) = self.runtime_target(&child);
         let snapshot = self.snapshot.clone();
-        self.stage = Stage::Clone(cx.request(|id| Effect::Runtime {
-            id,
-            harness,
-            backend,
-            op: RuntimeOp::Fork { snapshot, child },
+        self.stage = Stage::Clone(cx.request(|id| {
+            Effect::Runtime(RuntimeCall {
+                id,
+                harness,
+                backend,
+                op: RuntimeOp::Fork { snapshot, child },
+            })
         }));
         Flow::Continue
     }
@@ -476,11 +481,13 @@ impl ForkOp {
         let mut pending = BTreeSet::new();
         for child in std::mem::take(&mut self.provisioned) {
             let (harness, backend, session) = self.runtime_target(&child);
-            pending.insert(cx.request(|id| Effect::Runtime {
-                id,
-                harness,
-                backend,
-                op: RuntimeOp::Stop { session },
+            pending.insert(cx.request(|id| {
+                Effect::Runtime(RuntimeCall {
+                    id,
+                    harness,
+                    backend,
+                    op: RuntimeOp::Stop { session },
+                })
             }));
         }
         if pending.is_empty() {
@@ -514,11 +521,7 @@ impl ForkOp {
             identity: None,
             ..SessionRow::default()
         };
-        self.stage = Stage::Record(cx.request(|id| Effect::PutSession {
-            id,
-            row,
-            check: None,
-        }));
+        self.stage = Stage::Record(cx.put_session(row, None));
         Flow::Continue
     }
 

@@ -1,6 +1,7 @@
 //! Loading a session: its row, then its whole journal. Most operations
 //! start here, because every decision is made from the journal.
 
+use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::LogRecord;
 
 use super::unexpected;
@@ -56,7 +57,7 @@ impl Load {
     /// Advances on the outcome of this load's effect.
     pub(crate) fn on_outcome(self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Loaded {
         match (self.step, outcome) {
-            (Step::Row(want), Outcome::Session(r)) => {
+            (Step::Row(want), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id, "a load waits for its own read");
                 match r {
                     Ok(Some(row)) => {
@@ -82,7 +83,7 @@ impl Load {
                     }
                 }
             }
-            (Step::Log(want, row), Outcome::Log(r)) => {
+            (Step::Log(want, row), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id, "a load waits for its own read");
                 match r {
                     Ok(records) => Loaded::Ready(*row, records),

@@ -16,6 +16,7 @@
 use super::placement::{describe_error, needs_memory};
 use crate::ops::cx::Cx;
 use crate::vocab::{Effect, EffectId, Outcome, Route, Status};
+use crate::vocab::{HarnessEffect, HarnessOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -43,12 +44,14 @@ pub(crate) enum Checked {
 fn describe(cx: &mut Cx<'_>, harness: &str, route: &Route) -> EffectId {
     let timeout_ms = cx.config().describe_timeout_ms;
     let (harness, backend) = (harness.to_owned(), route.backend.clone());
-    cx.request(|id| Effect::Describe {
-        id,
-        harness,
-        backend,
-        conn: None,
-        timeout_ms,
+    cx.request(|id| {
+        Effect::Harness(HarnessEffect::Describe {
+            id,
+            harness,
+            backend,
+            conn: None,
+            timeout_ms,
+        })
     })
 }
 
@@ -99,7 +102,7 @@ impl OverrideCheck {
             self.owns(id),
             "override check got an outcome it did not ask for"
         );
-        let Outcome::Described(result) = outcome else {
+        let Outcome::Harness(HarnessOutcome::Described(result)) = outcome else {
             super::unexpected("override check", &outcome)
         };
         match self.step {

@@ -7,6 +7,7 @@
 //! and gate again; mint a fence. A refusal at any step provisions nothing
 //! further and journals nothing; a failure after the dial closes it.
 
+use crate::vocab::{HarnessEffect, HarnessOutcome, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use super::unexpected;
@@ -110,12 +111,14 @@ impl Placement {
     ) -> Self {
         let timeout_ms = cx.config().describe_timeout_ms;
         let (h, backend) = (harness.clone(), route.backend.clone());
-        let id = cx.request(|id| Effect::Describe {
-            id,
-            harness: h,
-            backend,
-            conn: None,
-            timeout_ms,
+        let id = cx.request(|id| {
+            Effect::Harness(HarnessEffect::Describe {
+                id,
+                harness: h,
+                backend,
+                conn: None,
+                timeout_ms,
+            })
         });
         Self {
             harness,
@@ -156,7 +159,7 @@ impl Placement {
 
     fn advance(&mut self, cx: &mut Cx<'_>, outcome: Outcome) -> Result<(), Status> {
         match (self.step, outcome) {
-            (Step::Describe(_), Outcome::Described(r)) => {
+            (Step::Describe(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
                 self.descriptor = Some(d);
@@ -173,11 +176,13 @@ impl Placement {
                     },
                 };
                 let (harness, backend) = (self.harness.clone(), self.route.backend.clone());
-                self.step = Step::Provision(cx.request(|id| Effect::Runtime {
-                    id,
-                    harness,
-                    backend,
-                    op,
+                self.step = Step::Provision(cx.request(|id| {
+                    Effect::Runtime(RuntimeCall {
+                        id,
+                        harness,
+                        backend,
+                        op,
+                    })
                 }));
             }
             (Step::Provision(_), Outcome::Runtime(r)) => {
@@ -194,39 +199,43 @@ impl Placement {
                 self.conn = Some(conn);
                 let (harness, backend) = (self.harness.clone(), self.route.backend.clone());
                 let first_event_timeout_ms = cx.config().connect_timeout_ms;
-                self.step = Step::Dial(cx.request(|id| Effect::Dial {
-                    id,
-                    harness,
-                    backend,
-                    address,
-                    conn,
-                    first_event_timeout_ms,
+                self.step = Step::Dial(cx.request(|id| {
+                    Effect::Harness(HarnessEffect::Dial {
+                        id,
+                        harness,
+                        backend,
+                        address,
+                        conn,
+                        first_event_timeout_ms,
+                    })
                 }));
             }
-            (Step::Dial(_), Outcome::Dialed(r)) => {
+            (Step::Dial(_), Outcome::Harness(HarnessOutcome::Dialed(r))) => {
                 r.map_err(|e| Status::internal(format!("dial harness: {e:?}")))?;
                 if self.route.backend.describes_live_harness() {
                     let timeout_ms = cx.config().describe_timeout_ms;
                     let (harness, backend, conn) =
                         (self.harness.clone(), self.route.backend.clone(), self.conn);
-                    self.step = Step::Recheck(cx.request(|id| Effect::Describe {
-                        id,
-                        harness,
-                        backend,
-                        conn,
-                        timeout_ms,
+                    self.step = Step::Recheck(cx.request(|id| {
+                        Effect::Harness(HarnessEffect::Describe {
+                            id,
+                            harness,
+                            backend,
+                            conn,
+                            timeout_ms,
+                        })
                     }));
                 } else {
                     self.fence_or_ready(cx);
                 }
             }
-            (Step::Recheck(_), Outcome::Described(r)) => {
+            (Step::Recheck(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
                 self.descriptor = Some(d);
                 self.fence_or_ready(cx);
             }
-            (Step::Fence(_), Outcome::Fence(r)) => {
+            (Step::Fence(_), Outcome::Store(StoreOutcome::Fence(r))) => {
                 self.fence = r.map_err(|e| Status::internal(format!("mint fence: {e}")))?;
                 assert!(self.fence > 0, "fences start at 1");
                 self.step = Step::Ready;

@@ -1,6 +1,7 @@
 //! Replay (read-only record stream) and ReplayHarness (re-run the harness
 //! over the journal with every effect served).
 
+use crate::vocab::{HarnessEffect, HarnessOutcome, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{
     ControllerFrame, HarnessDescriptor, LogRecord, ReplayRequest, Start, controller_frame::Frame,
 };
@@ -63,8 +64,8 @@ impl ReplayOp {
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         assert_eq!(self.read.take(), Some(id));
         let records = match outcome {
-            Outcome::Log(Ok(r)) => r,
-            Outcome::Log(Err(e)) => {
+            Outcome::Store(StoreOutcome::Log(Ok(r))) => r,
+            Outcome::Store(StoreOutcome::Log(Err(e))) => {
                 cx.reply(self.request, Err(Status::internal(format!("read: {e}"))));
                 return Flow::Done;
             }
@@ -205,7 +206,7 @@ impl ReplayHarnessOp {
             std::mem::replace(&mut self.stage, HarnessStage::Over),
             outcome,
         ) {
-            (HarnessStage::Row(want), Outcome::Session(r)) => {
+            (HarnessStage::Row(want), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(Some(row)) => self.routed(cx, &row.harness),
@@ -216,7 +217,7 @@ impl ReplayHarnessOp {
                     Err(e) => self.fail(cx, Status::internal(format!("session: {e}"))),
                 }
             }
-            (HarnessStage::Log(want), Outcome::Log(r)) => {
+            (HarnessStage::Log(want), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(log) => self.select(cx, log),
@@ -252,18 +253,20 @@ impl ReplayHarnessOp {
                 let route = self.route.clone().expect("routed");
                 let harness = self.harness.clone();
                 let first_event_timeout_ms = cx.config().connect_timeout_ms;
-                let dial = cx.request(|id| Effect::Dial {
-                    id,
-                    harness,
-                    backend: route.backend,
-                    address,
-                    conn,
-                    first_event_timeout_ms,
+                let dial = cx.request(|id| {
+                    Effect::Harness(HarnessEffect::Dial {
+                        id,
+                        harness,
+                        backend: route.backend,
+                        address,
+                        conn,
+                        first_event_timeout_ms,
+                    })
                 });
                 self.stage = HarnessStage::Dial(dial, conn);
                 Flow::Continue
             }
-            (HarnessStage::Dial(want, conn), Outcome::Dialed(r)) => {
+            (HarnessStage::Dial(want, conn), Outcome::Harness(HarnessOutcome::Dialed(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(()) => self.run(cx, conn),
@@ -370,11 +373,13 @@ impl ReplayHarnessOp {
         }
         let route = self.route.clone().expect("routed");
         let (harness, session) = (self.harness.clone(), self.session.clone());
-        self.stage = HarnessStage::Create(cx.request(|id| Effect::Runtime {
-            id,
-            harness,
-            backend: route.backend,
-            op: RuntimeOp::Create { session },
+        self.stage = HarnessStage::Create(cx.request(|id| {
+            Effect::Runtime(RuntimeCall {
+                id,
+                harness,
+                backend: route.backend,
+                op: RuntimeOp::Create { session },
+            })
         }));
         Flow::Continue
     }

@@ -12,6 +12,7 @@
 //! it then streams like Exec (Session frame first, records, a final Session
 //! frame) and honours Exec's `expected_last_seq`.
 
+use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
     ControllerFrame, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
 };
@@ -200,14 +201,16 @@ impl ResumeOp {
             Stage::Marker(want) => {
                 assert_eq!(want, id);
                 match outcome {
-                    Outcome::Appended(Ok(records)) => {
+                    Outcome::Store(StoreOutcome::Appended(Ok(records))) => {
                         for r in records {
                             self.log.push(r.clone());
                             self.stream(cx, Committed::new(r));
                         }
                         self.reply_session(cx)
                     }
-                    Outcome::Appended(Err(e)) => self.fail(cx, mapping::append(&e, "resume")),
+                    Outcome::Store(StoreOutcome::Appended(Err(e))) => {
+                        self.fail(cx, mapping::append(&e, "resume"))
+                    }
                     other => unexpected("resume", &other),
                 }
             }
@@ -376,8 +379,8 @@ impl ResumeOp {
     ) -> Flow {
         if fence == Some(id) {
             let fence = match outcome {
-                Outcome::Fence(Ok(f)) => f,
-                Outcome::Fence(Err(e)) => {
+                Outcome::Store(StoreOutcome::Fence(Ok(f))) => f,
+                Outcome::Store(StoreOutcome::Fence(Err(e))) => {
                     return self.fail(cx, Status::internal(format!("mint fence: {e}")));
                 }
                 other => unexpected("resume repair", &other),
@@ -395,14 +398,16 @@ impl ResumeOp {
         }
         assert_eq!(append, Some(id));
         match outcome {
-            Outcome::Appended(Ok(records)) => {
+            Outcome::Store(StoreOutcome::Appended(Ok(records))) => {
                 for r in records {
                     self.log.push(r.clone());
                     self.stream(cx, Committed::new(r));
                 }
                 self.reply_session(cx)
             }
-            Outcome::Appended(Err(e)) => self.fail(cx, mapping::append(&e, "resume")),
+            Outcome::Store(StoreOutcome::Appended(Err(e))) => {
+                self.fail(cx, mapping::append(&e, "resume"))
+            }
             other => unexpected("resume repair", &other),
         }
     }

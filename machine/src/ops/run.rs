@@ -1,5 +1,6 @@
 //! Driving an [`Invocation`] with real effects, and the park handoff.
 
+use crate::vocab::{ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, SnapshotRef};
 
 use super::unexpected;
@@ -38,7 +39,7 @@ impl Run {
         start: ControllerFrame,
         stream_to: Option<RequestId>,
     ) -> Self {
-        cx.emit(Effect::Send { conn, frame: start });
+        cx.emit(Effect::Harness(HarnessEffect::Send { conn, frame: start }));
         let fence = inv.setup().fence;
         Self {
             inv,
@@ -102,7 +103,9 @@ impl Run {
         assert_eq!(want, id);
         let mut out = Vec::new();
         match (kind, outcome) {
-            (Pending::Append, Outcome::Appended(r)) => self.inv.on_appended(r, cx.ids(), &mut out),
+            (Pending::Append, Outcome::Store(StoreOutcome::Appended(r))) => {
+                self.inv.on_appended(r, cx.ids(), &mut out)
+            }
             (Pending::Model, Outcome::Model(r)) => {
                 if r.is_ok()
                     && let Some(request) = self.stream_to
@@ -141,11 +144,13 @@ impl Run {
                 Action::InvokeModel(request) => {
                     let (session, execution_id) =
                         (session.clone(), self.inv.setup().wire_id.clone());
-                    let id = cx.request(|id| Effect::InvokeModel {
-                        id,
-                        session,
-                        execution_id,
-                        request,
+                    let id = cx.request(|id| {
+                        Effect::Model(InvokeModel {
+                            id,
+                            session,
+                            execution_id,
+                            request,
+                        })
                     });
                     if self.stream_to.is_some() {
                         cx.want_chunks(id);
@@ -154,18 +159,20 @@ impl Run {
                 }
                 Action::ExecuteTool { intent, call } => {
                     let session = session.clone();
-                    let id = cx.request(|id| Effect::ExecuteTool {
-                        id,
-                        session,
-                        intent,
-                        call,
+                    let id = cx.request(|id| {
+                        Effect::Tool(ExecuteTool {
+                            id,
+                            session,
+                            intent,
+                            call,
+                        })
                     });
                     self.set_pending(id, Pending::Tool);
                 }
-                Action::Send(frame) => cx.emit(Effect::Send {
+                Action::Send(frame) => cx.emit(Effect::Harness(HarnessEffect::Send {
                     conn: self.conn,
                     frame,
-                }),
+                })),
                 Action::Close => cx.close(self.conn),
                 Action::Recorded(record) => {
                     if let Some(request) = self.stream_to {
@@ -241,7 +248,7 @@ impl Handoff {
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Handed {
         assert!(self.owns(id));
         match (self.step, outcome) {
-            (HandoffStep::Read(_), Outcome::Log(r)) => {
+            (HandoffStep::Read(_), Outcome::Store(StoreOutcome::Log(r))) => {
                 let records: Vec<LogRecord> = match r {
                     Ok(r) => r,
                     Err(e) => return Handed::Failed(TurnError::Sink(format!("read: {e}"))),
@@ -269,11 +276,13 @@ impl Handoff {
                     self.route.backend.clone(),
                     self.session.clone(),
                 );
-                self.step = HandoffStep::Snapshot(cx.request(|id| Effect::Runtime {
-                    id,
-                    harness,
-                    backend,
-                    op: RuntimeOp::Snapshot { session },
+                self.step = HandoffStep::Snapshot(cx.request(|id| {
+                    Effect::Runtime(RuntimeCall {
+                        id,
+                        harness,
+                        backend,
+                        op: RuntimeOp::Snapshot { session },
+                    })
                 }));
                 Handed::Pending
             }
@@ -292,7 +301,7 @@ impl Handoff {
                 self.step = HandoffStep::Append(cx.append(&session, head, fence, vec![event]));
                 Handed::Pending
             }
-            (HandoffStep::Append(_), Outcome::Appended(r)) => match r {
+            (HandoffStep::Append(_), Outcome::Store(StoreOutcome::Appended(r))) => match r {
                 Ok(records) => Handed::Done(records.into_iter().map(Committed::new).collect()),
                 Err(e) => Handed::Failed(TurnError::Append(e)),
             },

@@ -1,5 +1,6 @@
 //! CreateSession, GetSession and ListSessions.
 
+use crate::vocab::{StoreEffect, StoreOutcome};
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::{
@@ -95,11 +96,7 @@ impl CreateOp {
             }
             Ok((row, check)) => {
                 let put_row = row.clone();
-                let id = cx.request(|id| Effect::PutSession {
-                    id,
-                    row: put_row,
-                    check: Some(check),
-                });
+                let id = cx.put_session(put_row, Some(check));
                 self.put = Some((id, row));
                 Flow::Continue
             }
@@ -111,7 +108,7 @@ impl CreateOp {
             unexpected("create", &outcome)
         };
         assert_eq!(want, id);
-        let Outcome::Put(result) = outcome else {
+        let Outcome::Store(StoreOutcome::Put(result)) = outcome else {
             unexpected("create", &outcome)
         };
         let reply = result
@@ -181,9 +178,9 @@ impl Render {
         if self.get == Some(id) {
             self.get = None;
             return match outcome {
-                Outcome::Session(Ok(Some(row))) => self.have_row(cx, row),
-                Outcome::Session(Ok(None)) => Rendered::NotFound,
-                Outcome::Session(Err(e)) => {
+                Outcome::Store(StoreOutcome::Session(Ok(Some(row)))) => self.have_row(cx, row),
+                Outcome::Store(StoreOutcome::Session(Ok(None))) => Rendered::NotFound,
+                Outcome::Store(StoreOutcome::Session(Err(e))) => {
                     Rendered::Failed(Status::internal(format!("session: {e}")))
                 }
                 other => unexpected("render", &other),
@@ -193,11 +190,10 @@ impl Render {
         self.read = None;
         let row = self.row.take().expect("a read follows a row");
         match outcome {
-            Outcome::Log(Ok(records)) => rendered(&row, &records),
-            Outcome::Log(Err(e)) => Rendered::Failed(Status::internal(format!(
-                "session {:?}: read: {e}",
-                row.uid
-            ))),
+            Outcome::Store(StoreOutcome::Log(Ok(records))) => rendered(&row, &records),
+            Outcome::Store(StoreOutcome::Log(Err(e))) => Rendered::Failed(Status::internal(
+                format!("session {:?}: read: {e}", row.uid),
+            )),
             other => unexpected("render", &other),
         }
     }
@@ -319,11 +315,13 @@ impl ListOp {
             }
         };
         let page_size = self.size;
-        self.page = Some(cx.request(|id| Effect::ListSessions {
-            id,
-            project,
-            page_size,
-            after,
+        self.page = Some(cx.request(|id| {
+            Effect::Store(StoreEffect::ListSessions {
+                id,
+                project,
+                page_size,
+                after,
+            })
         }));
         Flow::Continue
     }
@@ -332,8 +330,8 @@ impl ListOp {
         if self.page == Some(id) {
             self.page = None;
             let (rows, more) = match outcome {
-                Outcome::SessionPage(Ok(page)) => page,
-                Outcome::SessionPage(Err(e)) => {
+                Outcome::Store(StoreOutcome::SessionPage(Ok(page))) => page,
+                Outcome::Store(StoreOutcome::SessionPage(Err(e))) => {
                     cx.reply(
                         self.request,
                         Err(Status::internal(format!("list sessions: {e}"))),

@@ -5,6 +5,7 @@
 //! parked on an unreceipted approval is routed to the harness its turn
 //! recorded, with no fallback.
 
+use crate::vocab::{RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{LogRecord, SnapshotRef};
 
 use super::load::{Load, Loaded};
@@ -88,11 +89,13 @@ impl SuspendOp {
             return self.fail(cx, status);
         }
         let session = self.session.clone();
-        self.stage = Stage::Snapshot(cx.request(|id| Effect::Runtime {
-            id,
-            harness,
-            backend: route.backend,
-            op: RuntimeOp::Snapshot { session },
+        self.stage = Stage::Snapshot(cx.request(|id| {
+            Effect::Runtime(RuntimeCall {
+                id,
+                harness,
+                backend: route.backend,
+                op: RuntimeOp::Snapshot { session },
+            })
         }));
         Flow::Continue
     }
@@ -127,7 +130,7 @@ impl SuspendOp {
                     Err(e) => self.fail(cx, Status::internal(format!("suspend: {e}"))),
                 }
             }
-            (Stage::Fence(want, snapshot), Outcome::Fence(r)) => {
+            (Stage::Fence(want, snapshot), Outcome::Store(StoreOutcome::Fence(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(fence) => {
@@ -139,7 +142,7 @@ impl SuspendOp {
                     Err(e) => self.fail(cx, Status::internal(format!("suspend: mint fence: {e}"))),
                 }
             }
-            (Stage::Head(want, snapshot, fence), Outcome::Session(r)) => {
+            (Stage::Head(want, snapshot, fence), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id);
                 let head = match r {
                     Ok(Some(row)) => row.last_seq,
@@ -152,7 +155,7 @@ impl SuspendOp {
                 self.stage = Stage::Append(cx.append(&self.session, head, fence, vec![event]));
                 Flow::Continue
             }
-            (Stage::Append(want), Outcome::Appended(r)) => {
+            (Stage::Append(want), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(_) => {

@@ -2,14 +2,15 @@
 //! CAS on the head, fence check, prev link, canonical hash, the
 //! compute_state projection, keyset paging and the registry rows.
 
+use crate::host::{StoreEffect, StoreOutcome};
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
 use crate::canon;
 use crate::host::{
-    AppendError, Effect, HarnessCheck, HarnessRow, Nanos, Outcome, PutError, RegisterOutcome,
-    RegistryRefusal, SessionRow,
+    AppendError, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, RegistryRefusal,
+    SessionRow,
 };
 use crate::journal::projection::compute_state_after;
 
@@ -153,39 +154,46 @@ impl MemStore {
         Ok(out)
     }
 
-    /// Performs a store effect; `None` for effects that are not the store's.
-    pub fn perform(&mut self, effect: &Effect, now: Nanos) -> Option<Outcome> {
-        Some(match effect {
-            Effect::Append {
+    /// Performs a store effect.
+    pub fn perform(&mut self, effect: &StoreEffect) -> StoreOutcome {
+        match effect {
+            StoreEffect::Append {
                 session,
                 expected_last_seq,
                 fence,
                 events,
+                now,
                 ..
-            } => Outcome::Appended(self.append(session, *expected_last_seq, *fence, events, now)),
-            Effect::MintFence { session, .. } => {
+            } => StoreOutcome::Appended(self.append(
+                session,
+                *expected_last_seq,
+                *fence,
+                events,
+                *now,
+            )),
+            StoreEffect::MintFence { session, now, .. } => {
                 let project = self.default_project.clone();
-                let e = self.entry(session, now, &project);
+                let e = self.entry(session, *now, &project);
                 e.fence += 1;
-                e.row.updated_at = now;
-                Outcome::Fence(Ok(e.fence))
+                e.row.updated_at = *now;
+                StoreOutcome::Fence(Ok(e.fence))
             }
-            Effect::ReadLog {
+            StoreEffect::ReadLog {
                 session,
                 from_seq,
                 to_seq,
                 ..
-            } => Outcome::Log(Ok(self
+            } => StoreOutcome::Log(Ok(self
                 .records(session)
                 .iter()
                 .filter(|r| r.seq >= *from_seq && (*to_seq == 0 || r.seq <= *to_seq))
                 .cloned()
                 .collect())),
-            Effect::GetSession { session, .. } => Outcome::Session(Ok(self.row(session))),
-            Effect::PutSession { row, check, .. } => {
-                Outcome::Put(self.put_session(row, *check, now))
-            }
-            Effect::ListSessions {
+            StoreEffect::GetSession { session, .. } => StoreOutcome::Session(Ok(self.row(session))),
+            StoreEffect::PutSession {
+                row, check, now, ..
+            } => StoreOutcome::Put(self.put_session(row, *check, *now)),
+            StoreEffect::ListSessions {
                 project,
                 page_size,
                 after,
@@ -204,27 +212,29 @@ impl MemStore {
                 rows.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(a.uid.cmp(&b.uid)));
                 let more = rows.len() > *page_size;
                 rows.truncate(*page_size);
-                Outcome::SessionPage(Ok((rows, more)))
+                StoreOutcome::SessionPage(Ok((rows, more)))
             }
-            Effect::GetHarnessRow { name, .. } => {
-                Outcome::HarnessRow(Ok(self.harnesses.get(name).cloned()))
+            StoreEffect::GetHarnessRow { name, .. } => {
+                StoreOutcome::HarnessRow(Ok(self.harnesses.get(name).cloned()))
             }
-            Effect::ListHarnessRows {
+            StoreEffect::ListHarnessRows {
                 after,
                 limit,
                 include_retired,
                 ..
-            } => Outcome::HarnessRows(Ok(self
+            } => StoreOutcome::HarnessRows(Ok(self
                 .harnesses
                 .values()
                 .filter(|h| &h.name > after && (*include_retired || !h.retired))
                 .take(*limit)
                 .cloned()
                 .collect())),
-            Effect::RegisterHarnessRow { row, .. } => Outcome::Registered(self.register(row, now)),
-            Effect::RetireHarnessRow {
+            StoreEffect::RegisterHarnessRow { row, now, .. } => {
+                StoreOutcome::Registered(self.register(row, *now))
+            }
+            StoreEffect::RetireHarnessRow {
                 name, reason, now, ..
-            } => Outcome::Retired(match self.harnesses.get_mut(name) {
+            } => StoreOutcome::Retired(match self.harnesses.get_mut(name) {
                 None => Err(PutError::Refused(RegistryRefusal::NotFound)),
                 Some(h) => {
                     if !h.retired {
@@ -236,7 +246,7 @@ impl MemStore {
                     Ok(h.clone())
                 }
             }),
-            Effect::ReserveHarnessNames { names, .. } => Outcome::Reserved(
+            StoreEffect::ReserveHarnessNames { names, .. } => StoreOutcome::Reserved(
                 if names
                     .iter()
                     .any(|n| n.is_empty() || self.harnesses.contains_key(n))
@@ -247,8 +257,7 @@ impl MemStore {
                     Ok(())
                 },
             ),
-            _ => return None,
-        })
+        }
     }
 
     fn put_session(

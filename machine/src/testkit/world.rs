@@ -3,6 +3,10 @@
 //! is performed in order and every resulting input is delivered FIFO, so a
 //! run is a pure function of the calls made.
 
+use crate::host::{
+    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
+    StoreEffect, StoreOutcome,
+};
 use std::collections::{BTreeMap, VecDeque};
 
 use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef, ToolResult};
@@ -448,35 +452,49 @@ impl World {
     }
 
     /// A store effect's injected failure, if one fires for it.
-    fn store_fault(&mut self, effect: &Effect) -> Option<Outcome> {
+    fn store_fault(&mut self, effect: &StoreEffect) -> Option<StoreOutcome> {
         match effect {
-            Effect::Append { .. } => {
-                Self::countdown(&mut self.faults.append).map(|e| Outcome::Appended(Err(e)))
+            StoreEffect::Append { .. } => {
+                Self::countdown(&mut self.faults.append).map(|e| StoreOutcome::Appended(Err(e)))
             }
-            Effect::MintFence { .. } => self.faults.fence.take().map(|e| Outcome::Fence(Err(e))),
-            Effect::ReadLog { .. } => {
-                Self::countdown(&mut self.faults.read).map(|e| Outcome::Log(Err(e)))
+            StoreEffect::MintFence { .. } => self
+                .faults
+                .fence
+                .take()
+                .map(|e| StoreOutcome::Fence(Err(e))),
+            StoreEffect::ReadLog { .. } => {
+                Self::countdown(&mut self.faults.read).map(|e| StoreOutcome::Log(Err(e)))
             }
-            Effect::GetSession { .. } => {
-                Self::countdown(&mut self.faults.get).map(|e| Outcome::Session(Err(e)))
+            StoreEffect::GetSession { .. } => {
+                Self::countdown(&mut self.faults.get).map(|e| StoreOutcome::Session(Err(e)))
             }
             _ => None,
         }
     }
 
     fn perform(&mut self, effect: Effect) {
-        if let Some(outcome) = self.store_fault(&effect) {
-            let id = effect.id().expect("store effects expect outcomes");
-            self.outcome(id, outcome);
-            return;
-        }
-        if let Some(outcome) = self.store.perform(&effect, self.now) {
-            let id = effect.id().expect("store effects expect outcomes");
-            self.outcome(id, outcome);
-            return;
-        }
         match effect {
-            Effect::Describe {
+            Effect::Store(effect) => self.perform_store(effect),
+            Effect::Harness(effect) => self.perform_harness(effect),
+            Effect::Runtime(call) => self.perform_runtime(call),
+            Effect::Model(call) => self.perform_model(call),
+            Effect::Tool(call) => self.perform_tool(call),
+            Effect::Client(effect) => self.perform_client(effect),
+        }
+    }
+
+    fn perform_store(&mut self, effect: StoreEffect) {
+        let id = effect.id();
+        let outcome = match self.store_fault(&effect) {
+            Some(failed) => failed,
+            None => self.store.perform(&effect),
+        };
+        self.outcome(id, Outcome::Store(outcome));
+    }
+
+    fn perform_harness(&mut self, effect: HarnessEffect) {
+        match effect {
+            HarnessEffect::Describe {
                 id,
                 harness,
                 backend,
@@ -493,57 +511,9 @@ impl World {
                         None => self.describe(&Self::script_kind(&backend, &self.remote)),
                     },
                 };
-                self.outcome(id, Outcome::Described(outcome));
+                self.outcome(id, Outcome::Harness(HarnessOutcome::Described(outcome)));
             }
-            Effect::Runtime {
-                id, backend, op, ..
-            } => {
-                let kind = Self::script_kind(&backend, &self.remote);
-                let reply = match op {
-                    RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } => {
-                        let name = if matches!(op, RuntimeOp::Create { .. }) {
-                            "create"
-                        } else {
-                            "restore"
-                        };
-                        self.runtime_calls.push(name.into());
-                        match self.faults.provision.take() {
-                            Some(e) => Err(e),
-                            None => Ok(RuntimeReply::Incarnation {
-                                address: format!("local://{kind}"),
-                            }),
-                        }
-                    }
-                    RuntimeOp::Fork { .. } => {
-                        self.runtime_calls.push("fork".into());
-                        Ok(RuntimeReply::Incarnation {
-                            address: format!("local://{kind}"),
-                        })
-                    }
-                    RuntimeOp::Snapshot { session } => {
-                        self.runtime_calls.push("snapshot".into());
-                        match self.faults.snapshot.take() {
-                            Some(e) => Err(e),
-                            None => Ok(RuntimeReply::Snapshot(SnapshotRef {
-                                external_uri: if backend.memory_snapshot() {
-                                    format!("snap://{session}")
-                                } else {
-                                    String::new()
-                                },
-                                local: session,
-                                memory: backend.memory_snapshot(),
-                                sealed: false,
-                            })),
-                        }
-                    }
-                    RuntimeOp::Stop { .. } => {
-                        self.runtime_calls.push("stop".into());
-                        Ok(RuntimeReply::Done)
-                    }
-                };
-                self.outcome(id, Outcome::Runtime(reply));
-            }
-            Effect::Dial {
+            HarnessEffect::Dial {
                 id, backend, conn, ..
             } => {
                 let kind = Self::script_kind(&backend, &self.remote);
@@ -555,9 +525,9 @@ impl World {
                     }
                     (None, None) => Err(HarnessFailure::Unavailable(format!("no harness {kind}"))),
                 };
-                self.outcome(id, Outcome::Dialed(outcome));
+                self.outcome(id, Outcome::Harness(HarnessOutcome::Dialed(outcome)));
             }
-            Effect::Send { conn, frame } => {
+            HarnessEffect::Send { conn, frame } => {
                 if let Some((_, script)) = self.conns.get_mut(&conn) {
                     let reply = script.on_frame(&frame);
                     for ev in reply.events {
@@ -570,63 +540,121 @@ impl World {
                     }
                 }
             }
-            Effect::Close { conn } => {
+            HarnessEffect::Close { conn } => {
                 self.conns.remove(&conn);
             }
-            Effect::InvokeModel { id, request, .. } => {
-                let outcome = match self.model_fail_next.take() {
-                    Some(e) => Err(e),
-                    None => {
-                        self.model_calls += 1;
-                        let text = request
-                            .messages
-                            .last()
-                            .map(events::message_text)
-                            .unwrap_or_default();
-                        Ok(ModelReply {
-                            message: Some(events::assistant_text(&format!("echo:{text}"))),
-                            usage: None,
-                        })
-                    }
+        }
+    }
+
+    fn perform_runtime(&mut self, effect: RuntimeCall) {
+        let RuntimeCall {
+            id, backend, op, ..
+        } = effect;
+        let kind = Self::script_kind(&backend, &self.remote);
+        let reply = match op {
+            RuntimeOp::Create { .. } | RuntimeOp::Restore { .. } => {
+                let name = if matches!(op, RuntimeOp::Create { .. }) {
+                    "create"
+                } else {
+                    "restore"
                 };
-                self.outcome(id, Outcome::Model(outcome));
-            }
-            Effect::ExecuteTool {
-                id, session, call, ..
-            } => {
-                let ex = &mut self.executor;
-                ex.attempts += 1;
-                let outcome = match ex.fail_next.take() {
+                self.runtime_calls.push(name.into());
+                match self.faults.provision.take() {
                     Some(e) => Err(e),
-                    None => {
-                        let key = (session, call.idempotency_key.clone());
-                        let result = ex.done.entry(key).or_insert_with(|| {
-                            ex.effects += 1;
-                            ToolResult {
-                                id: call.id.clone(),
-                                ..ToolResult::default()
-                            }
-                        });
-                        match ex.lose_next.take() {
-                            Some(e) => Err(e),
-                            None => Ok(result.clone()),
-                        }
-                    }
-                };
-                self.outcome(id, Outcome::Tool(outcome));
+                    None => Ok(RuntimeReply::Incarnation {
+                        address: format!("local://{kind}"),
+                    }),
+                }
             }
-            Effect::Stream { request, item } => {
+            RuntimeOp::Fork { .. } => {
+                self.runtime_calls.push("fork".into());
+                Ok(RuntimeReply::Incarnation {
+                    address: format!("local://{kind}"),
+                })
+            }
+            RuntimeOp::Snapshot { session } => {
+                self.runtime_calls.push("snapshot".into());
+                match self.faults.snapshot.take() {
+                    Some(e) => Err(e),
+                    None => Ok(RuntimeReply::Snapshot(SnapshotRef {
+                        external_uri: if backend.memory_snapshot() {
+                            format!("snap://{session}")
+                        } else {
+                            String::new()
+                        },
+                        local: session,
+                        memory: backend.memory_snapshot(),
+                        sealed: false,
+                    })),
+                }
+            }
+            RuntimeOp::Stop { .. } => {
+                self.runtime_calls.push("stop".into());
+                Ok(RuntimeReply::Done)
+            }
+        };
+        self.outcome(id, Outcome::Runtime(reply));
+    }
+
+    fn perform_model(&mut self, effect: InvokeModel) {
+        let InvokeModel { id, request, .. } = effect;
+        let outcome = match self.model_fail_next.take() {
+            Some(e) => Err(e),
+            None => {
+                self.model_calls += 1;
+                let text = request
+                    .messages
+                    .last()
+                    .map(events::message_text)
+                    .unwrap_or_default();
+                Ok(ModelReply {
+                    message: Some(events::assistant_text(&format!("echo:{text}"))),
+                    usage: None,
+                })
+            }
+        };
+        self.outcome(id, Outcome::Model(outcome));
+    }
+
+    fn perform_tool(&mut self, effect: ExecuteTool) {
+        let ExecuteTool {
+            id, session, call, ..
+        } = effect;
+        let ex = &mut self.executor;
+        ex.attempts += 1;
+        let outcome = match ex.fail_next.take() {
+            Some(e) => Err(e),
+            None => {
+                let key = (session, call.idempotency_key.clone());
+                let result = ex.done.entry(key).or_insert_with(|| {
+                    ex.effects += 1;
+                    ToolResult {
+                        id: call.id.clone(),
+                        ..ToolResult::default()
+                    }
+                });
+                match ex.lose_next.take() {
+                    Some(e) => Err(e),
+                    None => Ok(result.clone()),
+                }
+            }
+        };
+        self.outcome(id, Outcome::Tool(outcome));
+    }
+
+    fn perform_client(&mut self, effect: ClientEffect) {
+        match effect {
+            ClientEffect::Stream { request, item } => {
                 if let Some((items, _)) = self.replies.get_mut(&request) {
                     items.push(item);
                 }
             }
-            Effect::Reply { request, result } => {
+            ClientEffect::Reply { request, result } => {
                 if let Some((_, reply)) = self.replies.get_mut(&request) {
                     assert!(reply.is_none(), "a call replies once");
                     *reply = Some(result);
                 }
             }
-            other => panic!("world cannot perform {other:?}"),
         }
     }
 }

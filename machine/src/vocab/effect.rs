@@ -44,9 +44,29 @@ pub enum RuntimeOp {
     },
 }
 
-/// Work for the shells. Effects with an id expect exactly one [`Outcome`].
+/// Work for the shells, grouped by who performs it, so each performer
+/// matches only its own group. Effects with an id expect exactly one
+/// [`Outcome`](super::Outcome) of the matching group.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
+    /// The journal and registry store.
+    Store(StoreEffect),
+    /// Harness connections (Describe and `Harness.Connect`).
+    Harness(HarnessEffect),
+    /// The runtime backend of a route.
+    Runtime(RuntimeCall),
+    /// The model provider.
+    Model(InvokeModel),
+    /// The tool executor.
+    Tool(ExecuteTool),
+    /// The client of a call (the gRPC server).
+    Client(ClientEffect),
+}
+
+/// Work for the store. Every store effect expects an outcome; the ones that
+/// stamp a time carry the machine's `now`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreEffect {
     /// Append `events` as consecutive records after `expected_last_seq`
     /// under `fence` (CAS + fence in one transaction).
     Append {
@@ -60,6 +80,8 @@ pub enum Effect {
         fence: i64,
         /// Events to append, in order.
         events: Vec<Event>,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
     },
     /// Mint the next fence for `session` (creating its row if missing).
     MintFence {
@@ -67,6 +89,8 @@ pub enum Effect {
         id: EffectId,
         /// Session uid.
         session: String,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
     },
     /// Read records `from_seq..=to_seq` (`to_seq` 0 = to the head).
     ReadLog {
@@ -94,6 +118,8 @@ pub enum Effect {
         row: SessionRow,
         /// When set, check the harness registry in the same transaction.
         check: Option<HarnessCheck>,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
     },
     /// Keyset page of sessions in `project`, (created_at DESC, uid ASC).
     ListSessions {
@@ -130,6 +156,8 @@ pub enum Effect {
         id: EffectId,
         /// The row to insert when absent.
         row: HarnessRow,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
     },
     /// Retire a registration (idempotent; keeps the first reason).
     RetireHarnessRow {
@@ -148,7 +176,14 @@ pub enum Effect {
         id: EffectId,
         /// Names.
         names: Vec<String>,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
     },
+}
+
+/// Work for the harness client.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HarnessEffect {
     /// Ask a harness for its descriptor: through a route, or over an open
     /// connection (`conn`), bounded by `timeout_ms`.
     Describe {
@@ -162,17 +197,6 @@ pub enum Effect {
         conn: Option<ConnId>,
         /// Upper bound; the shell reports [`HarnessFailure::Timeout`].
         timeout_ms: u64,
-    },
-    /// A Runtime SPI call on the backend of route `harness`.
-    Runtime {
-        /// Completion key.
-        id: EffectId,
-        /// Route (registry name).
-        harness: String,
-        /// The route's backend.
-        backend: Backend,
-        /// The call.
-        op: RuntimeOp,
     },
     /// Open `Harness.Connect` to `address` as connection `conn`.
     Dial {
@@ -202,29 +226,51 @@ pub enum Effect {
         /// Connection.
         conn: ConnId,
     },
-    /// Invoke the model provider once.
-    InvokeModel {
-        /// Completion key (also tags streamed chunks).
-        id: EffectId,
-        /// Session uid.
-        session: String,
-        /// Execution the call belongs to.
-        execution_id: String,
-        /// The request (model, params, messages, tools, tool_choice).
-        request: ModelCall,
-    },
-    /// Run a host-executed tool. Only emitted once its TOOL_CALL intent is
-    /// durable; the executor dedups by (session, idempotency key).
-    ExecuteTool {
-        /// Completion key.
-        id: EffectId,
-        /// Session uid (the dedup scope).
-        session: String,
-        /// The durable TOOL_CALL record this execution is for.
-        intent: Committed,
-        /// The call exactly as recorded.
-        call: ToolCall,
-    },
+}
+
+/// A Runtime SPI call on the backend of route `harness`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeCall {
+    /// Completion key.
+    pub id: EffectId,
+    /// Route (registry name).
+    pub harness: String,
+    /// The route's backend.
+    pub backend: Backend,
+    /// The call.
+    pub op: RuntimeOp,
+}
+
+/// Invoke the model provider once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvokeModel {
+    /// Completion key (also tags streamed chunks).
+    pub id: EffectId,
+    /// Session uid.
+    pub session: String,
+    /// Execution the call belongs to.
+    pub execution_id: String,
+    /// The request (model, params, messages, tools, tool_choice).
+    pub request: ModelCall,
+}
+
+/// Run a host-executed tool. Only emitted once its TOOL_CALL intent is
+/// durable; the executor dedups by (session, idempotency key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecuteTool {
+    /// Completion key.
+    pub id: EffectId,
+    /// Session uid (the dedup scope).
+    pub session: String,
+    /// The durable TOOL_CALL record this execution is for.
+    pub intent: Committed,
+    /// The call exactly as recorded.
+    pub call: ToolCall,
+}
+
+/// Work for the client side of a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientEffect {
     /// Send one frame of a streamed reply.
     Stream {
         /// The call.
@@ -245,6 +291,33 @@ impl Effect {
     /// The completion key, for effects that expect an outcome.
     pub fn id(&self) -> Option<EffectId> {
         match self {
+            Self::Store(e) => Some(e.id()),
+            Self::Harness(e) => e.id(),
+            Self::Runtime(e) => Some(e.id),
+            Self::Model(e) => Some(e.id),
+            Self::Tool(e) => Some(e.id),
+            Self::Client(_) => None,
+        }
+    }
+
+    /// The effect's name, for traces and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Store(e) => e.name(),
+            Self::Harness(e) => e.name(),
+            Self::Runtime(_) => "Runtime",
+            Self::Model(_) => "InvokeModel",
+            Self::Tool(_) => "ExecuteTool",
+            Self::Client(ClientEffect::Stream { .. }) => "Stream",
+            Self::Client(ClientEffect::Reply { .. }) => "Reply",
+        }
+    }
+}
+
+impl StoreEffect {
+    /// The completion key.
+    pub fn id(&self) -> EffectId {
+        match self {
             Self::Append { id, .. }
             | Self::MintFence { id, .. }
             | Self::ReadLog { id, .. }
@@ -255,19 +328,11 @@ impl Effect {
             | Self::ListHarnessRows { id, .. }
             | Self::RegisterHarnessRow { id, .. }
             | Self::RetireHarnessRow { id, .. }
-            | Self::ReserveHarnessNames { id, .. }
-            | Self::Describe { id, .. }
-            | Self::Runtime { id, .. }
-            | Self::Dial { id, .. }
-            | Self::InvokeModel { id, .. }
-            | Self::ExecuteTool { id, .. } => Some(*id),
-            Self::Send { .. } | Self::Close { .. } | Self::Stream { .. } | Self::Reply { .. } => {
-                None
-            }
+            | Self::ReserveHarnessNames { id, .. } => *id,
         }
     }
 
-    /// The variant's name, for traces and logs.
+    /// The effect's name, for traces and logs.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Append { .. } => "Append",
@@ -281,15 +346,26 @@ impl Effect {
             Self::RegisterHarnessRow { .. } => "RegisterHarnessRow",
             Self::RetireHarnessRow { .. } => "RetireHarnessRow",
             Self::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+        }
+    }
+}
+
+impl HarnessEffect {
+    /// The completion key, for Describe and Dial.
+    pub fn id(&self) -> Option<EffectId> {
+        match self {
+            Self::Describe { id, .. } | Self::Dial { id, .. } => Some(*id),
+            Self::Send { .. } | Self::Close { .. } => None,
+        }
+    }
+
+    /// The effect's name, for traces and logs.
+    pub fn name(&self) -> &'static str {
+        match self {
             Self::Describe { .. } => "Describe",
-            Self::Runtime { .. } => "Runtime",
             Self::Dial { .. } => "Dial",
             Self::Send { .. } => "Send",
             Self::Close { .. } => "Close",
-            Self::InvokeModel { .. } => "InvokeModel",
-            Self::ExecuteTool { .. } => "ExecuteTool",
-            Self::Stream { .. } => "Stream",
-            Self::Reply { .. } => "Reply",
         }
     }
 }

@@ -17,11 +17,14 @@ pub mod status;
 
 pub use committed::Committed;
 pub use config::{Backend, HostConfig, Route};
-pub use effect::{Effect, RuntimeOp};
+pub use effect::{
+    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, RuntimeOp,
+    StoreEffect,
+};
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use outcome::{
-    AppendError, HarnessFailure, HarnessInput, ModelReply, Outcome, ParkRef, PutError,
-    RegisterOutcome, RegistryRefusal, RuntimeReply,
+    AppendError, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome, ParkRef,
+    PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
 };
 pub use request::{ReplayReport, Request, Response, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

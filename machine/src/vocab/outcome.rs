@@ -55,7 +55,7 @@ pub enum RegistryRefusal {
     NameCollision,
 }
 
-/// Answer to a [`Effect::RegisterHarnessRow`].
+/// Answer to a `RegisterHarnessRow`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RegisterOutcome {
     /// Inserted.
@@ -78,39 +78,65 @@ pub struct ModelReply {
 /// The answer to an effect, keyed by its [`EffectId`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// For [`Effect::Append`]: the committed records, in order.
-    Appended(Result<Vec<LogRecord>, AppendError>),
-    /// For [`Effect::MintFence`].
-    Fence(Result<i64, String>),
-    /// For [`Effect::ReadLog`].
-    Log(Result<Vec<LogRecord>, String>),
-    /// For [`Effect::GetSession`]: `None` when the session is unknown.
-    Session(Result<Option<SessionRow>, String>),
-    /// For [`Effect::PutSession`].
-    Put(Result<(), PutError>),
-    /// For [`Effect::ListSessions`]: the rows, and whether more follow.
-    SessionPage(Result<(Vec<SessionRow>, bool), String>),
-    /// For [`Effect::GetHarnessRow`].
-    HarnessRow(Result<Option<HarnessRow>, String>),
-    /// For [`Effect::ListHarnessRows`].
-    HarnessRows(Result<Vec<HarnessRow>, String>),
-    /// For [`Effect::RegisterHarnessRow`]: the stored row and what happened.
-    Registered(Result<(HarnessRow, RegisterOutcome), PutError>),
-    /// For [`Effect::RetireHarnessRow`]: the row after retiring.
-    Retired(Result<HarnessRow, PutError>),
-    /// For [`Effect::ReserveHarnessNames`].
-    Reserved(Result<(), PutError>),
-    /// For [`Effect::Describe`].
-    Described(Result<HarnessDescriptor, HarnessFailure>),
-    /// For [`Effect::Runtime`]: an address (Create, Restore, Fork), a
-    /// snapshot (Snapshot) or nothing (Stop).
+    /// For an [`Effect::Store`](super::Effect::Store).
+    Store(StoreOutcome),
+    /// For an [`Effect::Harness`](super::Effect::Harness) with an id.
+    Harness(HarnessOutcome),
+    /// For an [`Effect::Runtime`](super::Effect::Runtime): an address
+    /// (Create, Restore, Fork), a snapshot (Snapshot) or nothing (Stop).
     Runtime(Result<RuntimeReply, String>),
-    /// For [`Effect::Dial`].
-    Dialed(Result<(), HarnessFailure>),
-    /// For [`Effect::InvokeModel`].
+    /// For an [`Effect::Model`](super::Effect::Model).
     Model(Result<ModelReply, String>),
-    /// For [`Effect::ExecuteTool`].
+    /// For an [`Effect::Tool`](super::Effect::Tool).
     Tool(Result<ToolResult, String>),
+}
+
+/// The store's answer to a [`StoreEffect`](super::StoreEffect).
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreOutcome {
+    /// For `Append`: the committed records, in order.
+    Appended(Result<Vec<LogRecord>, AppendError>),
+    /// For `MintFence`.
+    Fence(Result<i64, String>),
+    /// For `ReadLog`.
+    Log(Result<Vec<LogRecord>, String>),
+    /// For `GetSession`: `None` when the session is unknown.
+    Session(Result<Option<SessionRow>, String>),
+    /// For `PutSession`.
+    Put(Result<(), PutError>),
+    /// For `ListSessions`: the rows, and whether more follow.
+    SessionPage(Result<(Vec<SessionRow>, bool), String>),
+    /// For `GetHarnessRow`.
+    HarnessRow(Result<Option<HarnessRow>, String>),
+    /// For `ListHarnessRows`.
+    HarnessRows(Result<Vec<HarnessRow>, String>),
+    /// For `RegisterHarnessRow`: the stored row and what happened.
+    Registered(Result<(HarnessRow, RegisterOutcome), PutError>),
+    /// For `RetireHarnessRow`: the row after retiring.
+    Retired(Result<HarnessRow, PutError>),
+    /// For `ReserveHarnessNames`.
+    Reserved(Result<(), PutError>),
+}
+
+/// The harness client's answer to a Describe or a Dial.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HarnessOutcome {
+    /// For `Describe`.
+    Described(Result<HarnessDescriptor, HarnessFailure>),
+    /// For `Dial`.
+    Dialed(Result<(), HarnessFailure>),
+}
+
+impl From<StoreOutcome> for Outcome {
+    fn from(o: StoreOutcome) -> Self {
+        Self::Store(o)
+    }
+}
+
+impl From<HarnessOutcome> for Outcome {
+    fn from(o: HarnessOutcome) -> Self {
+        Self::Harness(o)
+    }
 }
 
 /// Why a store write with a precondition was refused.

@@ -2,6 +2,9 @@
 //! request builders, journal views and a stable text rendering of effects.
 #![allow(dead_code)]
 
+use agentsessions_machine::host::{
+    ClientEffect, ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreEffect,
+};
 use std::fmt::Write as _;
 
 use agentsessions_machine::events;
@@ -140,7 +143,7 @@ pub fn described(world: &World, mark: usize) -> Vec<String> {
     since(world, mark)
         .iter()
         .filter_map(|e| match e {
-            Effect::Describe { harness, .. } => Some(harness.clone()),
+            Effect::Harness(HarnessEffect::Describe { harness, .. }) => Some(harness.clone()),
             _ => None,
         })
         .collect()
@@ -161,7 +164,9 @@ pub fn appended_kinds(effects: &[Effect]) -> Vec<Vec<EventKind>> {
     effects
         .iter()
         .filter_map(|e| match e {
-            Effect::Append { events: evs, .. } => Some(evs.iter().map(events::kind_of).collect()),
+            Effect::Store(StoreEffect::Append { events: evs, .. }) => {
+                Some(evs.iter().map(events::kind_of).collect())
+            }
             _ => None,
         })
         .collect()
@@ -182,35 +187,37 @@ pub fn render(effects: &[Effect]) -> String {
     let mut out = String::new();
     for e in effects {
         let line = match e {
-            Effect::Append {
+            Effect::Store(StoreEffect::Append {
                 session,
                 expected_last_seq,
                 fence,
                 events: evs,
                 ..
-            } => format!(
+            }) => format!(
                 "Append {session} after={expected_last_seq} fence={fence} [{}]",
                 evs.iter()
                     .map(|ev| kind_name(events::kind_of(ev)))
                     .collect::<Vec<_>>()
                     .join(",")
             ),
-            Effect::MintFence { session, .. } => format!("MintFence {session}"),
-            Effect::ReadLog {
+            Effect::Store(StoreEffect::MintFence { session, .. }) => format!("MintFence {session}"),
+            Effect::Store(StoreEffect::ReadLog {
                 session,
                 from_seq,
                 to_seq,
                 ..
-            } => format!("ReadLog {session} {from_seq}..={to_seq}"),
-            Effect::GetSession { session, .. } => format!("GetSession {session}"),
-            Effect::PutSession { row, .. } => {
+            }) => format!("ReadLog {session} {from_seq}..={to_seq}"),
+            Effect::Store(StoreEffect::GetSession { session, .. }) => {
+                format!("GetSession {session}")
+            }
+            Effect::Store(StoreEffect::PutSession { row, .. }) => {
                 format!("PutSession {} harness={}", row.uid, row.harness)
             }
-            Effect::Describe { harness, conn, .. } => match conn {
+            Effect::Harness(HarnessEffect::Describe { harness, conn, .. }) => match conn {
                 Some(c) => format!("Describe {harness} conn={}", c.0),
                 None => format!("Describe {harness}"),
             },
-            Effect::Runtime { harness, op, .. } => {
+            Effect::Runtime(RuntimeCall { harness, op, .. }) => {
                 let op = match op {
                     RuntimeOp::Create { session } => format!("create {session}"),
                     RuntimeOp::Restore { snapshot } => format!(
@@ -225,13 +232,13 @@ pub fn render(effects: &[Effect]) -> String {
                 };
                 format!("Runtime {harness} {op}")
             }
-            Effect::Dial {
+            Effect::Harness(HarnessEffect::Dial {
                 harness,
                 address,
                 conn,
                 ..
-            } => format!("Dial {harness} {address} conn={}", conn.0),
-            Effect::Send { conn, frame } => {
+            }) => format!("Dial {harness} {address} conn={}", conn.0),
+            Effect::Harness(HarnessEffect::Send { conn, frame }) => {
                 let what = match &frame.frame {
                     Some(Frame::Start(s)) => format!(
                         "Start history={} inputs={}",
@@ -261,23 +268,23 @@ pub fn render(effects: &[Effect]) -> String {
                 };
                 format!("Send conn={} exec={} {what}", conn.0, frame.execution_id)
             }
-            Effect::Close { conn } => format!("Close conn={}", conn.0),
-            Effect::InvokeModel {
+            Effect::Harness(HarnessEffect::Close { conn }) => format!("Close conn={}", conn.0),
+            Effect::Model(InvokeModel {
                 execution_id,
                 request,
                 ..
-            } => format!(
+            }) => format!(
                 "InvokeModel exec={execution_id} model={} messages={}",
                 request.model,
                 request.messages.len()
             ),
-            Effect::ExecuteTool { intent, call, .. } => format!(
+            Effect::Tool(ExecuteTool { intent, call, .. }) => format!(
                 "ExecuteTool intent_seq={} call={} key={}",
                 intent.record().seq,
                 call.id,
                 call.idempotency_key
             ),
-            Effect::Stream { request, item } => {
+            Effect::Client(ClientEffect::Stream { request, item }) => {
                 let what = match item {
                     StreamItem::Session(s) => format!(
                         "Session last_seq={} exec_state={} compute={} pending={}",
@@ -302,7 +309,7 @@ pub fn render(effects: &[Effect]) -> String {
                 };
                 format!("Stream req={} {what}", request.0)
             }
-            Effect::Reply { request, result } => {
+            Effect::Client(ClientEffect::Reply { request, result }) => {
                 let what = match result {
                     Ok(r) => format!("Ok {}", response_name(r)),
                     Err(s) => format!("Err {:?}", s.code),
@@ -344,14 +351,12 @@ pub fn fork_child(world: &mut World, parent: &str, at: usize, harness: &str) -> 
         created_at: world.now,
         ..SessionRow::default()
     };
-    world.store.perform(
-        &Effect::PutSession {
-            id: EffectId(u64::MAX),
-            row,
-            check: None,
-        },
-        world.now,
-    );
+    world.store.perform(&StoreEffect::PutSession {
+        id: EffectId(u64::MAX),
+        row,
+        check: None,
+        now: world.now,
+    });
     let prefix = world.store.records(parent)[..at].to_vec();
     world.store.import(&child, prefix, world.now);
     let fence = world.store.fence(&child);

@@ -4,6 +4,7 @@
 //! catalogs (`catalog_identity`, `catalog_gate_ids`).
 #![allow(dead_code)]
 
+use agentsessions_machine::host::HarnessEffect;
 use agentsessions_machine::host::{Code, Effect, ReplayReport, Request, Response, Status};
 use agentsessions_machine::testkit::harness::{self, FnScript, Step, keyed_call};
 use agentsessions_machine::testkit::{Call, MemStore, World, world};
@@ -153,7 +154,7 @@ pub fn tool_frames_sent(effects: &[Effect]) -> usize {
     effects
         .iter()
         .filter(|e| {
-            matches!(e, Effect::Send { frame, .. } if matches!(frame.frame, Some(Frame::Tool(_))))
+            matches!(e, Effect::Harness(HarnessEffect::Send { frame, .. }) if matches!(frame.frame, Some(Frame::Tool(_))))
         })
         .count()
 }

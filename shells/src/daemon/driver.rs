@@ -16,6 +16,10 @@
 //! from the cached head (or the read's last seq) on every load. The loop
 //! decides nothing: every branch here is a translation.
 
+use agentsessions_machine::host::{
+    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
+    StoreEffect, StoreOutcome,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -412,7 +416,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             {
                 let now = convert::now();
                 self.host.handle_timeout(now).expect("effects drained");
-                self.drain_effects(now);
+                self.drain_effects();
                 continue;
             }
             let wait = deadline.map(|at| Duration::from_nanos((at - convert::now()).max(0) as u64));
@@ -432,7 +436,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
                     let now = convert::now();
                     self.host.handle_timeout(now).expect("effects drained");
-                    self.drain_effects(now);
+                    self.drain_effects();
                     continue;
                 }
             };
@@ -441,7 +445,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             };
             let now = convert::now();
             self.handle(now, input);
-            self.drain_effects(now);
+            self.drain_effects();
         }
     }
 
@@ -473,7 +477,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                     }
                     Err(e) => Err(e),
                 };
-                self.host.handle_outcome(now, id, Outcome::Dialed(outcome))
+                self.host
+                    .handle_outcome(now, id, Outcome::Harness(HarnessOutcome::Dialed(outcome)))
             }
             Input::LogRead {
                 id,
@@ -493,11 +498,14 @@ impl<S: JournalStore + 'static> Driver<S> {
                         }
                     },
                 };
-                self.host.handle_outcome(now, id, Outcome::Log(outcome))
+                self.host
+                    .handle_outcome(now, id, Outcome::Store(StoreOutcome::Log(outcome)))
             }
             Input::Appended(id, session, outcome) => {
                 match &outcome {
-                    Outcome::Appended(Ok(records)) => self.log_cache.appended(&session, records),
+                    Outcome::Store(StoreOutcome::Appended(Ok(records))) => {
+                        self.log_cache.appended(&session, records)
+                    }
                     // A conflict means someone else moved the head.
                     _ => self.log_cache.forget(&session),
                 }
@@ -590,11 +598,11 @@ impl<S: JournalStore + 'static> Driver<S> {
     }
 
     /// Performs a journal effect through the store's queue.
-    fn start_store(&mut self, effect: Effect, now: Nanos) {
+    fn start_store(&mut self, effect: StoreEffect) {
         let store = self.ports.store.clone();
         self.start(async move {
-            let (id, outcome) = perform_store(&*store, effect, now).await;
-            Input::Outcome(id, outcome)
+            let (id, outcome) = perform_store(&*store, effect).await;
+            Input::Outcome(id, Outcome::Store(outcome))
         });
     }
 
@@ -603,26 +611,50 @@ impl<S: JournalStore + 'static> Driver<S> {
         self.pending.is_empty() && self.models.is_empty() && self.rx.is_empty()
     }
 
-    fn drain_effects(&mut self, now: Nanos) {
+    fn drain_effects(&mut self) {
         while let Some(effect) = self.host.poll_effect() {
-            self.perform(now, effect);
+            self.perform(effect);
         }
     }
 
-    /// Starts one effect.
-    fn perform(&mut self, now: Nanos, effect: Effect) {
-        let tx = self.tx.clone();
-        let ports = self.ports.clone();
-        let reply = move |id: EffectId, outcome: Outcome| {
-            let _ = tx.send(Input::Outcome(id, outcome));
-        };
+    /// Starts one effect, handing it to the port for its group.
+    fn perform(&mut self, effect: Effect) {
         match effect {
-            Effect::Stream { request, item } => {
+            Effect::Store(effect) => self.perform_store(effect),
+            Effect::Harness(effect) => self.perform_harness(effect),
+            Effect::Runtime(RuntimeCall {
+                id, backend, op, ..
+            }) => {
+                let ports = self.ports.clone();
+                self.start(async move {
+                    let reply = ports.runtime.call(backend, op).await;
+                    Input::Outcome(id, Outcome::Runtime(reply))
+                });
+            }
+            Effect::Model(InvokeModel { id, request, .. }) => {
+                let (chunks, chunk_rx) = mpsc::unbounded_channel();
+                let model = self.ports.model.clone();
+                let call: PortFuture<'static, _> =
+                    Box::pin(async move { model.invoke(request, chunks).await });
+                self.models
+                    .insert(id, Box::pin(model_inputs(id, call, chunk_rx)));
+            }
+            Effect::Tool(ExecuteTool {
+                id, session, call, ..
+            }) => {
+                let tx = self.tx.clone();
+                let ports = self.ports.clone();
+                tokio::spawn(async move {
+                    let done = ports.tools.execute(session, call).await;
+                    let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
+                });
+            }
+            Effect::Client(ClientEffect::Stream { request, item }) => {
                 if let Some((sink, _)) = self.clients.get(&request) {
                     sink.stream(item);
                 }
             }
-            Effect::Reply { request, result } => {
+            Effect::Client(ClientEffect::Reply { request, result }) => {
                 if let Some((sink, watcher)) = self.clients.remove(&request) {
                     if let Some(w) = watcher {
                         w.abort();
@@ -630,7 +662,98 @@ impl<S: JournalStore + 'static> Driver<S> {
                     sink.finish(result);
                 }
             }
-            Effect::Send { conn, frame } => {
+        }
+    }
+
+    /// Store effects: whole-log reads through the record cache, appends and
+    /// fence mints in place when the loop is idle, the rest queued.
+    fn perform_store(&mut self, effect: StoreEffect) {
+        match effect {
+            StoreEffect::ReadLog {
+                id,
+                session,
+                from_seq: 1,
+                to_seq,
+            } => {
+                let plan = self.log_cache.plan(&session, to_seq);
+                self.read_log(id, session, to_seq, plan);
+            }
+            StoreEffect::Append {
+                id,
+                session,
+                expected_last_seq,
+                fence,
+                events,
+                now,
+            } => self.append(id, session, expected_last_seq, fence, events, now),
+            // In place when idle, as for appends.
+            StoreEffect::MintFence { id, session, now } if self.idle() => {
+                match self.ports.store.try_mint_fence_now(&session, now) {
+                    Some(r) => {
+                        let r = Outcome::Store(StoreOutcome::Fence(r.map_err(text)));
+                        self.start(std::future::ready(Input::Outcome(id, r)));
+                    }
+                    None => self.start_store(StoreEffect::MintFence { id, session, now }),
+                }
+            }
+            // Named, not a catch-all: a new store effect must be placed here.
+            other @ (StoreEffect::ReadLog { .. }
+            | StoreEffect::MintFence { .. }
+            | StoreEffect::GetSession { .. }
+            | StoreEffect::PutSession { .. }
+            | StoreEffect::ListSessions { .. }
+            | StoreEffect::GetHarnessRow { .. }
+            | StoreEffect::ListHarnessRows { .. }
+            | StoreEffect::RegisterHarnessRow { .. }
+            | StoreEffect::RetireHarnessRow { .. }
+            | StoreEffect::ReserveHarnessNames { .. }) => self.start_store(other),
+        }
+    }
+
+    fn append(
+        &mut self,
+        id: EffectId,
+        session: String,
+        expected_last_seq: i64,
+        fence: i64,
+        events: Vec<Event>,
+        now: Nanos,
+    ) {
+        let batch = AppendBatch {
+            session: session.clone(),
+            expected_last_seq,
+            fence,
+            events,
+            now_unix_nanos: now,
+        };
+        // An idle loop commits in place: it has nothing to do during the
+        // fsync, and skips two thread wake-ups. A busy one queues, so
+        // concurrent sessions share a group commit.
+        let batch = if self.idle() {
+            match self.ports.store.try_append_now(batch) {
+                Ok(r) => {
+                    let r = Outcome::Store(StoreOutcome::Appended(r.map_err(append_error_of)));
+                    self.start(std::future::ready(Input::Appended(id, session, r)));
+                    return;
+                }
+                Err(batch) => batch,
+            }
+        } else {
+            batch
+        };
+        let store = self.ports.store.clone();
+        self.start(async move {
+            let r = store.append(batch).await.map_err(append_error_of);
+            Input::Appended(id, session, Outcome::Store(StoreOutcome::Appended(r)))
+        });
+    }
+
+    /// Harness effects: frames and closes in place, dials and Describes as
+    /// futures of the loop.
+    fn perform_harness(&mut self, effect: HarnessEffect) {
+        let ports = self.ports.clone();
+        match effect {
+            HarnessEffect::Send { conn, frame } => {
                 if let Some(c) = self.conns.get_mut(&conn)
                     && !c.started
                 {
@@ -648,11 +771,11 @@ impl<S: JournalStore + 'static> Driver<S> {
                     ));
                 }
             }
-            Effect::Close { conn } => {
+            HarnessEffect::Close { conn } => {
                 self.conns.remove(&conn);
                 self.events.remove(&conn);
             }
-            Effect::Dial {
+            HarnessEffect::Dial {
                 id,
                 address,
                 conn,
@@ -671,23 +794,22 @@ impl<S: JournalStore + 'static> Driver<S> {
                     }
                 });
             }
-            Effect::Describe {
+            HarnessEffect::Describe {
                 id,
                 backend,
                 conn,
                 timeout_ms,
                 ..
             } => {
+                let described = |r| Outcome::Harness(HarnessOutcome::Described(r));
                 // A built-in served by this process describes itself without
                 // a round trip (as the reference's local runtime does); only
                 // a turn's own connection is always asked over the wire.
                 if conn.is_none()
-                    && let Some(described) = ports.runtime.describe_in_process(&backend)
+                    && let Some(local) = ports.runtime.describe_in_process(&backend)
                 {
-                    reply(
-                        id,
-                        Outcome::Described(described.map_err(HarnessFailure::Unavailable)),
-                    );
+                    let r = described(local.map_err(HarnessFailure::Unavailable));
+                    let _ = self.tx.send(Input::Outcome(id, r));
                     return;
                 }
                 let address = match conn.and_then(|c| self.conns.get(&c)) {
@@ -704,86 +826,9 @@ impl<S: JournalStore + 'static> Driver<S> {
                         .await
                         .unwrap_or(Err(HarnessFailure::Timeout)),
                     };
-                    Input::Outcome(id, Outcome::Described(outcome))
+                    Input::Outcome(id, described(outcome))
                 });
             }
-            Effect::Runtime {
-                id, backend, op, ..
-            } => {
-                self.start(async move {
-                    let reply = ports.runtime.call(backend, op).await;
-                    Input::Outcome(id, Outcome::Runtime(reply))
-                });
-            }
-            Effect::InvokeModel { id, request, .. } => {
-                let (chunks, chunk_rx) = mpsc::unbounded_channel();
-                let model = ports.model.clone();
-                let call: PortFuture<'static, _> =
-                    Box::pin(async move { model.invoke(request, chunks).await });
-                self.models
-                    .insert(id, Box::pin(model_inputs(id, call, chunk_rx)));
-            }
-            Effect::ExecuteTool {
-                id, session, call, ..
-            } => {
-                tokio::spawn(async move {
-                    reply(id, Outcome::Tool(ports.tools.execute(session, call).await));
-                });
-            }
-            Effect::ReadLog {
-                id,
-                session,
-                from_seq: 1,
-                to_seq,
-            } => {
-                let plan = self.log_cache.plan(&session, to_seq);
-                self.read_log(id, session, to_seq, plan);
-            }
-            Effect::Append {
-                id,
-                session,
-                expected_last_seq,
-                fence,
-                events,
-            } => {
-                let batch = AppendBatch {
-                    session: session.clone(),
-                    expected_last_seq,
-                    fence,
-                    events,
-                    now_unix_nanos: now,
-                };
-                // An idle loop commits in place: it has nothing to do
-                // during the fsync, and skips two thread wake-ups. A busy
-                // one queues, so concurrent sessions share a group commit.
-                let batch = if self.idle() {
-                    match ports.store.try_append_now(batch) {
-                        Ok(r) => {
-                            let r = Outcome::Appended(r.map_err(append_error_of));
-                            self.start(std::future::ready(Input::Appended(id, session, r)));
-                            return;
-                        }
-                        Err(batch) => batch,
-                    }
-                } else {
-                    batch
-                };
-                self.start(async move {
-                    let r = ports.store.append(batch).await.map_err(append_error_of);
-                    Input::Appended(id, session, Outcome::Appended(r))
-                });
-            }
-            // In place when idle, as for appends.
-            Effect::MintFence { id, session } if self.idle() => {
-                match ports.store.try_mint_fence_now(&session, now) {
-                    Some(r) => {
-                        let r = Outcome::Fence(r.map_err(text));
-                        self.start(std::future::ready(Input::Outcome(id, r)));
-                    }
-                    None => self.start_store(Effect::MintFence { id, session }, now),
-                }
-            }
-            store_effect => self.start_store(store_effect, now),
         }
     }
 }

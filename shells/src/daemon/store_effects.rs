@@ -1,7 +1,7 @@
 //! Journal effects performed against a [`JournalStore`]: the translation
 //! between the machine's store effects and outcomes and the store's API.
 
-use agentsessions_machine::host::{Effect, EffectId, Nanos, Outcome};
+use agentsessions_machine::host::{EffectId, StoreEffect, StoreOutcome};
 
 use super::convert::{append_error_of, harness_row_of, meta_of, put_error_of, row_of};
 use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
@@ -13,16 +13,16 @@ pub(super) fn text(e: StoreError) -> String {
 /// Performs one journal effect against the store.
 pub(super) async fn perform_store<S: JournalStore>(
     store: &S,
-    effect: Effect,
-    now: Nanos,
-) -> (EffectId, Outcome) {
+    effect: StoreEffect,
+) -> (EffectId, StoreOutcome) {
     match effect {
-        Effect::Append {
+        StoreEffect::Append {
             id,
             session,
             expected_last_seq,
             fence,
             events,
+            now,
         } => {
             let batch = AppendBatch {
                 session,
@@ -32,30 +32,35 @@ pub(super) async fn perform_store<S: JournalStore>(
                 now_unix_nanos: now,
             };
             let r = store.append(batch).await.map_err(append_error_of);
-            (id, Outcome::Appended(r))
+            (id, StoreOutcome::Appended(r))
         }
-        Effect::MintFence { id, session } => (
+        StoreEffect::MintFence { id, session, now } => (
             id,
-            Outcome::Fence(store.mint_fence(&session, now).await.map_err(text)),
+            StoreOutcome::Fence(store.mint_fence(&session, now).await.map_err(text)),
         ),
-        Effect::ReadLog {
+        StoreEffect::ReadLog {
             id,
             session,
             from_seq,
             to_seq,
         } => (
             id,
-            Outcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
+            StoreOutcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
         ),
-        Effect::GetSession { id, session } => {
+        StoreEffect::GetSession { id, session } => {
             let r = match store.session_info(&session).await {
                 Ok(info) => row_of(info).map(Some).map_err(|e| e.to_string()),
                 Err(StoreError::SessionNotFound { .. }) => Ok(None),
                 Err(e) => Err(e.to_string()),
             };
-            (id, Outcome::Session(r))
+            (id, StoreOutcome::Session(r))
         }
-        Effect::PutSession { id, row, check } => {
+        StoreEffect::PutSession {
+            id,
+            row,
+            check,
+            now,
+        } => {
             let meta = meta_of(&row);
             let r = match check {
                 None => store
@@ -70,9 +75,9 @@ pub(super) async fn perform_store<S: JournalStore>(
                         .map_err(put_error_of)
                 }
             };
-            (id, Outcome::Put(r))
+            (id, StoreOutcome::Put(r))
         }
-        Effect::ListSessions {
+        StoreEffect::ListSessions {
             id,
             project,
             page_size,
@@ -95,17 +100,17 @@ pub(super) async fn perform_store<S: JournalStore>(
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
-            (id, Outcome::SessionPage(r))
+            (id, StoreOutcome::SessionPage(r))
         }
-        Effect::GetHarnessRow { id, name } => {
+        StoreEffect::GetHarnessRow { id, name } => {
             let r = match store.harness(&name).await {
                 Ok(row) => Ok(Some(harness_row_of(row))),
                 Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
                 Err(e) => Err(e.to_string()),
             };
-            (id, Outcome::HarnessRow(r))
+            (id, StoreOutcome::HarnessRow(r))
         }
-        Effect::ListHarnessRows {
+        StoreEffect::ListHarnessRows {
             id,
             after,
             limit,
@@ -121,9 +126,9 @@ pub(super) async fn perform_store<S: JournalStore>(
                 .await
                 .map(|rows| rows.into_iter().map(harness_row_of).collect())
                 .map_err(text);
-            (id, Outcome::HarnessRows(r))
+            (id, StoreOutcome::HarnessRows(r))
         }
-        Effect::RegisterHarnessRow { id, row } => {
+        StoreEffect::RegisterHarnessRow { id, row, now } => {
             let reg = crate::journal::HarnessRegistration {
                 name: row.name,
                 uid: row.uid,
@@ -143,9 +148,9 @@ pub(super) async fn perform_store<S: JournalStore>(
                     (harness_row_of(row), outcome)
                 })
                 .map_err(put_error_of);
-            (id, Outcome::Registered(r))
+            (id, StoreOutcome::Registered(r))
         }
-        Effect::RetireHarnessRow {
+        StoreEffect::RetireHarnessRow {
             id,
             name,
             reason,
@@ -156,15 +161,14 @@ pub(super) async fn perform_store<S: JournalStore>(
                 .await
                 .map(harness_row_of)
                 .map_err(put_error_of);
-            (id, Outcome::Retired(r))
+            (id, StoreOutcome::Retired(r))
         }
-        Effect::ReserveHarnessNames { id, names } => {
+        StoreEffect::ReserveHarnessNames { id, names, now } => {
             let r = store
                 .reserve_harness_names(names, now)
                 .await
                 .map_err(put_error_of);
-            (id, Outcome::Reserved(r))
+            (id, StoreOutcome::Reserved(r))
         }
-        other => panic!("not a journal effect: {other:?}"),
     }
 }

@@ -5,6 +5,7 @@
 //! registered" must get an answer while the harness is down. Entries this
 //! host cannot serve are never described (there is nothing safe to dial).
 
+use crate::vocab::{HarnessEffect, HarnessOutcome, StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{GetHarnessRequest, HarnessRegistration};
 
 use super::{describe_failure, registration, static_registration};
@@ -45,7 +46,8 @@ impl GetOp {
         if cx.core.is_static(&name) {
             return self.observe_or_reply(cx, static_registration(&name));
         }
-        self.stage = Stage::Row(cx.request(|id| Effect::GetHarnessRow { id, name }));
+        self.stage =
+            Stage::Row(cx.request(|id| Effect::Store(StoreEffect::GetHarnessRow { id, name })));
         Flow::Continue
     }
 
@@ -61,12 +63,14 @@ impl GetOp {
             } else if let Some(route) = cx.route(&self.req.name) {
                 let (harness, backend) = (self.req.name.clone(), route.backend.clone());
                 let timeout_ms = cx.config().describe_timeout_ms;
-                let id = cx.request(|id| Effect::Describe {
-                    id,
-                    harness,
-                    backend,
-                    conn: None,
-                    timeout_ms,
+                let id = cx.request(|id| {
+                    Effect::Harness(HarnessEffect::Describe {
+                        id,
+                        harness,
+                        backend,
+                        conn: None,
+                        timeout_ms,
+                    })
                 });
                 self.stage = Stage::Describe(id, Box::new(reg));
                 return Flow::Continue;
@@ -79,16 +83,16 @@ impl GetOp {
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
         match std::mem::replace(&mut self.stage, Stage::Idle) {
             Stage::Row(want) if want == id => match outcome {
-                Outcome::HarnessRow(Ok(Some(row))) => {
+                Outcome::Store(StoreOutcome::HarnessRow(Ok(Some(row)))) => {
                     let reg = registration(cx, &row);
                     self.observe_or_reply(cx, reg)
                 }
-                Outcome::HarnessRow(Ok(None)) => {
+                Outcome::Store(StoreOutcome::HarnessRow(Ok(None))) => {
                     let msg = format!("harness {:?} not found", self.req.name);
                     cx.reply(self.request, Err(Status::not_found(msg)));
                     Flow::Done
                 }
-                Outcome::HarnessRow(Err(e)) => {
+                Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => {
                     let msg = format!("harness {:?}: {e}", self.req.name);
                     cx.reply(self.request, Err(Status::internal(msg)));
                     Flow::Done
@@ -96,7 +100,7 @@ impl GetOp {
                 other => unexpected("get harness", &other),
             },
             Stage::Describe(want, mut reg) if want == id => {
-                let Outcome::Described(result) = outcome else {
+                let Outcome::Harness(HarnessOutcome::Described(result)) = outcome else {
                     unexpected("get harness", &outcome)
                 };
                 match result {

@@ -5,6 +5,7 @@
 //! this host's routes, rows from the store; one more entry than the page
 //! size is taken to learn whether another page follows.
 
+use crate::vocab::{StoreEffect, StoreOutcome};
 use std::cmp::Ordering;
 
 use agentsessions_proto::v1::{HarnessRegistration, ListHarnessesRequest, ListHarnessesResponse};
@@ -92,11 +93,13 @@ impl ListOp {
         match self.plan(cx) {
             Ok(after) => {
                 let (limit, include_retired) = (self.size + 1, self.req.include_retired);
-                self.page = Some(cx.request(|id| Effect::ListHarnessRows {
-                    id,
-                    after,
-                    limit,
-                    include_retired,
+                self.page = Some(cx.request(|id| {
+                    Effect::Store(StoreEffect::ListHarnessRows {
+                        id,
+                        after,
+                        limit,
+                        include_retired,
+                    })
                 }));
                 Flow::Continue
             }
@@ -138,8 +141,8 @@ impl ListOp {
         }
         self.page = None;
         let rows = match outcome {
-            Outcome::HarnessRows(Ok(rows)) => rows,
-            Outcome::HarnessRows(Err(e)) => {
+            Outcome::Store(StoreOutcome::HarnessRows(Ok(rows))) => rows,
+            Outcome::Store(StoreOutcome::HarnessRows(Err(e))) => {
                 let status = Status::internal(format!("list harnesses: {e}"));
                 cx.reply(self.request, Err(status));
                 return Flow::Done;

@@ -6,6 +6,7 @@
 //! the store only when the placement is unservable, so the common path is a
 //! single atomic register write that itself refuses a conflicting spec.
 
+use crate::vocab::{StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{RegisterHarnessRequest, RegisterHarnessResponse};
 
 use super::registration;
@@ -88,7 +89,8 @@ impl RegisterOp {
             match route_for_spec(spec) {
                 Ok(route) => Some(route),
                 Err(reason) => {
-                    let id = cx.request(|id| Effect::GetHarnessRow { id, name });
+                    let id =
+                        cx.request(|id| Effect::Store(StoreEffect::GetHarnessRow { id, name }));
                     self.stage = Stage::Probe(id, canonical.digest, reason);
                     return Flow::Continue;
                 }
@@ -104,7 +106,8 @@ impl RegisterOp {
             updated_at: now,
             ..HarnessRow::default()
         };
-        let id = cx.request(|id| Effect::RegisterHarnessRow { id, row });
+        let now = cx.now();
+        let id = cx.request(|id| Effect::Store(StoreEffect::RegisterHarnessRow { id, row, now }));
         self.stage = Stage::Write(id, route);
         Flow::Continue
     }
@@ -113,20 +116,23 @@ impl RegisterOp {
         match std::mem::replace(&mut self.stage, Stage::Idle) {
             Stage::Probe(want, digest, reason) if want == id => {
                 let reply = match outcome {
-                    Outcome::HarnessRow(Ok(Some(row))) if row.spec_digest != digest => {
+                    Outcome::Store(StoreOutcome::HarnessRow(Ok(Some(row))))
+                        if row.spec_digest != digest =>
+                    {
                         Err(conflict(&self.req.name))
                     }
-                    Outcome::HarnessRow(Ok(_)) => Err(Status::failed_precondition(reason)),
-                    Outcome::HarnessRow(Err(e)) => Err(Status::internal(format!(
-                        "register harness {:?}: {e}",
-                        self.req.name
-                    ))),
+                    Outcome::Store(StoreOutcome::HarnessRow(Ok(_))) => {
+                        Err(Status::failed_precondition(reason))
+                    }
+                    Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => Err(Status::internal(
+                        format!("register harness {:?}: {e}", self.req.name),
+                    )),
                     other => unexpected("register harness", &other),
                 };
                 self.finish(cx, reply)
             }
             Stage::Write(want, route) if want == id => {
-                let Outcome::Registered(result) = outcome else {
+                let Outcome::Store(StoreOutcome::Registered(result)) = outcome else {
                     unexpected("register harness", &outcome)
                 };
                 let reply = self.written(cx, result, route);

@@ -5,6 +5,7 @@
 //! store's registry check inside the session insert (`HarnessCheck`), in the
 //! same transaction, so a create can never land after a retire returned.
 
+use crate::vocab::{StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::RetireHarnessRequest;
 
 use super::registration;
@@ -55,11 +56,13 @@ impl RetireOp {
             return Flow::Done;
         }
         let (name, reason, now) = (self.req.name.clone(), self.req.reason.clone(), cx.now());
-        self.write = Some(cx.request(|id| Effect::RetireHarnessRow {
-            id,
-            name,
-            reason,
-            now,
+        self.write = Some(cx.request(|id| {
+            Effect::Store(StoreEffect::RetireHarnessRow {
+                id,
+                name,
+                reason,
+                now,
+            })
         }));
         Flow::Continue
     }
@@ -69,7 +72,7 @@ impl RetireOp {
             unexpected("retire harness", &outcome)
         }
         self.write = None;
-        let Outcome::Retired(result) = outcome else {
+        let Outcome::Store(StoreOutcome::Retired(result)) = outcome else {
             unexpected("retire harness", &outcome)
         };
         let name = &self.req.name;

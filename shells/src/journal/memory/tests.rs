@@ -59,13 +59,11 @@ async fn appends_match_the_test_store() {
         ),
     ];
     j.mint_fence("s", 1).await.unwrap();
-    mem.perform(
-        &agentsessions_machine::host::Effect::MintFence {
-            id: agentsessions_machine::host::EffectId(1),
-            session: "s".into(),
-        },
-        1,
-    );
+    mem.perform(&agentsessions_machine::host::StoreEffect::MintFence {
+        id: agentsessions_machine::host::EffectId(1),
+        session: "s".into(),
+        now: 1,
+    });
     for (expected, fence, evs) in steps {
         let ours = j.append(batch("s", expected, fence, evs.clone())).await;
         let theirs = mem.append("s", expected, fence, &evs, 100 + expected);
