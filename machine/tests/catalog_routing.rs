@@ -350,6 +350,37 @@ fn a_cancel_or_deadline_during_the_connected_describe_writes_nothing() {
     }
 }
 
+#[test]
+fn a_deadline_due_when_an_answer_arrives_fires_before_the_answer_moves_the_turn() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Harness(HarnessEffect::Describe { .. }))
+    }));
+    let mut req = exec_req(&sid, "", "x");
+    req.deadline_unix = world.now / 1_000_000_000 + 5;
+    let mark = world.trace.len();
+    let id = world.start(Request::Exec(req));
+    assert!(!world.replied(id), "held at the Describe");
+    // Time passes with no timer call; the held answer arrives late.
+    world.now += 10 * 1_000_000_000;
+    world.release();
+    let call = world.take(id);
+    assert_eq!(call.code(), Code::DeadlineExceeded, "{call:?}");
+    assert!(!any_of(
+        since(&world, mark),
+        &[
+            "Runtime",
+            "Dial",
+            "MintFence",
+            "Append",
+            "Send",
+            "InvokeModel"
+        ]
+    ));
+    assert!(world.store.records(&sid).is_empty());
+}
+
 fn snapshot_route(world: &World, mark: usize) -> Option<String> {
     since(world, mark).iter().find_map(|e| match e {
         Effect::Runtime(RuntimeCall {

@@ -11,7 +11,9 @@ use agentsessions_machine::journal::executions::{
     ExecKind, Execution, check_inherited_intent, needs_describe, project, replay_selection,
     resume_invocation, select_pending, validate_inputs,
 };
-use agentsessions_machine::journal::projection::{compute_state_after, session_status};
+use agentsessions_machine::journal::projection::{
+    batch_compute_state, compute_state_after, session_status,
+};
 use agentsessions_proto::v1::{
     ApprovalRef, ComputeState, Event, EventKind, ExecState, ExecutionStart, lifecycle,
 };
@@ -525,6 +527,29 @@ fn compute_state_table() {
     for (ev, from, to) in cases {
         assert_eq!(compute_state_after(from, &ev), to, "{ev:?} from {from:?}");
     }
+}
+
+#[test]
+fn a_batch_leaves_the_state_of_its_last_moving_event_or_none() {
+    use ComputeState::*;
+    use lifecycle::Kind as L;
+    let lc = |k: L| events::lifecycle(k, "");
+    // Approval records written after a suspend leave the row cold.
+    assert_eq!(
+        batch_compute_state(&[lc(L::LifecycleSuspend), request(E1, "c")]),
+        Some(ComputeCold)
+    );
+    assert_eq!(
+        batch_compute_state(&[input(E1, "x"), lc(L::LifecycleSuspend)]),
+        Some(ComputeCold)
+    );
+    assert_eq!(
+        batch_compute_state(&[lc(L::LifecycleFork), lc(L::LifecycleResume)]),
+        Some(ComputeLive)
+    );
+    assert_eq!(batch_compute_state(&[request(E1, "c")]), None);
+    assert_eq!(batch_compute_state(&[lc(L::LifecycleBaseline)]), None);
+    assert_eq!(batch_compute_state(&[]), None);
 }
 
 fn awaiting_log() -> (Log, i64, i64) {

@@ -221,6 +221,8 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
                             session: "bench-append".into(),
                             expected_last_seq: head,
                             fence: 0,
+                            // Every bench event is an OUTPUT: the machine would say LIVE.
+                            compute_state: Some(agentsessions_proto::v1::ComputeState::ComputeLive),
                             events: vec![output_event(first + j)],
                             now_unix_nanos: 1,
                         };

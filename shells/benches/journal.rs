@@ -88,6 +88,8 @@ fn latency(dir: &Path, rt: &tokio::runtime::Runtime) {
         session: "lat".into(),
         expected_last_seq: head,
         fence: 0,
+        // Every bench event is an OUTPUT: the machine would say LIVE.
+        compute_state: Some(agentsessions_proto::v1::ComputeState::ComputeLive),
         events: vec![ev(i)],
         now_unix_nanos: 1,
     };
@@ -195,6 +197,10 @@ fn throughput_one(
                                 session: session.clone(),
                                 expected_last_seq: head,
                                 fence: 0,
+                                // Every bench event is an OUTPUT: the machine would say LIVE.
+                                compute_state: Some(
+                                    agentsessions_proto::v1::ComputeState::ComputeLive,
+                                ),
                                 events: vec![ev(head as usize)],
                                 now_unix_nanos: 1,
                             })

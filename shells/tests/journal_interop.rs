@@ -81,6 +81,11 @@ async fn go_fixtures_round_trip_through_sqlite() {
                         session: name.into(),
                         expected_last_seq: rec.seq - 1,
                         fence: rec.fence,
+                        compute_state:
+                            agentsessions_machine::journal::projection::batch_compute_state(&[rec
+                                .event
+                                .clone()
+                                .unwrap()]),
                         events: vec![rec.event.clone().unwrap()],
                         now_unix_nanos: 1,
                     })

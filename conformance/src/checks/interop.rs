@@ -149,12 +149,16 @@ pub async fn preload_records(
                 .await
                 .map_err(|e| Failure(format!("mint_fence: {e}")))?;
         }
+        let event = rec.event.clone().unwrap_or_default();
         let got = store
             .append(AppendBatch {
                 session: uid.to_owned(),
                 expected_last_seq: rec.seq - 1,
                 fence: rec.fence,
-                events: vec![rec.event.clone().unwrap_or_default()],
+                compute_state: agentsessions_machine::journal::projection::batch_compute_state(
+                    std::slice::from_ref(&event),
+                ),
+                events: vec![event],
                 now_unix_nanos: now,
             })
             .await

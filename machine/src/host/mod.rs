@@ -148,15 +148,11 @@ impl Host {
         Ok(())
     }
 
-    /// Time passed; fires every deadline at or before `now`.
+    /// Time passed; fires every deadline at or before `now`. Every other
+    /// `handle_*` does the same first, so a shell need not order its timer
+    /// before queued input.
     pub fn handle_timeout(&mut self, now: Nanos) -> Result<(), NotDrained> {
-        self.enter(now)?;
-        while let Some(id) = self.core.pop_due(now) {
-            if self.ops.contains_key(&id) {
-                self.dispatch(id, |op, cx| op.on_deadline(cx));
-            }
-        }
-        Ok(())
+        self.enter(now)
     }
 
     /// The next effect to perform, if any.
@@ -222,12 +218,22 @@ impl Host {
             .insert(name.to_owned(), reason.to_owned());
     }
 
+    /// Takes `now` and fires every deadline due by then, before the input
+    /// itself: an answer that arrives after its call's deadline must not
+    /// carry the call on to its next effect (a fence mint, an append).
     fn enter(&mut self, now: Nanos) -> Result<(), NotDrained> {
         if self.core.undrained() {
             return Err(NotDrained);
         }
         // Time never runs backwards inside the machine.
         self.core.now = self.core.now.max(now);
+        let now = self.core.now;
+        while let Some(id) = self.core.pop_due(now) {
+            if self.ops.contains_key(&id) {
+                self.dispatch(id, |op, cx| op.on_deadline(cx));
+            }
+        }
+        debug_assert!(self.core.next_deadline().is_none_or(|at| at > now));
         Ok(())
     }
 

@@ -8,26 +8,40 @@ use super::approval::scan;
 use crate::error::LogError;
 use crate::events::{body, kind_of};
 
-/// The compute state after `ev` is appended to a session in `current`.
+/// The compute state appending `ev` moves a session to; `None` leaves it.
 ///
 /// Approval records are written by the host while the session may be cold
 /// (an out-of-band decision, a repair), so they leave the state alone; any
 /// other non-lifecycle record means a harness is running. Of the lifecycle
 /// markers only SUSPEND, FORK (the child starts cold) and RESUME move it.
-pub fn compute_state_after(current: ComputeState, ev: &Event) -> ComputeState {
+pub fn compute_state_move(ev: &Event) -> Option<ComputeState> {
     use agentsessions_proto::v1::lifecycle::Kind;
     match kind_of(ev) {
-        EventKind::EventApprovalRequest | EventKind::EventApprovalResult => current,
+        EventKind::EventApprovalRequest | EventKind::EventApprovalResult => None,
         EventKind::EventLifecycle => {
             let marker = body::lifecycle(ev).and_then(|l| Kind::try_from(l.kind).ok());
             match marker {
-                Some(Kind::LifecycleSuspend | Kind::LifecycleFork) => ComputeState::ComputeCold,
-                Some(Kind::LifecycleResume) => ComputeState::ComputeLive,
-                _ => current,
+                Some(Kind::LifecycleSuspend | Kind::LifecycleFork) => {
+                    Some(ComputeState::ComputeCold)
+                }
+                Some(Kind::LifecycleResume) => Some(ComputeState::ComputeLive),
+                _ => None,
             }
         }
-        _ => ComputeState::ComputeLive,
+        _ => Some(ComputeState::ComputeLive),
     }
+}
+
+/// The compute state after `ev` is appended to a session in `current`.
+pub fn compute_state_after(current: ComputeState, ev: &Event) -> ComputeState {
+    compute_state_move(ev).unwrap_or(current)
+}
+
+/// The compute state a whole batch leaves (the last event that moves it
+/// wins); `None` leaves the stored state. The machine puts this on every
+/// append, and stores write exactly it.
+pub fn batch_compute_state(events: &[Event]) -> Option<ComputeState> {
+    events.iter().rev().find_map(compute_state_move)
 }
 
 /// The execution axis of a session as rendered to clients.

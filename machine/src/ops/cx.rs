@@ -224,10 +224,12 @@ impl Cx<'_> {
     ) -> EffectId {
         let session = session.to_owned();
         let now = self.core.now;
+        let compute_state = crate::journal::projection::batch_compute_state(&events);
         self.request(|id| {
             Effect::Store(StoreEffect::Append {
                 id,
                 now,
+                compute_state,
                 session,
                 expected_last_seq,
                 fence,

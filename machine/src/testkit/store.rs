@@ -12,7 +12,7 @@ use crate::host::{
     AppendError, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, RegistryRefusal,
     SessionRow,
 };
-use crate::journal::projection::compute_state_after;
+use crate::journal::projection::{batch_compute_state, compute_state_after};
 
 #[derive(Debug, Clone, Default)]
 struct Entry {
@@ -108,13 +108,30 @@ impl MemStore {
         row
     }
 
-    /// Appends under CAS and fence; all events or none.
+    /// Appends under CAS and fence; all events or none. For tests that
+    /// write as another writer would: the compute_state follows the
+    /// machine's rule for the batch.
     pub fn append(
         &mut self,
         session: &str,
         expected: i64,
         fence: i64,
         events: &[Event],
+        now: Nanos,
+    ) -> Result<Vec<LogRecord>, AppendError> {
+        let state = batch_compute_state(events);
+        self.append_told(session, expected, fence, events, state, now)
+    }
+
+    /// Appends under CAS and fence and stores the compute_state it is told
+    /// (`None`: unchanged), as a shell store does.
+    fn append_told(
+        &mut self,
+        session: &str,
+        expected: i64,
+        fence: i64,
+        events: &[Event],
+        compute_state: Option<ComputeState>,
         now: Nanos,
     ) -> Result<Vec<LogRecord>, AppendError> {
         let head = self.records(session).last().map_or(0, |r| r.seq);
@@ -145,9 +162,8 @@ impl MemStore {
         }
         let project = self.default_project.clone();
         let entry = self.entry(session, now, &project);
-        for r in &out {
-            let ev = r.event.as_ref().expect("appended with an event");
-            entry.row.compute_state = compute_state_after(entry.row.compute_state, ev);
+        if let Some(state) = compute_state {
+            entry.row.compute_state = state;
         }
         entry.row.updated_at = now;
         entry.records.extend(out.iter().cloned());
@@ -162,13 +178,15 @@ impl MemStore {
                 expected_last_seq,
                 fence,
                 events,
+                compute_state,
                 now,
                 ..
-            } => StoreOutcome::Appended(self.append(
+            } => StoreOutcome::Appended(self.append_told(
                 session,
                 *expected_last_seq,
                 *fence,
                 events,
+                *compute_state,
                 *now,
             )),
             StoreEffect::MintFence { session, now, .. } => {

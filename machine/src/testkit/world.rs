@@ -353,19 +353,25 @@ impl World {
         self.run();
     }
 
-    /// Delivers queued inputs until nothing is left.
+    /// Delivers queued inputs until nothing is left, then fires the
+    /// deadlines due by then. Inputs go first on purpose: the machine fires
+    /// a due deadline itself before it takes an input.
     pub fn run(&mut self) {
         self.drain();
-        self.fire_timers();
-        while let Some(input) = self.queue.pop_front() {
-            self.now += 1_000;
-            match input {
-                Input::Outcome(id, outcome) => self.host.handle_outcome(self.now, id, outcome),
-                Input::Harness(conn, input) => self.host.handle_harness(self.now, conn, input),
+        loop {
+            while let Some(input) = self.queue.pop_front() {
+                self.now += 1_000;
+                match input {
+                    Input::Outcome(id, outcome) => self.host.handle_outcome(self.now, id, outcome),
+                    Input::Harness(conn, input) => self.host.handle_harness(self.now, conn, input),
+                }
+                .expect("drained");
+                self.drain();
             }
-            .expect("drained");
-            self.drain();
             self.fire_timers();
+            if self.queue.is_empty() {
+                return;
+            }
         }
     }
 

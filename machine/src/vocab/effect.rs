@@ -3,7 +3,9 @@
 //! Effects that need an answer carry an [`EffectId`]; the answer comes back
 //! as an [`Outcome`](super::Outcome) with that id, exactly once.
 
-use agentsessions_proto::v1::{ControllerFrame, Event, ModelCall, SnapshotRef, ToolCall};
+use agentsessions_proto::v1::{
+    ComputeState, ControllerFrame, Event, ModelCall, SnapshotRef, ToolCall,
+};
 
 use super::committed::Committed;
 use super::config::Backend;
@@ -80,6 +82,9 @@ pub enum StoreEffect {
         fence: i64,
         /// Events to append, in order.
         events: Vec<Event>,
+        /// The session's compute_state after the batch, as the machine
+        /// decides it (`None`: leave it); the store writes exactly this.
+        compute_state: Option<ComputeState>,
         /// The machine's time, for what the store stamps.
         now: Nanos,
     },

@@ -73,11 +73,12 @@ async fn run_session(store: SqliteJournal, session: String) -> Result<(), String
     loop {
         // 1..=3 events per append, so multi-record atomicity is exercised.
         let n = 1 + (head % 3);
-        let events = (1..=n).map(|i| event_for(&session, head + i)).collect();
+        let events: Vec<_> = (1..=n).map(|i| event_for(&session, head + i)).collect();
         let batch = AppendBatch {
             session: session.clone(),
             expected_last_seq: head,
             fence,
+            compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
             events,
             now_unix_nanos: system_now_unix_nanos(),
         };

@@ -407,18 +407,9 @@ impl<S: JournalStore + 'static> Driver<S> {
                 }
                 return;
             }
+            // A deadline already due when an input arrives fires first:
+            // the host does that itself on every input.
             let deadline = self.host.poll_timeout();
-            // A deadline already due fires before any queued input: an
-            // outcome waiting in the channel must not carry an expired call
-            // on to its next effect (a fence mint, an append).
-            if let Some(at) = deadline
-                && at <= convert::now()
-            {
-                let now = convert::now();
-                self.host.handle_timeout(now).expect("effects drained");
-                self.drain_effects();
-                continue;
-            }
             let wait = deadline.map(|at| Duration::from_nanos((at - convert::now()).max(0) as u64));
             let input = tokio::select! {
                 input = self.rx.recv() => input,
@@ -684,8 +675,19 @@ impl<S: JournalStore + 'static> Driver<S> {
                 expected_last_seq,
                 fence,
                 events,
+                compute_state,
                 now,
-            } => self.append(id, session, expected_last_seq, fence, events, now),
+            } => self.append(
+                id,
+                AppendBatch {
+                    session,
+                    expected_last_seq,
+                    fence,
+                    events,
+                    compute_state,
+                    now_unix_nanos: now,
+                },
+            ),
             // In place when idle, as for appends.
             StoreEffect::MintFence { id, session, now } if self.idle() => {
                 match self.ports.store.try_mint_fence_now(&session, now) {
@@ -710,22 +712,8 @@ impl<S: JournalStore + 'static> Driver<S> {
         }
     }
 
-    fn append(
-        &mut self,
-        id: EffectId,
-        session: String,
-        expected_last_seq: i64,
-        fence: i64,
-        events: Vec<Event>,
-        now: Nanos,
-    ) {
-        let batch = AppendBatch {
-            session: session.clone(),
-            expected_last_seq,
-            fence,
-            events,
-            now_unix_nanos: now,
-        };
+    fn append(&mut self, id: EffectId, batch: AppendBatch) {
+        let session = batch.session.clone();
         // An idle loop commits in place: it has nothing to do during the
         // fsync, and skips two thread wake-ups. A busy one queues, so
         // concurrent sessions share a group commit.

@@ -22,6 +22,7 @@ pub(super) async fn perform_store<S: JournalStore>(
             expected_last_seq,
             fence,
             events,
+            compute_state,
             now,
         } => {
             let batch = AppendBatch {
@@ -29,6 +30,7 @@ pub(super) async fn perform_store<S: JournalStore>(
                 expected_last_seq,
                 fence,
                 events,
+                compute_state,
                 now_unix_nanos: now,
             };
             let r = store.append(batch).await.map_err(append_error_of);

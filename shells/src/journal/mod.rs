@@ -38,11 +38,11 @@ use std::future::Future;
 
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
+pub mod compute_text;
 pub mod encode;
 mod error;
 pub mod memory;
 pub mod page_token;
-pub mod projection;
 // Threads and real files: not available in the madsim simulation, which
 // uses [`memory`] instead.
 #[cfg(not(madsim))]
@@ -67,6 +67,10 @@ pub struct AppendBatch {
     pub fence: i64,
     /// At least one event.
     pub events: Vec<Event>,
+    /// The compute_state the session row takes after the batch (`None`:
+    /// unchanged). The machine decides it (its `batch_compute_state`); a
+    /// store writes exactly this and derives nothing itself.
+    pub compute_state: Option<ComputeState>,
     /// Stamped on the session row (`updated_at`, and `created_at` if new).
     pub now_unix_nanos: i64,
 }

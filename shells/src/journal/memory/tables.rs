@@ -11,7 +11,6 @@ use agentsessions_machine::canon;
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
-use crate::journal::projection::compute_state_after_all;
 use crate::journal::{
     AppendBatch, AppendError, DEFAULT_PAGE_SIZE, HarnessRegistration, HarnessRow, HarnessState,
     ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome, RegistryError, SessionInfo,
@@ -269,7 +268,7 @@ impl Tables {
             .entry(batch.session.clone())
             .or_insert_with(|| Session::new(&batch.session, default_project, now));
         session.fill(default_project, now);
-        if let Some(state) = compute_state_after_all(&batch.events) {
+        if let Some(state) = batch.compute_state {
             session.compute = state;
         }
         session.records.extend(records.iter().cloned());

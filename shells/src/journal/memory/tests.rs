@@ -20,6 +20,7 @@ fn batch(session: &str, expected: i64, fence: i64, events: Vec<Event>) -> Append
         session: session.into(),
         expected_last_seq: expected,
         fence,
+        compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
         events,
         now_unix_nanos: 100 + expected,
     }

@@ -6,7 +6,7 @@ use agentsessions_proto::v1::{Event, LogRecord};
 use prost::Message as _;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
-use crate::journal::projection::from_text;
+use crate::journal::compute_text::from_text;
 use crate::journal::{
     DEFAULT_PAGE_SIZE, HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE,
     SessionInfo, SessionMeta, SessionPage, StoreError, VerifyError, page_token,

@@ -10,8 +10,8 @@ use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
 use super::read_ops::harness_row;
+use crate::journal::compute_text::to_text;
 use crate::journal::encode::encode_event;
-use crate::journal::projection::{compute_state_after_all, to_text};
 use crate::journal::{
     AppendBatch, AppendError, HarnessRegistration, HarnessRow, HarnessState, RegisterOutcome,
     RegistryError, SessionMeta, StoreError,
@@ -148,7 +148,7 @@ fn touch_session(
     row: SessionRow,
     default_project: &str,
 ) -> rusqlite::Result<()> {
-    let state = compute_state_after_all(&batch.events).map(to_text);
+    let state = batch.compute_state.map(to_text);
     let (session, now) = (&batch.session, batch.now_unix_nanos);
     let n = match row {
         SessionRow::Missing => conn
