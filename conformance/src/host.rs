@@ -128,6 +128,7 @@ impl Launcher for InProcess {
                 model_api_key: None,
                 harnesses: spec.harnesses.clone(),
                 harness_timeouts: Default::default(),
+                max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

@@ -16,10 +16,6 @@
 // unsafe to implement. The impl below only forwards to `System` and counts.
 #![allow(unsafe_code)]
 
-use agentsessions_machine::host::{
-    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, PutError, RuntimeCall,
-    StoreEffect, StoreOutcome,
-};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
@@ -27,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    ConnId, CountingIds, Effect, EffectId, HarnessInput, Host, HostConfig, ModelReply, Outcome,
-    Request, RequestId, RuntimeReply, SessionRow,
+    ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput,
+    HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError, Request,
+    RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
 };
 use agentsessions_machine::testkit::harness::{Echo, Script};
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};

@@ -50,6 +50,28 @@ impl ChainError {
     }
 }
 
+/// Checks the links of records read back from a store, without rehashing:
+/// seqs run on from `first_seq` with no gap, and each prev_hash is the
+/// content_hash of the record before it. This is what the machine checks
+/// on every journal it loads; [`verify`] also recomputes every hash.
+pub fn check_links(records: &[LogRecord], first_seq: i64) -> Result<(), ChainError> {
+    let mut prev: Option<&str> = None;
+    for (i, r) in records.iter().enumerate() {
+        let expected = first_seq + i as i64;
+        if r.seq != expected {
+            return Err(ChainError::Gap {
+                seq: r.seq,
+                expected,
+            });
+        }
+        if prev.is_some_and(|p| p != r.prev_hash) {
+            return Err(ChainError::BrokenLink { seq: r.seq });
+        }
+        prev = Some(&r.content_hash);
+    }
+    Ok(())
+}
+
 /// Verifies records one at a time, keeping only the expected next seq, the
 /// expected prev_hash and a reusable canonicalization buffer.
 #[derive(Debug, Clone)]

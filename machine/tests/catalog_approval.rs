@@ -6,9 +6,9 @@ mod common;
 
 use agentsessions_machine::events::body;
 use agentsessions_machine::host::{
-    AppendError, Code, Effect, HostConfig, Request, Response, RuntimeOp, StreamItem,
+    AppendError, Code, Effect, HarnessEffect, HostConfig, Request, Response, RuntimeCall,
+    RuntimeOp, StoreEffect, StreamItem,
 };
-use agentsessions_machine::host::{HarnessEffect, RuntimeCall, StoreEffect};
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_machine::testkit::{MemStore, World, world};
 use agentsessions_proto::v1::{

@@ -6,10 +6,9 @@ mod common;
 
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
-    AppendError, Backend, Code, Effect, EffectId, HarnessFailure, Request, Response, Route,
-    StreamItem,
+    AppendError, Backend, Code, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
+    Request, Response, Route, StoreEffect, StreamItem,
 };
-use agentsessions_machine::host::{ExecuteTool, HarnessEffect, StoreEffect};
 use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_machine::testkit::{World, world};
 use agentsessions_proto::v1::{
@@ -542,4 +541,21 @@ fn exec_without_a_session_creates_one_with_the_requested_harness() {
     assert_eq!(session(&mut world, &sid).harness, "tools");
     assert!(records_of(&call) > 0);
     assert!(matches!(call.reply, Ok(Response::StreamEnd)));
+}
+
+#[test]
+fn a_journal_read_back_with_a_broken_link_is_data_loss_and_nothing_is_written() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    assert_eq!(world.call(exec(&sid, "", "one")).code(), Code::Ok);
+    // The same records under another uid, one link broken, as a damaged
+    // store would hand them back.
+    let mut records = world.store.records(&sid).to_vec();
+    assert!(records.len() > 3, "{records:?}");
+    records[2].prev_hash = "0".repeat(64);
+    let damaged = "sess-damaged0000000000000000";
+    world.store.import(damaged, records.clone(), world.now);
+    let call = world.call(exec(damaged, "", "two"));
+    assert_eq!(call.code(), Code::DataLoss, "{call:?}");
+    assert_eq!(world.store.records(damaged), records.as_slice());
 }

@@ -5,8 +5,9 @@
 
 mod common;
 
-use agentsessions_machine::host::{AppendError, Code, Effect, Response};
-use agentsessions_machine::host::{HarnessEffect, RuntimeCall};
+use agentsessions_machine::host::{
+    AppendError, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
+};
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{ComputeState, EventKind, controller_frame::Frame};
 use common::*;
@@ -246,4 +247,25 @@ fn the_guard_drains_after_routing_and_journal_refusals_of_resume() {
     }
     // The session is free: a fresh turn supersedes the incomplete one.
     assert_eq!(world.call(exec(&sid, "", "again")).code(), Code::Ok);
+}
+
+#[test]
+fn a_call_past_the_in_flight_cap_is_resource_exhausted_with_only_a_reply() {
+    let mut config = agentsessions_machine::testkit::world::config();
+    config.max_in_flight = 1;
+    let mut world = World::new(config);
+    let (sid, turn) = held_turn(&mut world);
+    let head = world.store.records(&sid).len();
+    let create_one = Request::CreateSession(Default::default());
+    for req in [exec(&sid, "", "two"), get(&sid), create_one] {
+        let mark = world.trace.len();
+        let call = world.call(req);
+        assert_eq!(call.code(), Code::ResourceExhausted, "{call:?}");
+        assert_eq!(effect_names(since(&world, mark)), vec!["Reply"]);
+    }
+    assert_eq!(world.store.records(&sid).len(), head, "journal unchanged");
+    world.release();
+    assert_eq!(world.take(turn).reply, Ok(Response::StreamEnd));
+    // Room again once the turn is done.
+    assert_eq!(world.call(get(&sid)).code(), Code::Ok);
 }

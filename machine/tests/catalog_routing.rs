@@ -8,9 +8,9 @@ mod common;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    Backend, Code, Effect, EffectId, HarnessFailure, HarnessRow, HostConfig, Request, Route,
+    Backend, Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, HostConfig,
+    Request, Route, RuntimeCall, StoreEffect,
 };
-use agentsessions_machine::host::{HarnessEffect, RuntimeCall, StoreEffect};
 use agentsessions_machine::testkit::harness;
 use agentsessions_machine::testkit::{Call, MemStore, World, world};
 use agentsessions_proto::v1::{

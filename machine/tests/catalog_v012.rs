@@ -10,8 +10,9 @@
 mod common;
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{Code, Effect, ReplayReport, Request, Response, Status};
-use agentsessions_machine::host::{ExecuteTool, HarnessEffect};
+use agentsessions_machine::host::{
+    Code, Effect, ExecuteTool, HarnessEffect, ReplayReport, Request, Response, Status,
+};
 use agentsessions_machine::interop::parse_go_records;
 use agentsessions_machine::testkit::harness::{self, FnScript, Step, keyed_call};
 use agentsessions_machine::testkit::{Call, World};

@@ -274,3 +274,36 @@ proptest! {
         prop_assert_eq!(chain::verify(&recs), Err(ChainError::BrokenLink { seq: i as i64 + 1 }));
     }
 }
+
+#[test]
+fn link_check_sees_gaps_and_broken_links_but_not_rewritten_bodies() {
+    let recs = completed_chain();
+    assert_eq!(chain::check_links(&recs, 1), Ok(()));
+    assert_eq!(chain::check_links(&recs[2..], 3), Ok(()));
+    assert_eq!(
+        chain::check_links(&recs[1..], 1),
+        Err(ChainError::Gap {
+            seq: 2,
+            expected: 1
+        })
+    );
+    let mut gap = completed_chain();
+    gap.remove(2);
+    assert_eq!(
+        chain::check_links(&gap, 1),
+        Err(ChainError::Gap {
+            seq: 4,
+            expected: 3
+        })
+    );
+    let mut broken = completed_chain();
+    broken[3].prev_hash = broken[1].content_hash.clone();
+    assert_eq!(
+        chain::check_links(&broken, 1),
+        Err(ChainError::BrokenLink { seq: 4 })
+    );
+    // Bodies are not rehashed: that is verify's job, not the load's.
+    let mut body = completed_chain();
+    body[2].fence += 7;
+    assert_eq!(chain::check_links(&body, 1), Ok(()));
+}

@@ -2,12 +2,14 @@
 //! keeps, what is refused before any side effect, and how inherited turns
 //! recover in a child.
 
-use agentsessions_machine::host::{ClientEffect, HarnessEffect, RuntimeCall, StoreEffect};
 use std::collections::BTreeMap;
 
 use agentsessions_machine::chain;
 use agentsessions_machine::events;
-use agentsessions_machine::host::{AppendError, Code, Effect, Request, Response, RuntimeOp};
+use agentsessions_machine::host::{
+    AppendError, ClientEffect, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
+    RuntimeOp, StoreEffect,
+};
 use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
     ApproveRequest, ComputeState, CreateSessionRequest, EventKind, ExecRequest, ExecState,

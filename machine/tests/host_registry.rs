@@ -7,10 +7,9 @@ use agentsessions_machine::canon;
 use agentsessions_machine::events;
 use agentsessions_machine::host::registry::{MAX_SPEC_BYTES, SUBSTRATE_UNSERVABLE, canonical_spec};
 use agentsessions_machine::host::{
-    Code, Effect, EffectId, HarnessFailure, HarnessRow, PutError, RegistryRefusal, Request,
-    Response,
+    Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, Request, Response,
+    StoreEffect, StoreOutcome,
 };
-use agentsessions_machine::host::{HarnessEffect, StoreEffect, StoreOutcome};
 use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     Capabilities, CreateSessionRequest, ExecRequest, GetHarnessRequest, HarnessRegistration,
@@ -166,15 +165,7 @@ fn resume(world: &mut World, session: &str) -> Call {
 /// Boots the registry as a shell does after a (re)start: reserve the static
 /// and reserved names, then load every stored row, retired ones included.
 fn boot(world: &mut World) -> Vec<(String, String)> {
-    let names = world.host.reserved_names();
-    let reserved = world.store.perform(&StoreEffect::ReserveHarnessNames {
-        id: EffectId(0),
-        names,
-        now: world.now,
-    });
-    assert_eq!(reserved, StoreOutcome::Reserved(Ok(())), "reservation");
-    let rows = stored_rows(world);
-    world.host.load_registrations(&rows)
+    world.boot().expect("boot").isolated
 }
 
 fn stored_rows(world: &mut World) -> Vec<HarnessRow> {
@@ -805,20 +796,34 @@ fn a_row_another_host_added_is_served_only_after_an_identical_local_registration
 fn a_stored_row_under_a_static_name_is_reported_and_fails_closed() {
     let mut world = world();
     store_spec(&mut world, "echo", &remote_spec(ADDR));
-    // Reserving would fail here, which must stop a real shell's startup.
-    let reserved = world.store.perform(&StoreEffect::ReserveHarnessNames {
-        id: EffectId(0),
-        names: world.host.reserved_names(),
-        now: world.now,
-    });
+    // The boot fails on the reservation, which stops the daemon's startup.
+    let booted = world.boot();
     assert_eq!(
-        reserved,
-        StoreOutcome::Reserved(Err(PutError::Refused(RegistryRefusal::NameCollision)))
+        booted.as_ref().map_err(|s| s.code),
+        Err(Code::FailedPrecondition),
+        "{booted:?}"
     );
+    // Loaded anyway (as a shell that ignored the failure would), the row
+    // is reported and the name stays static.
     let rows = stored_rows(&mut world);
     let isolated = world.host.load_registrations(&rows);
     assert_eq!(isolated.len(), 1);
     assert_eq!(isolated[0].0, "echo");
     assert_eq!(world.host.unservable_reason("echo"), None);
     assert_eq!(create(&mut world, "echo").code(), Code::FailedPrecondition);
+}
+
+#[test]
+fn boot_pages_through_every_stored_row_and_serves_the_last_page() {
+    let mut world = world();
+    // More rows than one 500-row boot page.
+    let n = 503;
+    for i in 0..n {
+        store_spec(&mut world, &format!("h{i:04}"), &remote_spec(ADDR));
+    }
+    let report = world.boot().expect("boot");
+    assert_eq!(report.loaded, n);
+    assert!(report.isolated.is_empty(), "{:?}", report.isolated);
+    let sid = created(&mut world, &format!("h{:04}", n - 1));
+    assert_eq!(exec(&mut world, &sid, "").code(), Code::Ok);
 }

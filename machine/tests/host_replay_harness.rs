@@ -5,10 +5,8 @@
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    Code, Effect, HarnessFailure, ReplayReport, Request, Response, RuntimeOp,
-};
-use agentsessions_machine::host::{
-    ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreEffect,
+    Code, Effect, ExecuteTool, HarnessEffect, HarnessFailure, InvokeModel, ReplayReport, Request,
+    Response, RuntimeCall, RuntimeOp, StoreEffect,
 };
 use agentsessions_machine::interop::parse_go_records;
 use agentsessions_machine::testkit::World;

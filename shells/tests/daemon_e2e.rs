@@ -192,3 +192,28 @@ async fn turns_see_records_another_host_appended_to_the_same_journal() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_daemon_refuses_to_start_on_a_journal_that_registered_one_of_its_static_names() {
+    use agentsessions_shells::daemon::app::StartError;
+    use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
+    use agentsessions_shells::journal::{HarnessRegistration, JournalStore};
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    {
+        // Another host registered "echo", which this daemon serves built in.
+        let store = SqliteJournal::open(&cfg.journal, SqliteOptions::default()).unwrap();
+        let row = HarnessRegistration {
+            name: "echo".into(),
+            uid: "harness-000000000000000000000001".into(),
+            spec: "{}".into(),
+            spec_digest: "sha256:00".into(),
+        };
+        store.register_harness(row, 1).await.unwrap();
+    }
+    let Err(err) = Daemon::start(cfg).await else {
+        panic!("a daemon started over a registration of a static name");
+    };
+    assert!(matches!(err, StartError::Registry(_)), "{err}");
+    assert!(err.to_string().contains("registration row"), "{err}");
+}

@@ -66,6 +66,7 @@ async fn run_turn(
         descriptor: Some(descriptor),
         fence: 1,
         head,
+        head_hash: None,
         has_executor: true,
     });
     let (tx, rx) = mpsc::channel(8);
@@ -157,10 +158,15 @@ async fn run_turn(
     }
 }
 
+/// A committed record whose hashes link seq to seq (`h{seq-1}` → `h{seq}`).
 fn record(seq: i64, ev: Event) -> LogRecord {
     LogRecord {
         seq,
-        prev_hash: String::new(),
+        prev_hash: if seq > 1 {
+            format!("h{}", seq - 1)
+        } else {
+            String::new()
+        },
         content_hash: format!("h{seq}"),
         fence: 1,
         event: Some(ev),

@@ -12,8 +12,7 @@
 //! shape a non-atomic writer (the Go host's two-append gate) leaves behind.
 
 use agentsessions_machine::faults::{self, Fault};
-use agentsessions_machine::host::{Nanos, SessionRow};
-use agentsessions_machine::host::{StoreEffect, StoreOutcome};
+use agentsessions_machine::host::{Nanos, SessionRow, StoreEffect, StoreOutcome};
 use agentsessions_machine::testkit::MemStore;
 use agentsessions_machine::testkit::store::SessionImage;
 use agentsessions_proto::v1::{Event, LogRecord};

@@ -4,9 +4,9 @@
 
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
-    ClientEffect, HarnessEffect, HarnessOutcome, StoreEffect, StoreOutcome,
+    ClientEffect, Effect, HarnessEffect, HarnessInput, HarnessOutcome, Outcome, Request,
+    StoreEffect, StoreOutcome, StreamItem,
 };
-use agentsessions_machine::host::{Effect, HarnessInput, Outcome, Request, StreamItem};
 
 use crate::digest::Fnv;
 use crate::world::{Item, What};

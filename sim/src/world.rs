@@ -14,17 +14,14 @@
 //! durable part, the executor's dedup table, the oracle), which is cheap to
 //! clone, so an explorer can branch at a crash without replaying.
 
-use agentsessions_machine::host::{
-    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
-    StoreEffect, StoreOutcome,
-};
 use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    Backend, ConnId, CountingIds, Effect, EffectId, HarnessInput, Host, HostConfig, ModelReply,
-    Nanos, Outcome, Request, RequestId, Response, Route, RuntimeOp, RuntimeReply, Status,
-    StreamItem,
+    Backend, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
+    HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Nanos, Outcome,
+    Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect,
+    StoreOutcome, StreamItem,
 };
 use agentsessions_machine::testkit::harness::Script;
 use agentsessions_machine::testkit::world as testworld;

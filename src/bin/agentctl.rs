@@ -176,6 +176,7 @@ impl Link {
             harnesses: Vec::new(),
             // No remote harnesses here, so the bounds never come into play.
             harness_timeouts: Default::default(),
+            max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
         };
         let daemon = Daemon::start(config)
             .await

@@ -64,6 +64,10 @@ struct Args {
     /// milliseconds; a silent harness ends the turn UNAVAILABLE.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     harness_connect_timeout_ms: u64,
+    /// Most client calls in flight at once; a call past it gets
+    /// RESOURCE_EXHAUSTED before it touches the journal.
+    #[arg(long, default_value_t = agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_in_flight: usize,
 }
 
 fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
@@ -121,6 +125,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             describe: Duration::from_millis(args.harness_describe_timeout_ms),
             connect: Duration::from_millis(args.harness_connect_timeout_ms),
         },
+        max_in_flight: args.max_in_flight,
     };
     let daemon = Daemon::start(config).await.context("agentsessionsd")?;
     println!("agentsessionsd listening on {}", daemon.addr);

@@ -112,6 +112,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         descriptor: Some(descriptor(memory)),
         fence: 1,
         head: head(&store),
+        head_hash: None,
         has_executor,
     };
     let mut rig = Rig::new(store, setup);
@@ -167,6 +168,7 @@ fn replay_setup(store: &MemStore, memory: bool, has_executor: bool) -> Option<Se
         descriptor: Some(descriptor(memory)),
         fence: 0,
         head: head(store),
+        head_hash: None,
         has_executor,
     })
 }
@@ -238,6 +240,7 @@ fn resume_setup(
         descriptor: Some(descriptor(memory)),
         fence: 2,
         head: head(store),
+        head_hash: None,
         has_executor,
     }))
 }

@@ -22,7 +22,7 @@
 //! anything). An operation holds the only state the host keeps for a
 //! session; when it finishes, the session costs no memory again.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 pub use crate::ops::cx::OpId;
 pub use crate::ops::registry::rules as registry;
@@ -82,6 +82,17 @@ impl Host {
             !self.requests.contains_key(&request),
             "request ids are unique while in flight"
         );
+        if self.ops.len() >= self.core.config.max_in_flight {
+            let status = Status::new(
+                Code::ResourceExhausted,
+                format!(
+                    "{} calls in flight, the most this host takes; retry later",
+                    self.ops.len()
+                ),
+            );
+            self.core.refuse(request, status);
+            return Ok(());
+        }
         self.next_op += 1;
         let id = OpId(self.next_op);
         self.requests.insert(request, id);
@@ -183,21 +194,11 @@ impl Host {
         self.core.is_static(name)
     }
 
-    /// The names to reserve in the store at boot: every static route name
-    /// and `config.reserved`, sorted and de-duplicated. See
-    /// [`registry`] for why a collision must fail startup.
+    /// The names a boot reserves in the store: every static route name and
+    /// `config.reserved`, sorted and de-duplicated. See [`registry`] for why
+    /// a collision must fail the boot.
     pub fn reserved_names(&self) -> Vec<String> {
-        let statics = self
-            .core
-            .routes
-            .iter()
-            .filter(|(_, r)| !r.registered)
-            .map(|(n, _)| n.clone());
-        let all: BTreeSet<String> = statics
-            .chain(self.core.config.reserved.iter().cloned())
-            .filter(|n| !n.is_empty())
-            .collect();
-        all.into_iter().collect()
+        self.core.reserved_names()
     }
 
     /// Loads stored registration rows at boot; returns the (name, reason)

@@ -70,6 +70,9 @@ pub struct Setup {
     pub fence: i64,
     /// The journal head when the run starts (CAS for the first append).
     pub head: i64,
+    /// The head record's content_hash, when the caller holds it: the first
+    /// append must chain from it.
+    pub head_hash: Option<String>,
     /// Whether this host can execute host-mediated tools.
     pub has_executor: bool,
 }
@@ -220,6 +223,8 @@ pub struct Invocation {
     setup: Setup,
     cursor: usize,
     head: i64,
+    /// The head record's content_hash, once known.
+    head_hash: Option<String>,
     calls: BTreeMap<String, CallKind>,
     inbox: VecDeque<HarnessInput>,
     wait: Wait,
@@ -244,10 +249,13 @@ impl Invocation {
             "a live invocation serves nothing"
         );
         let head = setup.head;
+        assert!(head >= 0, "a journal head is never negative");
+        let head_hash = setup.head_hash.clone();
         Self {
             setup,
             cursor: 0,
             head,
+            head_hash,
             calls: BTreeMap::new(),
             inbox: VecDeque::new(),
             wait: Wait::Idle,
@@ -692,7 +700,14 @@ impl Invocation {
     fn note_appended(&mut self, records: &[LogRecord], out: &mut Vec<Action>) {
         for r in records {
             assert_eq!(r.seq, self.head + 1, "appended records follow the head");
+            if let Some(head_hash) = &self.head_hash {
+                assert_eq!(
+                    &r.prev_hash, head_hash,
+                    "appended records chain from the head hash"
+                );
+            }
             self.head = r.seq;
+            self.head_hash = Some(r.content_hash.clone());
             out.push(Action::Recorded(Committed::new(r.clone())));
         }
     }

@@ -41,6 +41,7 @@ fn setup(mode: Mode, stream: Vec<LogRecord>, head: i64) -> Setup {
         descriptor: Some(descriptor(Resumability::StatelessReplay)),
         fence: 1,
         head,
+        head_hash: None,
         has_executor: true,
     }
 }
@@ -123,10 +124,15 @@ impl Rig {
     }
 }
 
+/// A committed record whose hashes link seq to seq (`h{seq-1}` → `h{seq}`).
 fn record(seq: i64, ev: Event) -> LogRecord {
     LogRecord {
         seq,
-        prev_hash: String::new(),
+        prev_hash: if seq > 1 {
+            format!("h{}", seq - 1)
+        } else {
+            String::new()
+        },
         content_hash: format!("h{seq}"),
         fence: 1,
         event: Some(ev),

@@ -77,9 +77,26 @@ impl ApprovalState {
             .and_then(body::approval_result)
     }
 
-    /// The recorded receipt.
-    pub fn receipt_body(&self) -> Option<&ToolResult> {
-        self.receipt.as_ref().and_then(event).and_then(body::result)
+    /// A gate just opened by its gated TOOL_CALL at `call_seq`.
+    fn opened(
+        execution_id: &str,
+        call_seq: i64,
+        call: &ToolCall,
+        invocation: Option<ExecutionStart>,
+    ) -> Self {
+        assert!(call_seq > 0, "a gated call is a committed record");
+        Self {
+            execution_id: execution_id.to_owned(),
+            call: call.clone(),
+            call_seq,
+            request: None,
+            decision: None,
+            receipt: None,
+            head: 0,
+            inherited: false,
+            completed: false,
+            invocation,
+        }
     }
 }
 
@@ -313,82 +330,16 @@ fn walk_gated_group(
                 if let Some(s) = open_state {
                     return Err(continuation(id, &s.call.id, r));
                 }
-                let Some(call) = tool_call(r) else {
-                    return Err(bad(id, r, "tool call without payload"));
-                };
-                let gated = is_gated(call);
-                if calls
-                    .get(call.id.as_str())
-                    .is_some_and(|&prev| prev || gated)
-                {
-                    return Err(bad(id, r, "duplicate approval call identity"));
+                if let Some(gate) = gate_for_call(id, r, &mut calls, completed, &marker)? {
+                    states.push(gate);
+                    open = Some(states.len() - 1);
                 }
-                if !gated {
-                    calls.insert(call.id.as_str(), false);
-                    continue;
-                }
-                if completed {
-                    return Err(continuation(id, &call.id, r));
-                }
-                if call.id.is_empty() {
-                    return Err(bad(id, r, "approval call has no id"));
-                }
-                if call.idempotency_key.is_empty() {
-                    return Err(LogError::InvalidLogMissingKey(format!(
-                        "execution {id} seq {}: approval call {}",
-                        r.seq, call.id
-                    )));
-                }
-                calls.insert(call.id.as_str(), true);
-                states.push(ApprovalState {
-                    execution_id: id.to_owned(),
-                    call: call.clone(),
-                    call_seq: r.seq,
-                    request: None,
-                    decision: None,
-                    receipt: None,
-                    head: 0,
-                    inherited: false,
-                    completed: false,
-                    invocation: marker.clone(),
-                });
-                open = Some(states.len() - 1);
             }
             EventKind::EventApprovalRequest => {
-                let Some(req) = ev.and_then(body::approval) else {
-                    return Err(bad(id, r, "approval request without payload"));
-                };
-                let Some(s) = open.and_then(|o| states.get_mut(o)) else {
-                    return Err(bad(id, r, "approval request without an open call"));
-                };
-                if s.request.is_some() {
-                    return Err(bad(id, r, "duplicate approval request"));
-                }
-                if req.tool_call_id != s.call.id {
-                    return Err(diverged(id, r, "approval request names another call"));
-                }
-                s.request = Some(r.clone());
+                record_request(id, r, open.and_then(|o| states.get_mut(o)))?;
             }
             EventKind::EventApprovalResult => {
-                let Some(dec) = ev.and_then(body::approval_result) else {
-                    return Err(bad(id, r, "approval decision without payload"));
-                };
-                let Some(s) = open.and_then(|o| states.get_mut(o)) else {
-                    return Err(bad(id, r, "approval decision without an open call"));
-                };
-                let Some(request_seq) = s.request_seq() else {
-                    return Err(bad(id, r, "approval decision without a request"));
-                };
-                if s.decision.is_some() {
-                    return Err(bad(id, r, "duplicate approval decision"));
-                }
-                if dec.tool_call_id != s.call.id {
-                    return Err(diverged(id, r, "approval decision names another call"));
-                }
-                if dec.request_seq != request_seq {
-                    return Err(diverged(id, r, "approval decision names another request"));
-                }
-                s.decision = Some(r.clone());
+                record_decision(id, r, open.and_then(|o| states.get_mut(o)))?;
             }
             EventKind::EventToolResult => {
                 let res = ev.and_then(body::result);
@@ -431,6 +382,92 @@ fn walk_gated_group(
     for s in states.iter_mut().skip(first_state) {
         s.completed = completed;
     }
+    Ok(())
+}
+
+/// A TOOL_CALL of a gated execution: `None` for an ordinary call, the new
+/// gate for a gated one. Call ids are unique once a gate is involved, and
+/// a gated call needs an id and an idempotency key and an open execution.
+fn gate_for_call<'a>(
+    id: &str,
+    r: &'a LogRecord,
+    calls: &mut BTreeMap<&'a str, bool>,
+    completed: bool,
+    marker: &Option<ExecutionStart>,
+) -> Result<Option<ApprovalState>, LogError> {
+    let Some(call) = tool_call(r) else {
+        return Err(bad(id, r, "tool call without payload"));
+    };
+    let gated = is_gated(call);
+    if calls
+        .get(call.id.as_str())
+        .is_some_and(|&prev| prev || gated)
+    {
+        return Err(bad(id, r, "duplicate approval call identity"));
+    }
+    if !gated {
+        calls.insert(call.id.as_str(), false);
+        return Ok(None);
+    }
+    if completed {
+        return Err(continuation(id, &call.id, r));
+    }
+    if call.id.is_empty() {
+        return Err(bad(id, r, "approval call has no id"));
+    }
+    if call.idempotency_key.is_empty() {
+        return Err(LogError::InvalidLogMissingKey(format!(
+            "execution {id} seq {}: approval call {}",
+            r.seq, call.id
+        )));
+    }
+    calls.insert(call.id.as_str(), true);
+    Ok(Some(ApprovalState::opened(id, r.seq, call, marker.clone())))
+}
+
+/// Records an APPROVAL_REQUEST on the open gate `s`: one per gate, for
+/// that gate's call.
+fn record_request(id: &str, r: &LogRecord, s: Option<&mut ApprovalState>) -> Result<(), LogError> {
+    let Some(req) = event(r).and_then(body::approval) else {
+        return Err(bad(id, r, "approval request without payload"));
+    };
+    let Some(s) = s else {
+        return Err(bad(id, r, "approval request without an open call"));
+    };
+    if s.request.is_some() {
+        return Err(bad(id, r, "duplicate approval request"));
+    }
+    if req.tool_call_id != s.call.id {
+        return Err(diverged(id, r, "approval request names another call"));
+    }
+    s.request = Some(r.clone());
+    debug_assert!(s.decision.is_none() && s.receipt.is_none());
+    Ok(())
+}
+
+/// Records an APPROVAL_RESULT on the open gate `s`: one per gate, after its
+/// request, naming that call and that request.
+fn record_decision(id: &str, r: &LogRecord, s: Option<&mut ApprovalState>) -> Result<(), LogError> {
+    let Some(dec) = event(r).and_then(body::approval_result) else {
+        return Err(bad(id, r, "approval decision without payload"));
+    };
+    let Some(s) = s else {
+        return Err(bad(id, r, "approval decision without an open call"));
+    };
+    let Some(request_seq) = s.request_seq() else {
+        return Err(bad(id, r, "approval decision without a request"));
+    };
+    if s.decision.is_some() {
+        return Err(bad(id, r, "duplicate approval decision"));
+    }
+    if dec.tool_call_id != s.call.id {
+        return Err(diverged(id, r, "approval decision names another call"));
+    }
+    if dec.request_seq != request_seq {
+        return Err(diverged(id, r, "approval decision names another request"));
+    }
+    s.decision = Some(r.clone());
+    debug_assert!(s.receipt.is_none(), "a receipt closes the gate");
     Ok(())
 }
 

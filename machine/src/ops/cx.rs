@@ -6,12 +6,11 @@
 //! until its outcome arrives; a connection, chunk stream, guard or timer
 //! belongs to exactly one operation and is dropped with it ([`Core::release`]).
 
-use crate::vocab::{ClientEffect, HarnessCheck, HarnessEffect, SessionRow, StoreEffect};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::vocab::{
-    ConnId, Effect, EffectId, HostConfig, IdSource, Nanos, RequestId, Response, Route, Status,
-    StreamItem,
+    ClientEffect, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig, IdSource,
+    Nanos, RequestId, Response, Route, SessionRow, Status, StoreEffect, StreamItem,
 };
 
 /// Identifies one operation (one client request in flight).
@@ -114,6 +113,15 @@ impl Core {
         &self.guards
     }
 
+    /// Replies `status` to a call no operation was made for.
+    pub(crate) fn refuse(&mut self, request: RequestId, status: Status) {
+        let reply = ClientEffect::Reply {
+            request,
+            result: Err(status),
+        };
+        self.effects.push_back(Effect::Client(reply));
+    }
+
     /// Drops everything finished operation `id` held: its guards, timers and
     /// chunk routes, and its connections, each closed. Effects it left
     /// outstanding (cut short by a deadline or a cancel) stay in `waiting`;
@@ -147,6 +155,21 @@ impl Core {
     /// True for a configured (not registered) harness name.
     pub(crate) fn is_static(&self, name: &str) -> bool {
         self.routes.get(name).is_some_and(|r| !r.registered)
+    }
+
+    /// The names to reserve in the store at boot: every static route name
+    /// and `config.reserved`, sorted and de-duplicated.
+    pub(crate) fn reserved_names(&self) -> Vec<String> {
+        let statics = self
+            .routes
+            .iter()
+            .filter(|(_, r)| !r.registered)
+            .map(|(n, _)| n.clone());
+        let all: BTreeSet<String> = statics
+            .chain(self.config.reserved.iter().cloned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        all.into_iter().collect()
     }
 
     /// True for a name registration can never take: static or reserved.

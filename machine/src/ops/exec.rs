@@ -220,7 +220,8 @@ impl ExecOp {
                 self.stage = Stage::Recovery(op);
                 flow
             }
-            Stage::Over => Flow::Continue,
+            // A finished operation is dropped by the host; nothing reaches it.
+            Stage::Over => unreachable!("input for a finished operation"),
         }
     }
 
@@ -322,6 +323,7 @@ impl ExecOp {
             .filter_map(|r| r.event)
             .collect::<Vec<_>>();
         let head = records.last().map_or(0, |r| r.seq);
+        let head_hash = records.last().map(|r| r.content_hash.clone());
         for r in records {
             cx.stream(self.request, StreamItem::Record(Committed::new(r)));
         }
@@ -337,6 +339,7 @@ impl ExecOp {
             descriptor: placement.descriptor.clone(),
             fence: placement.fence,
             head,
+            head_hash,
             has_executor: cx.config().has_executor,
         };
         let start = ControllerFrame {
@@ -443,7 +446,8 @@ impl ExecOp {
                 }
                 self.fail(cx, status)
             }
-            Stage::Over => Flow::Continue,
+            // A finished operation is dropped by the host; nothing reaches it.
+            Stage::Over => unreachable!("input for a finished operation"),
             _ => self.fail(cx, status),
         }
     }

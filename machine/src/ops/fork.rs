@@ -13,7 +13,6 @@
 //! no child a client can list. Fork takes no session guard: it never writes
 //! the parent except for the memory checkpoint, which is fenced.
 
-use crate::vocab::{RuntimeCall, StoreOutcome};
 use std::collections::BTreeSet;
 
 use agentsessions_proto::v1::{ForkRequest, ForkResponse, LogRecord, Session, SnapshotRef};
@@ -27,8 +26,8 @@ use crate::events;
 use crate::ops::cx::Cx;
 use crate::vocab::config::MAX_FORK_CHILDREN;
 use crate::vocab::{
-    Code, Effect, EffectId, Outcome, PutError, RequestId, Response, Route, RuntimeOp, RuntimeReply,
-    SessionRow, Status,
+    AppendError, Code, Effect, EffectId, Outcome, PutError, RequestId, Response, Route,
+    RuntimeCall, RuntimeOp, RuntimeReply, SessionRow, Status, StoreOutcome,
 };
 
 /// The fixed refusal for a supplied identity (children would not get their
@@ -198,77 +197,19 @@ impl ForkOp {
             }
             (Stage::Head(want, fence), Outcome::Store(StoreOutcome::Session(r))) => {
                 assert_eq!(want, id);
-                let head = match r {
-                    Ok(Some(row)) => row.last_seq,
-                    Ok(None) => 0,
-                    Err(e) => return self.fail(cx, internal(format!("head: {e}"))),
-                };
-                if head != self.at_seq {
-                    let msg = format!("fork: seq conflict (journal head is {head})");
-                    return self.fail(cx, Status::aborted(msg));
-                }
-                let (harness, backend, session) = self.runtime_target(&self.req.session);
-                let snap = cx.request(|id| {
-                    Effect::Runtime(RuntimeCall {
-                        id,
-                        harness,
-                        backend,
-                        op: RuntimeOp::Snapshot { session },
-                    })
-                });
-                self.stage = Stage::Snapshot(snap, fence);
-                Flow::Continue
+                self.on_head(cx, fence, r)
             }
             (Stage::Snapshot(want, fence), Outcome::Runtime(r)) => {
                 assert_eq!(want, id);
-                let snapshot = match r {
-                    Ok(RuntimeReply::Snapshot(s)) => s,
-                    Ok(other) => {
-                        let msg =
-                            format!("runtime returned {other:?} where a snapshot was expected");
-                        return self.fail(cx, internal(msg));
-                    }
-                    Err(e) => return self.fail(cx, internal(format!("snapshot: {e}"))),
-                };
-                let (session, at_seq) = (self.req.session.clone(), self.at_seq);
-                let event = suspend_event(&snapshot);
-                let append = cx.append(&session, at_seq, fence, vec![event]);
-                self.stage = Stage::Checkpoint(append, snapshot);
-                Flow::Continue
+                self.on_snapshot(cx, fence, r)
             }
             (Stage::Checkpoint(want, snapshot), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
-                if let Err(e) = r {
-                    return self.fail(cx, mapping::append(&e, "fork"));
-                }
-                // Checked only now, as the reference does: the parent is
-                // already cold and says so; a retry forks at the new head.
-                if snapshot.external_uri.is_empty() {
-                    let msg = format!(
-                        "harness {:?}: snapshot of {:?} produced no external snapshot handle",
-                        self.harness, self.req.session
-                    );
-                    return self.fail(cx, Status::failed_precondition(msg));
-                }
-                self.snapshot = snapshot;
-                self.fan_out(cx)
+                self.on_checkpoint(cx, snapshot, r)
             }
             (Stage::Clone(want), Outcome::Runtime(r)) => {
                 assert_eq!(want, id);
-                match r {
-                    Ok(RuntimeReply::Incarnation { .. }) => {
-                        let child = self.children[self.next].clone();
-                        self.provisioned.push(child.clone());
-                        let fence = cx.mint_fence(&child);
-                        self.stage = Stage::ChildFence(fence);
-                        Flow::Continue
-                    }
-                    Ok(other) => {
-                        let msg = format!("runtime returned {other:?} where a clone was expected");
-                        self.roll_back(cx, internal(msg))
-                    }
-                    Err(e) => self.roll_back(cx, internal(format!("clone: {e}"))),
-                }
+                self.on_clone(cx, r)
             }
             (Stage::ChildFence(want), Outcome::Store(StoreOutcome::Fence(r))) => {
                 assert_eq!(want, id);
@@ -279,20 +220,7 @@ impl ForkOp {
             }
             (Stage::Copy(want), Outcome::Store(StoreOutcome::Appended(r))) => {
                 assert_eq!(want, id);
-                let records = match r {
-                    Ok(records) => records,
-                    Err(e) => return self.roll_back(cx, mapping::append(&e, "fork")),
-                };
-                if let Err(status) = self.check_copy(&records) {
-                    return self.roll_back(cx, status);
-                }
-                self.next += 1;
-                if self.next < self.children.len() {
-                    self.clone_child(cx)
-                } else {
-                    self.next = 0;
-                    self.record_child(cx)
-                }
+                self.on_copied(cx, r)
             }
             (Stage::Rollback(mut pending, status), Outcome::Runtime(_)) => {
                 // Stop errors are ignored: the reply is the original cause.
@@ -305,41 +233,169 @@ impl ForkOp {
             }
             (Stage::Record(want), Outcome::Store(StoreOutcome::Put(r))) => {
                 assert_eq!(want, id);
-                if let Err(e) = r {
-                    let cause = match e {
-                        PutError::Failed(m) => m,
-                        PutError::Refused(why) => format!("refused: {why:?}"),
-                    };
-                    let msg = format!("record child {:?}: {cause}", self.children[self.next]);
-                    return self.fail(cx, internal(msg));
-                }
+                self.on_recorded(cx, r)
+            }
+            (Stage::Render(render), outcome) => self.on_render(cx, render, id, outcome),
+            (_, other) => unexpected("fork", &other),
+        }
+    }
+
+    /// A child's row is stored: the next child, or render them all.
+    fn on_recorded(&mut self, cx: &mut Cx<'_>, r: Result<(), PutError>) -> Flow {
+        if let Err(e) = r {
+            let cause = match e {
+                PutError::Failed(m) => m,
+                PutError::Refused(why) => format!("refused: {why:?}"),
+            };
+            let msg = format!("record child {:?}: {cause}", self.children[self.next]);
+            return self.fail(cx, internal(msg));
+        }
+        self.next += 1;
+        if self.next < self.children.len() {
+            self.record_child(cx)
+        } else {
+            self.next = 0;
+            self.render_child(cx)
+        }
+    }
+
+    /// A child's rendering advanced; once all are rendered, reply.
+    fn on_render(
+        &mut self,
+        cx: &mut Cx<'_>,
+        mut render: Render,
+        id: EffectId,
+        outcome: Outcome,
+    ) -> Flow {
+        match render.on_outcome(cx, id, outcome) {
+            Rendered::Pending => {
+                self.stage = Stage::Render(render);
+                Flow::Continue
+            }
+            Rendered::Done(s) => {
+                self.rendered.push(*s);
                 self.next += 1;
                 if self.next < self.children.len() {
-                    self.record_child(cx)
-                } else {
-                    self.next = 0;
-                    self.render_child(cx)
+                    return self.render_child(cx);
                 }
+                let children = std::mem::take(&mut self.rendered);
+                cx.reply(self.request, Ok(Response::Fork(ForkResponse { children })));
+                Flow::Done
             }
-            (Stage::Render(mut render), outcome) => match render.on_outcome(cx, id, outcome) {
-                Rendered::Pending => {
-                    self.stage = Stage::Render(render);
-                    Flow::Continue
-                }
-                Rendered::Done(s) => {
-                    self.rendered.push(*s);
-                    self.next += 1;
-                    if self.next < self.children.len() {
-                        return self.render_child(cx);
-                    }
-                    let children = std::mem::take(&mut self.rendered);
-                    cx.reply(self.request, Ok(Response::Fork(ForkResponse { children })));
-                    Flow::Done
-                }
-                Rendered::NotFound => self.fail(cx, internal("a recorded child vanished")),
-                Rendered::Failed(status) => self.fail(cx, status),
-            },
-            (_, other) => unexpected("fork", &other),
+            Rendered::NotFound => self.fail(cx, internal("a recorded child vanished")),
+            Rendered::Failed(status) => self.fail(cx, status),
+        }
+    }
+
+    /// The parent's head, read after its fence: the fork point must still
+    /// be the head, then the parent is snapshotted.
+    fn on_head(
+        &mut self,
+        cx: &mut Cx<'_>,
+        fence: i64,
+        r: Result<Option<SessionRow>, String>,
+    ) -> Flow {
+        let head = match r {
+            Ok(Some(row)) => row.last_seq,
+            Ok(None) => 0,
+            Err(e) => return self.fail(cx, internal(format!("head: {e}"))),
+        };
+        if head != self.at_seq {
+            let msg = format!("fork: seq conflict (journal head is {head})");
+            return self.fail(cx, Status::aborted(msg));
+        }
+        let (harness, backend, session) = self.runtime_target(&self.req.session);
+        let snap = cx.request(|id| {
+            Effect::Runtime(RuntimeCall {
+                id,
+                harness,
+                backend,
+                op: RuntimeOp::Snapshot { session },
+            })
+        });
+        self.stage = Stage::Snapshot(snap, fence);
+        Flow::Continue
+    }
+
+    /// The parent's snapshot: checkpoint it in the parent's journal.
+    fn on_snapshot(
+        &mut self,
+        cx: &mut Cx<'_>,
+        fence: i64,
+        r: Result<RuntimeReply, String>,
+    ) -> Flow {
+        let snapshot = match r {
+            Ok(RuntimeReply::Snapshot(s)) => s,
+            Ok(other) => {
+                let msg = format!("runtime returned {other:?} where a snapshot was expected");
+                return self.fail(cx, internal(msg));
+            }
+            Err(e) => return self.fail(cx, internal(format!("snapshot: {e}"))),
+        };
+        let (session, at_seq) = (self.req.session.clone(), self.at_seq);
+        let event = suspend_event(&snapshot);
+        let append = cx.append(&session, at_seq, fence, vec![event]);
+        self.stage = Stage::Checkpoint(append, snapshot);
+        Flow::Continue
+    }
+
+    /// The parent's checkpoint is durable: fan out to the children.
+    fn on_checkpoint(
+        &mut self,
+        cx: &mut Cx<'_>,
+        snapshot: SnapshotRef,
+        r: Result<Vec<LogRecord>, AppendError>,
+    ) -> Flow {
+        if let Err(e) = r {
+            return self.fail(cx, mapping::append(&e, "fork"));
+        }
+        // Checked only now, as the reference does: the parent is already
+        // cold and says so; a retry forks at the new head.
+        if snapshot.external_uri.is_empty() {
+            let msg = format!(
+                "harness {:?}: snapshot of {:?} produced no external snapshot handle",
+                self.harness, self.req.session
+            );
+            return self.fail(cx, Status::failed_precondition(msg));
+        }
+        self.snapshot = snapshot;
+        self.fan_out(cx)
+    }
+
+    /// A child's clone is provisioned: mint its first fence.
+    fn on_clone(&mut self, cx: &mut Cx<'_>, r: Result<RuntimeReply, String>) -> Flow {
+        match r {
+            Ok(RuntimeReply::Incarnation { .. }) => {
+                let child = self.children[self.next].clone();
+                self.provisioned.push(child.clone());
+                let fence = cx.mint_fence(&child);
+                self.stage = Stage::ChildFence(fence);
+                Flow::Continue
+            }
+            Ok(other) => {
+                let msg = format!("runtime returned {other:?} where a clone was expected");
+                self.roll_back(cx, internal(msg))
+            }
+            Err(e) => self.roll_back(cx, internal(format!("clone: {e}"))),
+        }
+    }
+
+    /// A child's prefix is copied: the next child, or record them all.
+    fn on_copied(&mut self, cx: &mut Cx<'_>, r: Result<Vec<LogRecord>, AppendError>) -> Flow {
+        let records = match r {
+            Ok(records) => records,
+            Err(e) => return self.roll_back(cx, mapping::append(&e, "fork")),
+        };
+        if let Err(status) = self.check_copy(&records) {
+            return self.roll_back(cx, status);
+        }
+        self.next += 1;
+        assert!(self.next <= self.children.len(), "one copy per child");
+        if self.next < self.children.len() {
+            self.clone_child(cx)
+        } else {
+            self.next = 0;
+            self.record_child(cx)
         }
     }
 

@@ -6,7 +6,7 @@ use agentsessions_proto::v1::LogRecord;
 
 use super::unexpected;
 use crate::ops::cx::Cx;
-use crate::vocab::{EffectId, Outcome, SessionRow, Status};
+use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
 
 #[derive(Debug)]
 enum Step {
@@ -86,7 +86,18 @@ impl Load {
             (Step::Log(want, row), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id, "a load waits for its own read");
                 match r {
-                    Ok(records) => Loaded::Ready(*row, records),
+                    // The store hands back a chain; one that is not (a gap, a
+                    // broken link) is refused before anything is decided on it.
+                    Ok(records) => match crate::chain::check_links(&records, 1) {
+                        Ok(()) => Loaded::Ready(*row, records),
+                        Err(e) => Loaded::Failed(Status::new(
+                            Code::DataLoss,
+                            format!(
+                                "session {:?}: the journal read back is not a chain: {e}",
+                                self.session
+                            ),
+                        )),
+                    },
                     Err(e) => Loaded::Failed(Status::internal(format!(
                         "session {:?}: read: {e}",
                         self.session

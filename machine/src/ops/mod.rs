@@ -6,6 +6,7 @@
 //! returns [`Flow::Done`] once it has replied.
 
 mod approve;
+mod boot;
 pub(crate) mod cx;
 mod exec;
 mod fork;
@@ -46,6 +47,7 @@ pub(crate) enum Op {
     Fork(fork::ForkOp),
     ReplayHarness(replay::ReplayHarnessOp),
     Registry(registry::RegistryOp),
+    Boot(boot::BootOp),
     Refused(RequestId, Status),
 }
 
@@ -71,6 +73,7 @@ impl Op {
             Request::GetHarness(r) => Self::Registry(registry::RegistryOp::get(request, r)),
             Request::ListHarnesses(r) => Self::Registry(registry::RegistryOp::list(request, r)),
             Request::RetireHarness(r) => Self::Registry(registry::RegistryOp::retire(request, r)),
+            Request::Boot => Self::Boot(boot::BootOp::new(request)),
             Request::DeleteSession(_) => Self::Refused(
                 request,
                 Status::unimplemented("DeleteSession is not implemented"),
@@ -94,6 +97,7 @@ impl Op {
             Self::Fork(op) => op.start(cx),
             Self::ReplayHarness(op) => op.start(cx),
             Self::Registry(op) => op.start(cx),
+            Self::Boot(op) => op.start(cx),
             Self::Refused(request, status) => {
                 cx.reply(*request, Err(status.clone()));
                 Flow::Done
@@ -114,6 +118,7 @@ impl Op {
             Self::Fork(op) => op.on_outcome(cx, id, outcome),
             Self::ReplayHarness(op) => op.on_outcome(cx, id, outcome),
             Self::Registry(op) => op.on_outcome(cx, id, outcome),
+            Self::Boot(op) => op.on_outcome(cx, id, outcome),
             Self::Refused(..) => Flow::Done,
         }
     }

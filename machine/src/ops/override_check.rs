@@ -15,8 +15,7 @@
 
 use super::placement::{describe_error, needs_memory};
 use crate::ops::cx::Cx;
-use crate::vocab::{Effect, EffectId, Outcome, Route, Status};
-use crate::vocab::{HarnessEffect, HarnessOutcome};
+use crate::vocab::{Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, Route, Status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {

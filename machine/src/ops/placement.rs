@@ -7,13 +7,13 @@
 //! and gate again; mint a fence. A refusal at any step provisions nothing
 //! further and journals nothing; a failure after the dial closes it.
 
-use crate::vocab::{HarnessEffect, HarnessOutcome, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use super::unexpected;
 use crate::ops::cx::Cx;
 use crate::vocab::{
-    ConnId, Effect, EffectId, HarnessFailure, Outcome, Route, RuntimeOp, RuntimeReply, Status,
+    ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessOutcome, Outcome, Route,
+    RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreOutcome,
 };
 
 /// How compute is obtained.

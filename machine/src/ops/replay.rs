@@ -1,7 +1,6 @@
 //! Replay (read-only record stream) and ReplayHarness (re-run the harness
 //! over the journal with every effect served).
 
-use crate::vocab::{HarnessEffect, HarnessOutcome, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{
     ControllerFrame, HarnessDescriptor, LogRecord, ReplayRequest, Start, controller_frame::Frame,
 };
@@ -18,8 +17,9 @@ use crate::journal::legacy;
 use crate::ops::cx::Cx;
 use crate::vocab::config::REPLAY_PAGE;
 use crate::vocab::{
-    Committed, ConnId, Effect, EffectId, HarnessFailure, HarnessInput, Outcome, ReplayReport,
-    RequestId, Response, Route, RuntimeOp, RuntimeReply, Status, StreamItem,
+    Committed, ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessInput,
+    HarnessOutcome, Outcome, ReplayReport, RequestId, Response, Route, RuntimeCall, RuntimeOp,
+    RuntimeReply, Status, StoreOutcome, StreamItem,
 };
 
 /// Sessions.Replay: committed records, verbatim, in pages. No validation:
@@ -428,6 +428,7 @@ impl ReplayHarnessOp {
             descriptor: self.descriptor.clone(),
             fence: 0,
             head: self.log.last().map_or(0, |r| r.seq),
+            head_hash: self.log.last().map(|r| r.content_hash.clone()),
             has_executor: cx.config().has_executor,
         };
         let start = ControllerFrame {

@@ -250,7 +250,8 @@ impl ResumeOp {
                 Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
                 Rendered::Failed(status) => self.fail(cx, status),
             },
-            Stage::Over => Flow::Continue,
+            // A finished operation is dropped by the host; nothing reaches it.
+            Stage::Over => unreachable!("input for a finished operation"),
         }
     }
 
@@ -491,6 +492,7 @@ impl ResumeOp {
             descriptor: Some(descriptor),
             fence: placement.fence,
             head: self.head(),
+            head_hash: self.log.last().map(|r| r.content_hash.clone()),
             has_executor: cx.config().has_executor,
         };
         let start = ControllerFrame {
@@ -589,7 +591,8 @@ impl ResumeOp {
                 }
                 self.fail(cx, status)
             }
-            Stage::Over => Flow::Continue,
+            // A finished operation is dropped by the host; nothing reaches it.
+            Stage::Over => unreachable!("input for a finished operation"),
             _ => self.fail(cx, status),
         }
     }

@@ -1,6 +1,5 @@
 //! Driving an [`Invocation`] with real effects, and the park handoff.
 
-use crate::vocab::{ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, SnapshotRef};
 
 use super::unexpected;
@@ -10,8 +9,8 @@ use crate::invocation::{Action, Finish, Invocation};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
-    Committed, ConnId, Effect, EffectId, HarnessInput, Outcome, RequestId, Route, RuntimeOp,
-    RuntimeReply, StreamItem,
+    Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
+    Outcome, RequestId, Route, RuntimeCall, RuntimeOp, RuntimeReply, StoreOutcome, StreamItem,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,5 @@
 //! CreateSession, GetSession and ListSessions.
 
-use crate::vocab::{StoreEffect, StoreOutcome};
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::{
@@ -15,7 +14,7 @@ use crate::ops::render;
 use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::vocab::{
     Effect, EffectId, HarnessCheck, Nanos, Outcome, PutError, RegistryRefusal, RequestId, Response,
-    SessionRow, Status,
+    SessionRow, Status, StoreEffect, StoreOutcome,
 };
 
 /// Maps a refused session insert to its status.

@@ -5,7 +5,6 @@
 //! parked on an unreceipted approval is routed to the harness its turn
 //! recorded, with no fallback.
 
-use crate::vocab::{RuntimeCall, StoreOutcome};
 use agentsessions_proto::v1::{LogRecord, SnapshotRef};
 
 use super::load::{Load, Loaded};
@@ -16,7 +15,8 @@ use super::{Flow, unexpected};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
-    Effect, EffectId, Outcome, RequestId, Response, RuntimeOp, RuntimeReply, Status,
+    Effect, EffectId, Outcome, RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status,
+    StoreOutcome,
 };
 
 enum Stage {

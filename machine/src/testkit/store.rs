@@ -2,7 +2,6 @@
 //! CAS on the head, fence check, prev link, canonical hash, the
 //! compute_state projection, keyset paging and the registry rows.
 
-use crate::host::{StoreEffect, StoreOutcome};
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
@@ -10,7 +9,7 @@ use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 use crate::canon;
 use crate::host::{
     AppendError, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, RegistryRefusal,
-    SessionRow,
+    SessionRow, StoreEffect, StoreOutcome,
 };
 use crate::journal::projection::{batch_compute_state, compute_state_after};
 

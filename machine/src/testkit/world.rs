@@ -3,10 +3,6 @@
 //! is performed in order and every resulting input is delivered FIFO, so a
 //! run is a pure function of the calls made.
 
-use crate::host::{
-    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
-    StoreEffect, StoreOutcome,
-};
 use std::collections::{BTreeMap, VecDeque};
 
 use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef, ToolResult};
@@ -15,9 +11,10 @@ use super::harness::{self, Script};
 use super::store::MemStore;
 use crate::events;
 use crate::host::{
-    AppendError, Backend, ConnId, CountingIds, Effect, EffectId, HarnessFailure, HarnessInput,
-    Host, HostConfig, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeOp,
-    RuntimeReply, Status, StreamItem,
+    AppendError, Backend, BootReport, ClientEffect, ConnId, CountingIds, Effect, EffectId,
+    ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, Host, HostConfig,
+    InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall,
+    RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
 };
 
 /// The end of one client call.
@@ -248,6 +245,16 @@ impl World {
         self.replies.clear();
         self.hold = false;
         self.pause_on = None;
+    }
+
+    /// Boots the host as the daemon does before it serves ([`Request::Boot`]:
+    /// reserve the static and reserved names, load every stored row).
+    pub fn boot(&mut self) -> Result<BootReport, Status> {
+        match self.call(Request::Boot).reply {
+            Ok(Response::Booted(report)) => Ok(report),
+            Ok(other) => panic!("boot answered {other:?}"),
+            Err(status) => Err(status),
+        }
     }
 
     /// The config the host runs with.

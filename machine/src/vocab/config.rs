@@ -79,6 +79,9 @@ pub struct HostConfig {
     pub connect_timeout_ms: u64,
     /// Whether a tool executor is configured.
     pub has_executor: bool,
+    /// Most operations (client calls) in flight at once; a call past it
+    /// is refused with RESOURCE_EXHAUSTED before it touches the journal.
+    pub max_in_flight: usize,
 }
 
 impl Default for HostConfig {
@@ -103,10 +106,13 @@ impl Default for HostConfig {
             describe_timeout_ms: 10_000,
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             has_executor: true,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }
 
+/// Default [`HostConfig::max_in_flight`].
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 /// Default [`HostConfig::connect_timeout_ms`].
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 /// Most children one Fork may create.

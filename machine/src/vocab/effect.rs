@@ -200,7 +200,7 @@ pub enum HarnessEffect {
         backend: Backend,
         /// Describe the harness behind this connection instead.
         conn: Option<ConnId>,
-        /// Upper bound; the shell reports [`HarnessFailure::Timeout`].
+        /// Upper bound; the shell reports [`HarnessFailure::Timeout`](super::HarnessFailure::Timeout).
         timeout_ms: u64,
     },
     /// Open `Harness.Connect` to `address` as connection `conn`.
@@ -216,7 +216,7 @@ pub enum HarnessEffect {
         /// The connection's id for later frames and events.
         conn: ConnId,
         /// The harness must send its first event within this bound, or the
-        /// connection fails with [`HarnessInput::Unavailable`].
+        /// connection fails with [`HarnessInput::Unavailable`](super::HarnessInput::Unavailable).
         first_event_timeout_ms: u64,
     },
     /// Send a frame on a connection (failures come back as harness input).

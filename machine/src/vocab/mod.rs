@@ -26,6 +26,6 @@ pub use outcome::{
     AppendError, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome, ParkRef,
     PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
 };
-pub use request::{ReplayReport, Request, Response, StreamItem};
+pub use request::{BootReport, ReplayReport, Request, Response, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};
 pub use status::{Code, Status};

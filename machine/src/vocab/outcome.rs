@@ -75,7 +75,7 @@ pub struct ModelReply {
     pub usage: Option<Usage>,
 }
 
-/// The answer to an effect, keyed by its [`EffectId`].
+/// The answer to an effect, keyed by its [`EffectId`](super::EffectId).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// For an [`Effect::Store`](super::Effect::Store).

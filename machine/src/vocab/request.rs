@@ -39,6 +39,10 @@ pub enum Request {
         /// The session to re-run.
         session: String,
     },
+    /// Boot the host before it serves: reserve the static and configured
+    /// names, then load every stored registration. Not a wire RPC; the
+    /// daemon and the test world send it once, first.
+    Boot,
     /// HarnessRegistry.RegisterHarness.
     RegisterHarness(agentsessions_proto::v1::RegisterHarnessRequest),
     /// HarnessRegistry.GetHarness.
@@ -70,6 +74,17 @@ pub enum Response {
     Registered(RegisterHarnessResponse),
     /// ListHarnesses.
     Harnesses(ListHarnessesResponse),
+    /// The host booted.
+    Booted(BootReport),
+}
+
+/// What a boot loaded.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BootReport {
+    /// Registration rows read from the store.
+    pub loaded: usize,
+    /// Rows this host cannot serve, as (name, reason), for the log.
+    pub isolated: Vec<(String, String)>,
 }
 
 /// What a harness replay reproduced.

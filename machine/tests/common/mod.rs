@@ -2,13 +2,13 @@
 //! request builders, journal views and a stable text rendering of effects.
 #![allow(dead_code)]
 
-use agentsessions_machine::host::{
-    ClientEffect, ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, StoreEffect,
-};
 use std::fmt::Write as _;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Effect, Request, Response, RuntimeOp, StreamItem};
+use agentsessions_machine::host::{
+    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Request, Response, RuntimeCall,
+    RuntimeOp, StoreEffect, StreamItem,
+};
 use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     ApproveRequest, CreateSessionRequest, EventKind, ExecRequest, GetSessionRequest, LogRecord,
@@ -334,6 +334,7 @@ fn response_name(r: &Response) -> &'static str {
         Response::Harness(_) => "Harness",
         Response::Registered(_) => "Registered",
         Response::Harnesses(_) => "Harnesses",
+        Response::Booted(_) => "Booted",
     }
 }
 

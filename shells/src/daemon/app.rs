@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Backend, Host, HostConfig, IdSource, Route};
+use agentsessions_machine::host::{Backend, Host, HostConfig, IdSource, Request, Response, Route};
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use tokio::sync::mpsc;
@@ -17,7 +17,7 @@ use super::harness_client::parse_address;
 use super::inproc::{Harnesses, InProcess};
 use super::runtime::Runtimes;
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
-use crate::journal::{JournalStore, ListHarnesses};
+
 use crate::model::{EchoModel, ModelClient};
 use crate::tools::{LedgerExecutor, ToolExecutor, ToolRegistry, ledger::ToolLedger};
 
@@ -46,6 +46,9 @@ pub struct DaemonConfig {
     pub harnesses: Vec<(String, String)>,
     /// Bounds on Describe and on a harness's first answer.
     pub harness_timeouts: HarnessTimeouts,
+    /// Most client calls in flight; past it a call is RESOURCE_EXHAUSTED
+    /// before it touches the journal (`HostConfig::max_in_flight`).
+    pub max_in_flight: usize,
 }
 
 /// How long a harness may take to answer, so a silent peer ends a turn as
@@ -112,6 +115,7 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
         default_project: config.project.clone(),
         describe_timeout_ms: millis(config.harness_timeouts.describe)?,
         connect_timeout_ms: millis(config.harness_timeouts.connect)?,
+        max_in_flight: config.max_in_flight,
         ..HostConfig::default()
     };
     host.harnesses.clear();
@@ -284,36 +288,8 @@ impl Daemon {
         let journal = SqliteJournal::open(&config.journal, SqliteOptions::default())
             .map_err(|e| StartError::Journal(e.to_string()))?;
         let store = Arc::new(journal);
-        let now = super::convert::now();
 
-        // Static names are reserved for good; a stored registration under
-        // one of them means another host disagrees about what it is.
-        let mut reserve: Vec<String> = host_config.harnesses.keys().cloned().collect();
-        reserve.extend(host_config.reserved.iter().cloned());
-        store
-            .reserve_harness_names(reserve, now)
-            .await
-            .map_err(|e| StartError::Registry(e.to_string()))?;
-
-        let mut host = Host::new(host_config, Box::new(RandomIds));
-        let mut after = String::new();
-        loop {
-            let page = store
-                .list_harnesses(ListHarnesses {
-                    after: after.clone(),
-                    limit: 500,
-                    include_retired: true,
-                })
-                .await
-                .map_err(|e| StartError::Registry(e.to_string()))?;
-            let Some(last) = page.last() else { break };
-            after = last.name.clone();
-            let rows: Vec<_> = page
-                .into_iter()
-                .map(super::convert::harness_row_of)
-                .collect();
-            host.load_registrations(&rows);
-        }
+        let host = Host::new(host_config, Box::new(RandomIds));
 
         let tools_path = ToolLedger::path_for_journal(&config.journal);
         let ledger =
@@ -335,6 +311,20 @@ impl Daemon {
         };
         let (driver, handle) = Driver::new(host, ports);
         let drive_loop = DriveLoop::start(driver)?;
+        // The host boots before anything is served: static names are
+        // reserved for good (a stored registration under one fails the
+        // start) and stored registrations are loaded.
+        match handle.unary(Request::Boot).await {
+            Ok(Response::Booted(report)) => {
+                for (name, reason) in &report.isolated {
+                    tracing::warn!(harness = %name, %reason, "stored registration not served");
+                }
+            }
+            Ok(other) => {
+                return Err(StartError::Registry(format!("boot answered {other:?}")));
+            }
+            Err(status) => return Err(StartError::Registry(status.message)),
+        }
 
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();

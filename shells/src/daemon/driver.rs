@@ -16,17 +16,15 @@
 //! from the cached head (or the read's last seq) on every load. The loop
 //! decides nothing: every branch here is a translation.
 
-use agentsessions_machine::host::{
-    ClientEffect, ExecuteTool, HarnessEffect, HarnessOutcome, InvokeModel, RuntimeCall,
-    StoreEffect, StoreOutcome,
-};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use agentsessions_machine::host::{
-    Backend, ConnId, Effect, EffectId, HarnessFailure, HarnessInput, Host, ModelReply, Nanos,
-    Outcome, Request, RequestId, Response, RuntimeOp, RuntimeReply, Status, StreamItem,
+    Backend, ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
+    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, Request,
+    RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome,
+    StreamItem,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
@@ -224,6 +222,8 @@ impl DriverHandle {
     /// Submits an Exec call; frames and the final status arrive on the
     /// returned channel.
     pub fn exec(&self, request: Request) -> mpsc::UnboundedReceiver<Result<ExecUpdate, Status>> {
+        // Unbounded: the drive loop must never wait on one client. A turn's
+        // frames are bounded by the turn (its records and deltas).
         let (tx, rx) = mpsc::unbounded_channel();
         if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Exec(tx)))) =
             self.tx.send(Input::Call(request, ClientSink::Exec(tx)))
@@ -235,6 +235,9 @@ impl DriverHandle {
 
     /// Submits a Replay call.
     pub fn replay(&self, request: Request) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
+        // Unbounded so the loop never waits on one reader; a slow reader of
+        // a long journal buffers up to the journal in memory (#18 adds
+        // client credit to the machine).
         let (tx, rx) = mpsc::unbounded_channel();
         if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Replay(tx)))) =
             self.tx.send(Input::Call(request, ClientSink::Replay(tx)))
@@ -377,6 +380,10 @@ pub struct Driver<S> {
 impl<S: JournalStore + 'static> Driver<S> {
     /// A driver for `host` performing effects with `ports`.
     pub fn new(host: Host, ports: Ports<S>) -> (Self, DriverHandle) {
+        // Unbounded: the loop posts its own inputs here (in-process answers,
+        // send failures) and must never block on itself. What it holds is
+        // bounded by the host's in-flight cap: each call adds one request
+        // and at most one outcome per effect it has outstanding.
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = DriverHandle { tx: tx.clone() };
         (
@@ -623,6 +630,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 });
             }
             Effect::Model(InvokeModel { id, request, .. }) => {
+                // Unbounded: the provider client must not stall mid-stream;
+                // the chunks are one completion's text.
                 let (chunks, chunk_rx) = mpsc::unbounded_channel();
                 let model = self.ports.model.clone();
                 let call: PortFuture<'static, _> =

@@ -156,6 +156,9 @@ impl HarnessPort for GrpcHarnesses {
     fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
         Box::pin(async move {
             let mut client = self.client(&address)?;
+            // Unbounded: the drive loop sends frames without waiting. The
+            // machine sends one frame per harness event it answers, and
+            // caps a harness's unanswered events (INBOX_LIMIT).
             let (frames, frames_rx) = mpsc::unbounded_channel();
             // The call is not awaited here: its future resolves only when
             // the harness sends response headers, and grpcio and grpc-go

@@ -72,6 +72,8 @@ impl InProcess {
     /// Opens one execution stream to the harness at `address`.
     pub fn connect(&self, address: &str) -> Result<Connection, HarnessFailure> {
         let service = self.service(address)?;
+        // Unbounded for the same reason as the gRPC client's frames: the
+        // drive loop never waits, and the machine bounds what it sends.
         let (frames, frames_rx) = mpsc::unbounded_channel();
         let inbound = UnboundedReceiverStream::new(frames_rx).map(Ok);
         let events = service

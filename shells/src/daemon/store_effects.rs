@@ -1,7 +1,10 @@
 //! Journal effects performed against a [`JournalStore`]: the translation
 //! between the machine's store effects and outcomes and the store's API.
 
-use agentsessions_machine::host::{EffectId, StoreEffect, StoreOutcome};
+use agentsessions_machine::host::{
+    EffectId, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, SessionRow, StoreEffect,
+    StoreOutcome,
+};
 
 use super::convert::{append_error_of, harness_row_of, meta_of, put_error_of, row_of};
 use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
@@ -62,47 +65,18 @@ pub(super) async fn perform_store<S: JournalStore>(
             row,
             check,
             now,
-        } => {
-            let meta = meta_of(&row);
-            let r = match check {
-                None => store
-                    .put_session(meta, now)
-                    .await
-                    .map_err(|e| agentsessions_machine::host::PutError::Failed(e.to_string())),
-                Some(check) => {
-                    let registered = check == agentsessions_machine::host::HarnessCheck::Registered;
-                    store
-                        .put_session_on_active_harness(meta, registered, now)
-                        .await
-                        .map_err(put_error_of)
-                }
-            };
-            (id, StoreOutcome::Put(r))
-        }
+        } => (
+            id,
+            StoreOutcome::Put(put_session(store, &row, check, now).await),
+        ),
         StoreEffect::ListSessions {
             id,
             project,
             page_size,
             after,
         } => {
-            let req = ListSessions {
-                project,
-                page_size,
-                page_token: after
-                    .map(|(t, u)| crate::journal::page_token::encode(t, &u))
-                    .unwrap_or_default(),
-            };
-            let r = match store.list_sessions(req).await {
-                Ok(page) => page
-                    .sessions
-                    .into_iter()
-                    .map(row_of)
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(|rows| (rows, !page.next_page_token.is_empty()))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            (id, StoreOutcome::SessionPage(r))
+            let page = list_sessions(store, project, page_size, after).await;
+            (id, StoreOutcome::SessionPage(page))
         }
         StoreEffect::GetHarnessRow { id, name } => {
             let r = match store.harness(&name).await {
@@ -130,28 +104,10 @@ pub(super) async fn perform_store<S: JournalStore>(
                 .map_err(text);
             (id, StoreOutcome::HarnessRows(r))
         }
-        StoreEffect::RegisterHarnessRow { id, row, now } => {
-            let reg = crate::journal::HarnessRegistration {
-                name: row.name,
-                uid: row.uid,
-                spec: row.spec,
-                spec_digest: row.spec_digest,
-            };
-            let r = store
-                .register_harness(reg, now)
-                .await
-                .map(|(row, outcome)| {
-                    use agentsessions_machine::host::RegisterOutcome as O;
-                    let outcome = match outcome {
-                        crate::journal::RegisterOutcome::Created => O::Created,
-                        crate::journal::RegisterOutcome::Unchanged => O::Unchanged,
-                        crate::journal::RegisterOutcome::Reactivated => O::Reactivated,
-                    };
-                    (harness_row_of(row), outcome)
-                })
-                .map_err(put_error_of);
-            (id, StoreOutcome::Registered(r))
-        }
+        StoreEffect::RegisterHarnessRow { id, row, now } => (
+            id,
+            StoreOutcome::Registered(register(store, row, now).await),
+        ),
         StoreEffect::RetireHarnessRow {
             id,
             name,
@@ -173,4 +129,71 @@ pub(super) async fn perform_store<S: JournalStore>(
             (id, StoreOutcome::Reserved(r))
         }
     }
+}
+
+async fn put_session<S: JournalStore>(
+    store: &S,
+    row: &SessionRow,
+    check: Option<HarnessCheck>,
+    now: Nanos,
+) -> Result<(), PutError> {
+    let meta = meta_of(row);
+    match check {
+        None => store
+            .put_session(meta, now)
+            .await
+            .map_err(|e| PutError::Failed(e.to_string())),
+        Some(check) => {
+            let registered = check == HarnessCheck::Registered;
+            store
+                .put_session_on_active_harness(meta, registered, now)
+                .await
+                .map_err(put_error_of)
+        }
+    }
+}
+
+async fn list_sessions<S: JournalStore>(
+    store: &S,
+    project: String,
+    page_size: usize,
+    after: Option<(Nanos, String)>,
+) -> Result<(Vec<SessionRow>, bool), String> {
+    let req = ListSessions {
+        project,
+        page_size,
+        page_token: after
+            .map(|(t, u)| crate::journal::page_token::encode(t, &u))
+            .unwrap_or_default(),
+    };
+    let page = store.list_sessions(req).await.map_err(text)?;
+    let more = !page.next_page_token.is_empty();
+    let rows = page.sessions.into_iter().map(row_of);
+    let rows = rows
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok((rows, more))
+}
+
+async fn register<S: JournalStore>(
+    store: &S,
+    row: HarnessRow,
+    now: Nanos,
+) -> Result<(HarnessRow, RegisterOutcome), PutError> {
+    let reg = crate::journal::HarnessRegistration {
+        name: row.name,
+        uid: row.uid,
+        spec: row.spec,
+        spec_digest: row.spec_digest,
+    };
+    let (row, outcome) = store
+        .register_harness(reg, now)
+        .await
+        .map_err(put_error_of)?;
+    let outcome = match outcome {
+        crate::journal::RegisterOutcome::Created => RegisterOutcome::Created,
+        crate::journal::RegisterOutcome::Unchanged => RegisterOutcome::Unchanged,
+        crate::journal::RegisterOutcome::Reactivated => RegisterOutcome::Reactivated,
+    };
+    Ok((harness_row_of(row), outcome))
 }

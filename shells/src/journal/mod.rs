@@ -10,9 +10,10 @@
 //! # The trait
 //!
 //! [`JournalStore`] is the backend-neutral contract. SQLite
-//! ([`sqlite::SqliteJournal`]) is the first implementation; PostgreSQL and an
-//! in-memory simulated store (with pending-vs-durable writes, for the madsim
-//! simulator) are meant to follow without touching the machine.
+//! ([`sqlite::SqliteJournal`]) is the durable implementation and
+//! [`memory::MemoryJournal`] the in-memory one the madsim runs use; a new
+//! backend (PostgreSQL) implements the same trait without touching the
+//! machine.
 //!
 //! Methods return `impl Future + Send` (return-position `impl Trait` in a
 //! trait). That keeps the trait free of boxing and of any particular runtime:

@@ -5,13 +5,15 @@
 //! registered" must get an answer while the harness is down. Entries this
 //! host cannot serve are never described (there is nothing safe to dial).
 
-use crate::vocab::{HarnessEffect, HarnessOutcome, StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{GetHarnessRequest, HarnessRegistration};
 
 use super::{describe_failure, registration, static_registration};
 use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
-use crate::vocab::{Effect, EffectId, Outcome, RequestId, Response, Status};
+use crate::vocab::{
+    Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, RequestId, Response, Status,
+    StoreEffect, StoreOutcome,
+};
 
 enum Stage {
     Idle,

@@ -5,7 +5,6 @@
 //! this host's routes, rows from the store; one more entry than the page
 //! size is taken to learn whether another page follows.
 
-use crate::vocab::{StoreEffect, StoreOutcome};
 use std::cmp::Ordering;
 
 use agentsessions_proto::v1::{HarnessRegistration, ListHarnessesRequest, ListHarnessesResponse};
@@ -15,7 +14,9 @@ use super::{registration, static_registration};
 use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
 use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
-use crate::vocab::{Effect, EffectId, HarnessRow, Outcome, RequestId, Response, Status};
+use crate::vocab::{
+    Effect, EffectId, HarnessRow, Outcome, RequestId, Response, Status, StoreEffect, StoreOutcome,
+};
 
 pub(crate) struct ListOp {
     request: RequestId,

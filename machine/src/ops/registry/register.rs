@@ -6,7 +6,6 @@
 //! the store only when the placement is unservable, so the common path is a
 //! single atomic register write that itself refuses a conflicting spec.
 
-use crate::vocab::{StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{RegisterHarnessRequest, RegisterHarnessResponse};
 
 use super::registration;
@@ -15,7 +14,7 @@ use crate::ops::registry::rules::{canonical_spec, route_for_spec, validate_name,
 use crate::ops::{Flow, unexpected};
 use crate::vocab::{
     Effect, EffectId, HarnessRow, Outcome, PutError, RegisterOutcome, RegistryRefusal, RequestId,
-    Response, Route, Status,
+    Response, Route, Status, StoreEffect, StoreOutcome,
 };
 
 enum Stage {

@@ -5,7 +5,6 @@
 //! store's registry check inside the session insert (`HarnessCheck`), in the
 //! same transaction, so a create can never land after a retire returned.
 
-use crate::vocab::{StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::RetireHarnessRequest;
 
 use super::registration;
@@ -13,7 +12,8 @@ use crate::ops::cx::Cx;
 use crate::ops::registry::rules::MAX_RETIRE_REASON_BYTES;
 use crate::ops::{Flow, unexpected};
 use crate::vocab::{
-    Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status,
+    Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status, StoreEffect,
+    StoreOutcome,
 };
 
 pub(crate) struct RetireOp {

@@ -3,23 +3,16 @@
 //! Name and spec validation, the canonical stored form of a spec and its
 //! digest, the strict decoding of a stored spec, which placements this host
 //! can serve, and the startup loading of stored registrations. The
-//! HarnessRegistry operations and the shells' boot sequence share these, so a
-//! spec that registers is exactly a spec that loads after a restart.
+//! HarnessRegistry operations and the boot operation share these, so a spec
+//! that registers is exactly a spec that loads after a restart.
 //!
 //! # Startup
 //!
-//! A shell boots a host in this order:
-//!
-//! 1. `store.ReserveHarnessNames(host.reserved_names())` — the static route
-//!    names and `config.reserved`. A collision (a name that already has a
-//!    registration row, active or retired) **must fail startup**: serving a
-//!    static harness under a name another host registered would silently mix
-//!    two harnesses in one name's sessions. Reserving is idempotent.
-//! 2. Read every registration row, retired ones included (existing sessions
-//!    on a retired harness keep running), in name order.
-//! 3. `Host::load_registrations` with those rows. A row this host cannot serve is
-//!    isolated (marked unservable, with a reason) and never fails startup;
-//!    the shell logs the returned reasons.
+//! The boot operation (`ops/boot.rs`, `Request::Boot`) reserves the static
+//! and configured names, then feeds every stored row, retired ones
+//! included, to `load_registrations` a page at a time. A collision on the
+//! reservation fails the boot; a row this host cannot serve is isolated
+//! (marked unservable, with a reason) and never fails it.
 
 use agentsessions_proto::v1::{HarnessSpec, Resumability, harness_spec::Placement};
 
@@ -154,7 +147,7 @@ pub fn route_for_spec(spec: &HarnessSpec) -> Result<Route, String> {
     }
 }
 
-/// Loads stored registration rows into the host at boot (step 3 of the module
+/// Loads stored registration rows into the host at boot (see the module
 /// docs). Each row either becomes a registered route or is marked
 /// unservable; the returned pairs (name, reason) are the rows that could not
 /// be served, for the shell to log. Never fails as a whole: one bad row must
