@@ -1,0 +1,350 @@
+//! The journal store contract, run against every backend.
+//!
+//! Each check is written once, generic over [`JournalStore`], and the
+//! `backends!` macro runs it against each store: SQLite (a file in a temp
+//! dir) and the in-memory journal the madsim runs use. A new backend
+//! (PostgreSQL) is done when it is added to the macro and every check
+//! passes. The checks cover what the machine relies on: CAS on the head,
+//! fences, the hash chain, ranged reads, the compute_state the append
+//! carries, session metadata and keyset paging, registry rows and
+//! reservations, and the session/registry check.
+//!
+//! Crashes differ by backend and are checked where each models them: the
+//! memory journal's pending, lost and torn writes in
+//! `src/journal/memory/tests.rs`, SQLite under a real SIGKILL in
+//! `tests/crash_kill.rs`.
+
+use std::time::Duration;
+
+use agentsessions_machine::chain;
+use agentsessions_machine::events;
+use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
+use agentsessions_shells::journal::memory::{Durability, MemoryDisk};
+use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
+use agentsessions_shells::journal::{
+    AppendBatch, AppendError, HarnessRegistration, HarnessState, JournalStore, ListHarnesses,
+    ListSessions, RegisterOutcome, RegistryError, SessionMeta,
+};
+
+const S: &str = "sess-000000000000000000000001";
+
+fn input(text: &str) -> Event {
+    events::input("e1", events::text_message("user", text))
+}
+
+fn batch(expected: i64, fence: i64, events: Vec<Event>) -> AppendBatch {
+    AppendBatch {
+        session: S.into(),
+        expected_last_seq: expected,
+        fence,
+        compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
+        events,
+        now_unix_nanos: 1_000 + expected,
+    }
+}
+
+fn meta(uid: &str, project: &str, created_at: i64) -> SessionMeta {
+    SessionMeta {
+        uid: uid.into(),
+        project: project.into(),
+        harness: "echo".into(),
+        created_at,
+        ..SessionMeta::default()
+    }
+}
+
+fn reg(name: &str, digest: &str) -> HarnessRegistration {
+    HarnessRegistration {
+        name: name.into(),
+        uid: format!("harness-{name:0>24}"),
+        spec: format!("{{\"d\":\"{digest}\"}}"),
+        spec_digest: format!("sha256:{digest}"),
+    }
+}
+
+async fn appends_chain_from_genesis_and_the_store_verifies_them<J: JournalStore>(j: &J) {
+    assert_eq!(j.mint_fence(S, 1).await.unwrap(), 1);
+    let first = j.append(batch(0, 1, vec![input("a"), input("b")])).await;
+    let first = first.unwrap();
+    assert_eq!(first.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(first[0].prev_hash, "", "genesis links to nothing");
+    let second = j.append(batch(2, 1, vec![input("c")])).await.unwrap();
+    assert_eq!(second[0].prev_hash, first[1].content_hash);
+    let all = j.read(S, 1, 0).await.unwrap();
+    assert_eq!(all.len(), 3);
+    chain::verify(&all).expect("a chain the machine's verifier accepts");
+    j.verify(S).await.expect("the store's own verify");
+    assert_eq!(j.head(S).await.unwrap(), 3);
+}
+
+async fn a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing<J: JournalStore>(j: &J) {
+    j.mint_fence(S, 1).await.unwrap();
+    j.append(batch(0, 1, vec![input("a")])).await.unwrap();
+    for stale in [0, 2, 7] {
+        let got = j.append(batch(stale, 1, vec![input("late")])).await;
+        assert!(
+            matches!(got, Err(AppendError::Conflict { head: 1 })),
+            "expected {stale}: {got:?}"
+        );
+    }
+    assert_eq!(j.read(S, 1, 0).await.unwrap().len(), 1);
+}
+
+async fn an_older_fence_is_fenced_and_a_newer_one_writes<J: JournalStore>(j: &J) {
+    assert_eq!(j.mint_fence(S, 1).await.unwrap(), 1);
+    assert_eq!(j.mint_fence(S, 2).await.unwrap(), 2);
+    let got = j.append(batch(0, 1, vec![input("zombie")])).await;
+    assert!(
+        matches!(got, Err(AppendError::Fenced { current: 2 })),
+        "{got:?}"
+    );
+    assert_eq!(j.head(S).await.unwrap(), 0, "the zombie wrote nothing");
+    j.append(batch(0, 2, vec![input("holder")])).await.unwrap();
+    // A larger fence is accepted and does not advance the stored one.
+    j.append(batch(1, 9, vec![input("ahead")])).await.unwrap();
+    assert_eq!(j.session_info(S).await.unwrap().fence, 2);
+    assert_eq!(j.mint_fence(S, 3).await.unwrap(), 3);
+}
+
+async fn reads_return_exactly_the_asked_range<J: JournalStore>(j: &J) {
+    j.mint_fence(S, 1).await.unwrap();
+    let evs = (0..5).map(|i| input(&format!("m{i}"))).collect();
+    j.append(batch(0, 1, evs)).await.unwrap();
+    let seqs = |r: Vec<agentsessions_proto::v1::LogRecord>| -> Vec<i64> {
+        r.iter().map(|r| r.seq).collect()
+    };
+    assert_eq!(seqs(j.read(S, 2, 3).await.unwrap()), [2, 3]);
+    assert_eq!(seqs(j.read(S, 4, 0).await.unwrap()), [4, 5]);
+    assert_eq!(seqs(j.read(S, 6, 0).await.unwrap()), Vec::<i64>::new());
+    assert_eq!(j.head("sess-unknown").await.unwrap(), 0);
+}
+
+async fn the_compute_state_is_the_one_the_append_carries<J: JournalStore>(j: &J) {
+    j.mint_fence(S, 1).await.unwrap();
+    let mut told = batch(0, 1, vec![input("a")]);
+    told.compute_state = Some(ComputeState::ComputeLive);
+    j.append(told).await.unwrap();
+    assert_eq!(
+        j.session_info(S).await.unwrap().compute_state,
+        ComputeState::ComputeLive
+    );
+    // None leaves the stored state, whatever the events are.
+    let mut leave = batch(
+        1,
+        1,
+        vec![events::lifecycle(lifecycle::Kind::LifecycleSuspend, "")],
+    );
+    leave.compute_state = None;
+    j.append(leave).await.unwrap();
+    assert_eq!(
+        j.session_info(S).await.unwrap().compute_state,
+        ComputeState::ComputeLive
+    );
+    // The store writes what it is told, not what it would derive.
+    let mut cold = batch(2, 1, vec![input("b")]);
+    cold.compute_state = Some(ComputeState::ComputeCold);
+    j.append(cold).await.unwrap();
+    assert_eq!(
+        j.session_info(S).await.unwrap().compute_state,
+        ComputeState::ComputeCold
+    );
+}
+
+async fn keyset_pages_list_every_session_of_a_project_once_newest_first<J: JournalStore>(j: &J) {
+    // Two share a created_at, so the uid breaks the tie.
+    let rows = [
+        ("sess-a", 30),
+        ("sess-b", 10),
+        ("sess-c", 20),
+        ("sess-d", 20),
+        ("sess-e", 50),
+    ];
+    for (uid, at) in rows {
+        j.put_session(meta(uid, "p", at), 100).await.unwrap();
+    }
+    j.put_session(meta("sess-x", "other", 40), 100)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = j
+            .list_sessions(ListSessions {
+                project: "p".into(),
+                page_size: 2,
+                page_token: token,
+            })
+            .await
+            .unwrap();
+        assert!(page.sessions.len() <= 2);
+        seen.extend(page.sessions.iter().map(|s| s.meta.uid.clone()));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, ["sess-e", "sess-a", "sess-c", "sess-d", "sess-b"]);
+    // An update keeps created_at and the project.
+    j.put_session(meta("sess-b", "p", 0), 200).await.unwrap();
+    let info = j.session_info("sess-b").await.unwrap();
+    assert_eq!(
+        (info.meta.created_at, info.meta.project.as_str()),
+        (10, "p")
+    );
+}
+
+async fn registrations_are_immutable_and_only_their_state_moves<J: JournalStore>(j: &J) {
+    let (row, out) = j.register_harness(reg("alpha", "aa"), 10).await.unwrap();
+    assert_eq!(out, RegisterOutcome::Created);
+    assert_eq!(row.state, HarnessState::Active);
+    let (_, out) = j.register_harness(reg("alpha", "aa"), 11).await.unwrap();
+    assert_eq!(out, RegisterOutcome::Unchanged);
+    let conflict = j.register_harness(reg("alpha", "bb"), 12).await;
+    assert!(
+        matches!(conflict, Err(RegistryError::SpecConflict { .. })),
+        "{conflict:?}"
+    );
+    let retired = j.retire_harness("alpha", "first", 20).await.unwrap();
+    assert_eq!(retired.state, HarnessState::Retired);
+    let again = j.retire_harness("alpha", "second", 30).await.unwrap();
+    assert_eq!(
+        (again.retire_reason.as_str(), again.retired_at),
+        ("first", 20)
+    );
+    let (_, out) = j.register_harness(reg("alpha", "aa"), 40).await.unwrap();
+    assert_eq!(out, RegisterOutcome::Reactivated);
+    let missing = j.retire_harness("nobody", "x", 50).await;
+    assert!(
+        matches!(missing, Err(RegistryError::NotFound { .. })),
+        "{missing:?}"
+    );
+    j.register_harness(reg("beta", "cc"), 60).await.unwrap();
+    j.retire_harness("beta", "gone", 61).await.unwrap();
+    let list = |include_retired| ListHarnesses {
+        after: String::new(),
+        limit: 10,
+        include_retired,
+    };
+    let names = |rows: Vec<agentsessions_shells::journal::HarnessRow>| -> Vec<String> {
+        rows.into_iter().map(|r| r.name).collect()
+    };
+    assert_eq!(
+        names(j.list_harnesses(list(true)).await.unwrap()),
+        ["alpha", "beta"]
+    );
+    assert_eq!(
+        names(j.list_harnesses(list(false)).await.unwrap()),
+        ["alpha"]
+    );
+}
+
+async fn reservations_are_all_or_nothing_and_block_registration<J: JournalStore>(j: &J) {
+    j.register_harness(reg("taken", "aa"), 1).await.unwrap();
+    let collide = j
+        .reserve_harness_names(vec!["free".into(), "taken".into()], 2)
+        .await;
+    assert!(
+        matches!(collide, Err(RegistryError::NameCollision { .. })),
+        "{collide:?}"
+    );
+    // Nothing was reserved: "free" still registers.
+    j.register_harness(reg("free", "bb"), 3).await.unwrap();
+    j.reserve_harness_names(vec!["static".into()], 4)
+        .await
+        .unwrap();
+    j.reserve_harness_names(vec!["static".into()], 5)
+        .await
+        .unwrap();
+    let reserved = j.register_harness(reg("static", "cc"), 6).await;
+    assert!(
+        matches!(reserved, Err(RegistryError::NameReserved { .. })),
+        "{reserved:?}"
+    );
+}
+
+async fn a_session_is_stored_only_on_a_harness_the_registry_allows<J: JournalStore>(j: &J) {
+    let on = |uid: &str, harness: &str| SessionMeta {
+        harness: harness.into(),
+        ..meta(uid, "p", 1)
+    };
+    let unknown = j
+        .put_session_on_active_harness(on("sess-1", "ghost"), true, 1)
+        .await;
+    assert!(
+        matches!(unknown, Err(RegistryError::NotFound { .. })),
+        "{unknown:?}"
+    );
+    j.register_harness(reg("live", "aa"), 1).await.unwrap();
+    j.put_session_on_active_harness(on("sess-2", "live"), true, 2)
+        .await
+        .unwrap();
+    j.retire_harness("live", "done", 3).await.unwrap();
+    let retired = j
+        .put_session_on_active_harness(on("sess-3", "live"), true, 4)
+        .await;
+    assert!(
+        matches!(retired, Err(RegistryError::Retired { .. })),
+        "{retired:?}"
+    );
+    // A static harness must have no registration row.
+    let collide = j
+        .put_session_on_active_harness(on("sess-4", "live"), false, 5)
+        .await;
+    assert!(
+        matches!(collide, Err(RegistryError::NameCollision { .. })),
+        "{collide:?}"
+    );
+    j.put_session_on_active_harness(on("sess-5", "echo"), false, 6)
+        .await
+        .unwrap();
+    for (uid, stored) in [
+        ("sess-1", false),
+        ("sess-2", true),
+        ("sess-3", false),
+        ("sess-4", false),
+        ("sess-5", true),
+    ] {
+        assert_eq!(j.session_info(uid).await.is_ok(), stored, "{uid}");
+    }
+}
+
+macro_rules! backends {
+    ($($check:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let dir = tempfile::tempdir().unwrap();
+                    let j = super::SqliteJournal::open(
+                        dir.path().join("journal.db"),
+                        super::SqliteOptions::default(),
+                    )
+                    .unwrap();
+                    super::$check(&j).await;
+                }
+            )*
+        }
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let disk = std::sync::Arc::new(super::MemoryDisk::default());
+                    let j = disk.open(super::Durability::After(super::Duration::ZERO));
+                    super::$check(&j).await;
+                }
+            )*
+        }
+    };
+}
+
+backends!(
+    appends_chain_from_genesis_and_the_store_verifies_them,
+    a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing,
+    an_older_fence_is_fenced_and_a_newer_one_writes,
+    reads_return_exactly_the_asked_range,
+    the_compute_state_is_the_one_the_append_carries,
+    keyset_pages_list_every_session_of_a_project_once_newest_first,
+    registrations_are_immutable_and_only_their_state_moves,
+    reservations_are_all_or_nothing_and_block_registration,
+    a_session_is_stored_only_on_a_harness_the_registry_allows,
+);
