@@ -215,6 +215,12 @@ fn sequential_calls_select_the_last_gate() {
     assert!(st.decision.is_none() && st.receipt.is_none());
     let c1 = got.for_call(E1, "c1").expect("c1");
     assert!(c1.has_receipt());
+    // Both the execution and the call id must match.
+    assert_eq!(
+        got.for_call(E1, "c2").map(|s| s.call.id.as_str()),
+        Some("c2")
+    );
+    assert_eq!(got.for_call(E2, "c1"), None);
     assert_eq!(got.find(E1, "c1", c1.request_seq().unwrap_or(0)), Some(c1));
     assert_eq!(got.find(E1, "c1", r3), None);
     assert_eq!(got.find(E2, "c3", r3), None);
@@ -419,6 +425,36 @@ const MUTATIONS: &[Mutation] = &[
             Some(receipt_with(E1, "c1", 4, 5, true, Code::ApprovalDenied)),
         )
     }),
+    // A START must open its execution's records.
+    ("start after an input", Class::Invalid, || {
+        let mut v = good();
+        v.swap(0, 1);
+        v
+    }),
+    // A receipt-shaped result with no gate: either seq alone makes it one.
+    ("unbound receipt with both seqs", Class::Invalid, || {
+        let mut v = base();
+        v.push(receipt(E1, "c9", 2, 2));
+        v
+    }),
+    (
+        "unbound receipt with a request seq only",
+        Class::Invalid,
+        || {
+            let mut v = base();
+            v.push(receipt(E1, "c9", 2, 0));
+            v
+        },
+    ),
+    (
+        "unbound receipt with a decision seq only",
+        Class::Invalid,
+        || {
+            let mut v = base();
+            v.push(receipt(E1, "c9", 0, 2));
+            v
+        },
+    ),
     ("receipt contradicts denial", Class::Diverged, || {
         let mut v = replace(4, Some(decision(E1, "c1", 4, false)));
         v[5] = receipt(E1, "c1", 4, 5);

@@ -209,6 +209,33 @@ fn legacy_replay_anchors_on_first_input_and_resume_on_last() {
 }
 
 #[test]
+fn a_modern_turn_after_a_legacy_prefix_replays_the_prefix_through_its_last_end() {
+    let mut log = log_of([
+        input("", "first"),       // 0
+        model_call(""),           // 1
+        output("", "echo:first"), // 2
+        end(""),                  // 3
+        input("", "abandoned"),   // 4: an unfinished legacy tail
+    ]);
+    log.extend([
+        start(E1, Some(1)),
+        input(E1, "new"),
+        model_call(E1),
+        output(E1, "echo:new"),
+        end(E1),
+    ]);
+    let p = project(&log.records).expect("valid");
+    let replay = replay_selection(&p);
+    let legacy = replay
+        .iter()
+        .find(|e| e.kind == ExecKind::Legacy)
+        .expect("the finished legacy part replays");
+    // Through the END at 3, not past it and not short of it.
+    assert_eq!((legacy.start, legacy.history_end), (0, 4));
+    assert_eq!(texts(&legacy.inputs), ["first"]);
+}
+
+#[test]
 fn legacy_replay_without_input_anchors_on_first_record() {
     let log = log_of([
         lifecycle(lifecycle::Kind::LifecycleResume),
