@@ -433,3 +433,76 @@ fn suspend_and_resume_of_an_empty_session_agree_with_get() {
         ComputeState::ComputeLive as i32
     );
 }
+
+/// A session on memory-snapshot harness `route` whose turn `e1` was cut
+/// after `tail` (its START and one INPUT come first).
+fn cut_memory_turn(
+    world: &mut World,
+    route: &str,
+    tail: Vec<agentsessions_proto::v1::Event>,
+) -> String {
+    use agentsessions_machine::events;
+    let sid = create(world, route);
+    let marker = agentsessions_proto::v1::ExecutionStart {
+        input_count: Some(1),
+        harness: route.into(),
+        ..Default::default()
+    };
+    let mut evs = vec![
+        events::execution_start("e1", marker),
+        events::input("e1", events::text_message("user", "a")),
+    ];
+    evs.extend(tail);
+    world.store.append(&sid, 0, 0, &evs, world.now).unwrap();
+    sid
+}
+
+#[test]
+fn a_cut_memory_snapshot_turn_recovers_without_gates_and_is_refused_with_one() {
+    use agentsessions_machine::events;
+    let mut world = World::default();
+    world.add_memory("mem", "counter");
+    let plain = cut_memory_turn(&mut world, "mem", Vec::new());
+    let call = world.call(resume(&plain));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    assert!(
+        kinds(&world, &plain).contains(&EventEnd),
+        "{:?}",
+        kinds(&world, &plain)
+    );
+
+    let call = agentsessions_proto::v1::ToolCall {
+        id: "c1".into(),
+        tool: "note".into(),
+        idempotency_key: "k-c1".into(),
+        mediation: agentsessions_proto::v1::Mediation::RequiresApproval as i32,
+        ..Default::default()
+    };
+    let gated = cut_memory_turn(
+        &mut world,
+        "mem",
+        vec![
+            events::event("e1", EventToolCall, Body::Tool(call)),
+            events::approval_request("e1", "c1"),
+            events::approval_result(
+                "e1",
+                agentsessions_proto::v1::ApprovalResult {
+                    tool_call_id: "c1".into(),
+                    approved: true,
+                    reason: "ok".into(),
+                    request_seq: 4,
+                },
+                None,
+                Default::default(),
+            ),
+        ],
+    );
+    let head = world.store.records(&gated).len();
+    let call = world.call(resume(&gated));
+    assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
+    assert_eq!(
+        world.store.records(&gated).len(),
+        head,
+        "refused before writing"
+    );
+}

@@ -730,3 +730,61 @@ fn a_model_call_answered_by_a_recorded_error_is_not_redriven_when_later_effects_
     );
     assert_eq!(kinds(&world, &sid)[5..].to_vec(), vec![EventError]);
 }
+
+/// An approval session parked on its gate and then approved, not resumed:
+/// an inputless Exec recovers it through the resume path.
+fn decided_gate(world: &mut World) -> (String, usize) {
+    let (sid, exec_id, seq) = parked(world, "approval");
+    let call_id = {
+        let recs = world.store.records(&sid);
+        let req = recs.iter().find(|r| r.seq == seq).expect("request");
+        agentsessions_machine::events::body::approval(req.event.as_ref().unwrap())
+            .expect("a request")
+            .tool_call_id
+            .clone()
+    };
+    let call = world.call(approve(&sid, &exec_id, &call_id, seq, true));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    let head = world.store.records(&sid).len();
+    (sid, head)
+}
+
+#[test]
+fn a_deadline_ends_an_inputless_recovery_in_placement_or_while_it_runs() {
+    const LATER: i64 = 10 * 1_000_000_000;
+    // Held at the recovery's Describe: nothing is written.
+    let mut world = World::default();
+    let (sid, head) = decided_gate(&mut world);
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Harness(HarnessEffect::Describe { .. }))
+    }));
+    let mut req = exec_req(&sid, "", "");
+    req.deadline_unix = world.now / 1_000_000_000 + 5;
+    let id = world.start(Request::Exec(req));
+    assert!(!world.replied(id), "held at the Describe");
+    world.advance(LATER);
+    world.release();
+    assert_eq!(world.take(id).code(), Code::DeadlineExceeded);
+    assert_eq!(world.store.records(&sid).len(), head, "nothing written");
+    assert!(world.connections().is_empty(), "no connection left open");
+
+    // Running, its harness's events held: the recovery journals the cause.
+    let mut world = World::default();
+    let (sid, head) = decided_gate(&mut world);
+    world.hold = true;
+    let mut req = exec_req(&sid, "", "");
+    req.deadline_unix = world.now / 1_000_000_000 + 5;
+    let id = world.start(Request::Exec(req));
+    assert!(!world.replied(id), "the recovery waits for its harness");
+    world.advance(LATER);
+    world.release();
+    assert_eq!(world.take(id).code(), Code::DeadlineExceeded);
+    let records = world.store.records(&sid);
+    assert!(records.len() > head, "the cause is journaled");
+    let last = records.last().and_then(|r| r.event.as_ref()).unwrap();
+    assert_eq!(
+        agentsessions_machine::events::kind_of(last),
+        agentsessions_proto::v1::EventKind::EventError,
+    );
+    assert!(world.connections().is_empty(), "no connection left open");
+}

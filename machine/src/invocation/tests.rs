@@ -717,3 +717,162 @@ fn an_abort_during_a_model_call_closes_now_and_journals_the_error_after_it() {
         vec![EventKind::EventModelCall, EventKind::EventError]
     );
 }
+
+#[test]
+fn under_consumption_names_the_execution_on_replay_and_the_recovery_on_resume() {
+    let stream: Vec<_> = recorded_echo("hi")
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| record(i as i64 + 1, e))
+        .collect();
+    let mut replay = Rig::new(setup(Mode::Replay, stream.clone(), 2), vec![]);
+    replay.event(EventKind::EventEnd, end());
+    let Ending::Failed(e) = replay.ending() else {
+        panic!()
+    };
+    assert!(
+        e.to_string().contains(&format!("execution {E} consumed")),
+        "{e}"
+    );
+    let mut resume = Rig::new(setup(Mode::Resume, stream.clone(), 2), stream);
+    let out = resume.event(EventKind::EventEnd, end());
+    // A recovery journals its failure: the ERROR record lands first.
+    let error = out.iter().find(|a| matches!(a, Action::Append { .. }));
+    let error = error.cloned().expect("an ERROR append");
+    resume.appended(&error);
+    let Ending::Failed(e) = resume.ending() else {
+        panic!()
+    };
+    assert!(e.to_string().contains("recovery consumed 0 of 2"), "{e}");
+}
+
+/// A failed append of `after`'s events must stop the run without an ERROR
+/// record (the committed part is recovered later); any other failed append
+/// fails it with one.
+fn fail_the_append(rig: &mut Rig, append: &Action) -> Vec<Action> {
+    assert!(matches!(append, Action::Append { .. }), "{append:?}");
+    let mut out = Vec::new();
+    let err = AppendError::Failed("disk gone".into());
+    rig.inv.on_appended(Err(err), &mut rig.ids, &mut out);
+    out
+}
+
+#[test]
+fn a_failed_request_or_end_append_stops_without_an_error_record() {
+    // The gated call's intent and request.
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let call = keyed_call("c1", Mediation::RequiresApproval);
+    let out = rig.event(EventKind::EventToolCall, Body::Tool(call));
+    let out = fail_the_append(&mut rig, &out[0]);
+    assert_eq!(
+        out,
+        vec![Action::Close],
+        "no ERROR append after the request"
+    );
+    assert!(matches!(rig.ending(), Ending::Failed(_)));
+    // The END.
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventEnd, end());
+    let out = fail_the_append(&mut rig, &out[0]);
+    assert_eq!(out, vec![Action::Close], "no ERROR append after END");
+    // An OUTPUT: the run fails and journals why.
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("a")),
+    );
+    let out = fail_the_append(&mut rig, &out[0]);
+    assert!(
+        out.iter().any(|a| matches!(a, Action::Append { .. })),
+        "an ERROR record: {out:?}"
+    );
+}
+
+#[test]
+fn the_head_follows_every_append() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    assert_eq!(rig.inv.head(), 0);
+    let out = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("a")),
+    );
+    rig.appended(&out[0]);
+    assert_eq!(rig.inv.head(), 1);
+    let out = rig.event(EventKind::EventEnd, end());
+    rig.appended(&out[0]);
+    assert_eq!(rig.inv.head(), 2);
+}
+
+#[test]
+fn a_flood_while_an_append_is_outstanding_fails_the_run_once_the_queue_drains() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let output = || Body::Message(events::assistant_text("x"));
+    let mut pending = rig.event(EventKind::EventOutput, output());
+    // The first OUTPUT waits for its append; the flood queues behind it up
+    // to the limit, then one marker, then nothing more.
+    for _ in 0..INBOX_LIMIT + 10 {
+        assert!(rig.event(EventKind::EventOutput, output()).is_empty());
+    }
+    let mut appends = 0;
+    while let Some(action) = pending.iter().find(|a| matches!(a, Action::Append { .. })) {
+        let action = action.clone();
+        appends += 1;
+        pending = rig.appended(&action);
+        if rig.inv.finished().is_some() {
+            break;
+        }
+    }
+    let Ending::Failed(e) = rig.ending() else {
+        panic!("the flood must fail the run")
+    };
+    assert!(e.to_string().contains("too many events"), "{e}");
+    // The first output, every queued one, then the ERROR record.
+    assert_eq!(appends, 1 + INBOX_LIMIT + 1);
+    assert_eq!(rig.kinds().last(), Some(&EventKind::EventError));
+}
+
+#[test]
+fn input_after_the_run_finished_is_ignored() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventEnd, end());
+    rig.appended(&out[0]);
+    assert_eq!(rig.ending(), Ending::Completed);
+    let late = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("late")),
+    );
+    assert!(late.is_empty(), "{late:?}");
+    assert_eq!(rig.kinds(), vec![EventKind::EventEnd]);
+}
+
+#[test]
+fn events_after_an_abort_closed_the_connection_are_dropped() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(EventKind::EventModelCall, Body::Model(echo_call("hi")));
+    rig.appended(&out[0]);
+    let mut out = Vec::new();
+    rig.inv.abort(TurnError::DeadlineExceeded, &mut out);
+    assert_eq!(out, vec![Action::Close]);
+    // The harness had more to say; the connection is closed, so it is not
+    // heard, neither now nor once the outstanding call returns.
+    let late = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("late")),
+    );
+    assert!(late.is_empty(), "{late:?}");
+    let out = rig.model(Err("gone".into()));
+    let [Action::Append { events, .. }] = &out[..] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(events.len(), 1);
+    assert_eq!(events::kind_of(&events[0]), EventKind::EventError);
+    let after = rig.appended(&out[0]);
+    assert!(
+        after.iter().all(|a| matches!(a, Action::Recorded(_))),
+        "{after:?}"
+    );
+    assert_eq!(
+        rig.kinds(),
+        vec![EventKind::EventModelCall, EventKind::EventError]
+    );
+}
