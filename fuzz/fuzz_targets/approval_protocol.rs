@@ -1,7 +1,7 @@
-//! Fuzz target `approval_protocol`; the body is `agentsessions_machine::fuzzing::approval_protocol`,
+//! Fuzz target `approval_protocol`; the body is `agentsessions_testkit::fuzzing::approval_protocol`,
 //! which `machine/tests/fuzz_corpus.rs` also replays over the corpus.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agentsessions_machine::fuzzing::approval_protocol(data));
+fuzz_target!(|data: &[u8]| agentsessions_testkit::fuzzing::approval_protocol(data));

@@ -1,7 +1,7 @@
-//! Fuzz target `canonical`; the body is `agentsessions_machine::fuzzing::canonical`,
+//! Fuzz target `canonical`; the body is `agentsessions_testkit::fuzzing::canonical`,
 //! which `machine/tests/fuzz_corpus.rs` also replays over the corpus.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agentsessions_machine::fuzzing::canonical(data));
+fuzz_target!(|data: &[u8]| agentsessions_testkit::fuzzing::canonical(data));

@@ -1,7 +1,7 @@
-//! Fuzz target `input_hash`; the body is `agentsessions_machine::fuzzing::input_hash`,
+//! Fuzz target `input_hash`; the body is `agentsessions_testkit::fuzzing::input_hash`,
 //! which `machine/tests/fuzz_corpus.rs` also replays over the corpus.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| agentsessions_machine::fuzzing::input_hash(data));
+fuzz_target!(|data: &[u8]| agentsessions_testkit::fuzzing::input_hash(data));

@@ -27,8 +27,8 @@ use agentsessions_machine::host::{
     HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError, Request,
     RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
 };
-use agentsessions_machine::testkit::harness::{Echo, Script};
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};
+use agentsessions_testkit::harness::{Echo, Script};
 
 /// Counts live heap bytes and allocation calls, forwarding to `System`.
 struct Counting;

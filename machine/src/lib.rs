@@ -19,8 +19,9 @@
 //! - [`invocation`]: one harness run (live, replay or resume).
 //! - `ops`: one state machine per client request, and the core they share.
 //! - [`host`]: the [`host::Host`] that routes inputs to operations.
-//! - [`testkit`], [`interop`] (journals written by the Go host) and
-//!   `fuzzing`: test support.
+//!
+//! Test support (the in-memory world and store, Go-journal interop, the
+//! fuzz bodies) lives in the `agentsessions-testkit` crate beside this one.
 
 // Effects, outcomes and operation stages are moved once through a queue or
 // a state slot; boxing their large variants would add an allocation per
@@ -49,12 +50,7 @@ pub mod events;
 pub mod faults;
 pub mod host;
 pub mod inputhash;
-pub mod interop;
 pub mod invocation;
 pub mod journal;
 mod ops;
-pub mod testkit;
 pub mod vocab;
-
-#[cfg(feature = "fuzzing")]
-pub mod fuzzing;

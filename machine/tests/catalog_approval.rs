@@ -9,17 +9,17 @@ use agentsessions_machine::host::{
     AppendError, Code, Effect, HarnessEffect, HostConfig, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect, StreamItem,
 };
-use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
-use agentsessions_machine::testkit::{MemStore, World, world};
 use agentsessions_proto::v1::{
     ApproveRequest, ComputeState, EventKind, ExecState, IdentityRef, Mediation, Resumability,
     ToolResult, controller_frame::Frame, event::Body, tool_result,
 };
+use agentsessions_testkit::harness::{self, FnScript, Reply, ev};
+use agentsessions_testkit::{MemStore, World, world};
 use common::*;
 
 use EventKind::*;
 
-fn decision_of(call: &agentsessions_machine::testkit::Call) -> agentsessions_proto::v1::LogRecord {
+fn decision_of(call: &agentsessions_testkit::Call) -> agentsessions_proto::v1::LogRecord {
     match &call.reply {
         Ok(Response::Approve(r)) => r.decision.clone().expect("decision"),
         other => panic!("not an approval: {other:?}"),

@@ -9,15 +9,15 @@ use agentsessions_machine::host::{
     AppendError, Backend, Code, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
     Request, Response, Route, StoreEffect, StreamItem,
 };
-use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
-use agentsessions_machine::testkit::{World, world};
 use agentsessions_proto::v1::{
     CreateSessionRequest, EventKind, ExecState, HarnessEnd, Mediation, ReplayRequest, Resumability,
     Session, ToolCall, controller_frame::Frame, event::Body,
 };
+use agentsessions_testkit::harness::{self, FnScript, Reply, ev};
+use agentsessions_testkit::{World, world};
 use common::*;
 
-fn records_of(call: &agentsessions_machine::testkit::Call) -> usize {
+fn records_of(call: &agentsessions_testkit::Call) -> usize {
     call.record_seqs().len()
 }
 

@@ -12,9 +12,9 @@ mod common;
 mod rerun;
 
 use agentsessions_machine::host::{Code, Request};
-use agentsessions_machine::testkit::World;
-use agentsessions_machine::testkit::harness::{Step, keyed_call};
 use agentsessions_proto::v1::{EventKind, Mediation, ToolResult};
+use agentsessions_testkit::World;
+use agentsessions_testkit::harness::{Step, keyed_call};
 use common::*;
 use rerun::*;
 

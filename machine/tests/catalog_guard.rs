@@ -8,8 +8,8 @@ mod common;
 use agentsessions_machine::host::{
     AppendError, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
 };
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{ComputeState, EventKind, controller_frame::Frame};
+use agentsessions_testkit::World;
 use common::*;
 
 /// An echo session with a turn held open after its Start frame.
@@ -251,7 +251,7 @@ fn the_guard_drains_after_routing_and_journal_refusals_of_resume() {
 
 #[test]
 fn a_call_past_the_in_flight_cap_is_resource_exhausted_with_only_a_reply() {
-    let mut config = agentsessions_machine::testkit::world::config();
+    let mut config = agentsessions_testkit::world::config();
     config.max_in_flight = 1;
     let mut world = World::new(config);
     let (sid, turn) = held_turn(&mut world);

@@ -13,11 +13,11 @@ mod rerun;
 
 use agentsessions_machine::host::HarnessEffect;
 use agentsessions_machine::host::{Code, Effect};
-use agentsessions_machine::testkit::World;
-use agentsessions_machine::testkit::harness::{self, Step};
 use agentsessions_proto::v1::{
     Event, EventKind, Mediation, ToolCall, ToolResult, controller_frame::Frame, event::Body,
 };
+use agentsessions_testkit::World;
+use agentsessions_testkit::harness::{self, Step};
 use common::*;
 use rerun::*;
 

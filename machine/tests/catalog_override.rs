@@ -9,8 +9,8 @@ mod common;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{Code, HarnessFailure, Response};
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{EventKind, ExecutionStart, Mediation, ToolCall, event::Body};
+use agentsessions_testkit::World;
 use common::*;
 
 /// The world's `counter` route runs on a memory-snapshot runtime and

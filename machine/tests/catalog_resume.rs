@@ -7,11 +7,11 @@ mod common;
 use agentsessions_machine::events::body;
 use agentsessions_machine::host::RuntimeCall;
 use agentsessions_machine::host::{AppendError, Code, Effect, Request, RuntimeOp};
-use agentsessions_machine::testkit::harness::{self, FnScript, Reply, ev};
-use agentsessions_machine::testkit::{MemStore, World, world};
 use agentsessions_proto::v1::{
     ComputeState, EventKind, ModelCall, Resumability, controller_frame::Frame, event::Body,
 };
+use agentsessions_testkit::harness::{self, FnScript, Reply, ev};
+use agentsessions_testkit::{MemStore, World, world};
 use common::*;
 
 use EventKind::*;

@@ -11,13 +11,13 @@ use agentsessions_machine::host::{
     Backend, Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, HostConfig,
     Request, Route, RuntimeCall, StoreEffect,
 };
-use agentsessions_machine::testkit::harness;
-use agentsessions_machine::testkit::{Call, MemStore, World, world};
 use agentsessions_proto::v1::{
     Capabilities, Event, EventKind, ExecutionStart, ForkRequest, HarnessSpec,
     RegisterHarnessRequest, RemotePlacement, Resumability, Usage, controller_frame::Frame,
     harness_spec::Placement,
 };
+use agentsessions_testkit::harness;
+use agentsessions_testkit::{Call, MemStore, World, world};
 use common::*;
 
 use EventKind::*;

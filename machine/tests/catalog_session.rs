@@ -6,11 +6,11 @@ mod common;
 use std::collections::BTreeSet;
 
 use agentsessions_machine::host::{Code, Request, Response};
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
     ComputeState, CreateSessionRequest, IdentityRef, ListSessionsRequest, Origin, ResourceMetadata,
     Session,
 };
+use agentsessions_testkit::World;
 use common::*;
 
 fn create_with(world: &mut World, s: Session) -> Session {

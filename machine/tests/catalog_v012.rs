@@ -13,12 +13,12 @@ use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
     Code, Effect, ExecuteTool, HarnessEffect, ReplayReport, Request, Response, Status,
 };
-use agentsessions_machine::interop::parse_go_records;
-use agentsessions_machine::testkit::harness::{self, FnScript, Step, keyed_call};
-use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     Event, EventKind, LogRecord, Mediation, Start, Usage, controller_frame::Frame,
 };
+use agentsessions_testkit::harness::{self, FnScript, Step, keyed_call};
+use agentsessions_testkit::interop::parse_go_records;
+use agentsessions_testkit::{Call, World};
 use common::*;
 
 use EventKind::*;

@@ -3,14 +3,14 @@
 //! `fuzz/corpus/<target>/` holds each target's seed corpus and
 //! `fuzz/regressions/<target>/` every crash the fuzzer ever found,
 //! minimized. Each file goes through the same checking body the fuzz
-//! target runs (`agentsessions_machine::fuzzing`), so a fixed bug stays
+//! target runs (`agentsessions_testkit::fuzzing`), so a fixed bug stays
 //! fixed without nightly, sanitizers or cargo-fuzz. All files are run and
 //! the failures reported together, each by path.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
-use agentsessions_machine::fuzzing::{TARGETS, Target};
+use agentsessions_testkit::fuzzing::{TARGETS, Target};
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")

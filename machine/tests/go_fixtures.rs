@@ -8,10 +8,11 @@
 use std::path::PathBuf;
 
 use agentsessions_machine::chain::{self, ChainError};
-use agentsessions_machine::{canon, inputhash, interop};
+use agentsessions_machine::{canon, inputhash};
 use agentsessions_proto::v1::{
     Event, EventKind, LogRecord, Message, ModelCall, Part, TextPart, event, part,
 };
+use agentsessions_testkit::interop;
 
 fn fixtures_dir() -> PathBuf {
     match std::env::var_os("AGENTSESSIONS_FIXTURES") {

@@ -3,12 +3,12 @@
 //! string mappings and the typed errors.
 
 use agentsessions_machine::canon;
-use agentsessions_machine::interop::{
+use agentsessions_proto::v1::{Event, LogRecord, event};
+use agentsessions_proto::wkt::Timestamp;
+use agentsessions_testkit::interop::{
     GoEvent, GoEventError, GoRecordError, GoValue, go_event_to_proto, go_types::GoToolResult,
     parse_go_records,
 };
-use agentsessions_proto::v1::{Event, LogRecord, event};
-use agentsessions_proto::wkt::Timestamp;
 
 /// Parses one Go record whose `Event` object is `event` and returns it.
 fn one(event: &str) -> LogRecord {

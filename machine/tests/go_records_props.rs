@@ -2,7 +2,8 @@
 //! field names, and any byte-level corruption of a valid journal either
 //! converts or fails with a typed error.
 
-use agentsessions_machine::{canon, chain, interop};
+use agentsessions_machine::{canon, chain};
+use agentsessions_testkit::interop;
 use proptest::prelude::*;
 use serde_json::{Map, Value};
 

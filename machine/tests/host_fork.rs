@@ -10,12 +10,12 @@ use agentsessions_machine::host::{
     AppendError, ClientEffect, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect,
 };
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
     ApproveRequest, ComputeState, CreateSessionRequest, EventKind, ExecRequest, ExecState,
     ForkRequest, IdentityRef, LogRecord, Origin, ResourceMetadata, ResumeRequest, Session,
     event::Body, lifecycle,
 };
+use agentsessions_testkit::World;
 
 const IDENTITY_TEXT: &str =
     "ForkRequest.identity is unsupported: per-child principals are not enforced";

@@ -10,13 +10,13 @@ use agentsessions_machine::host::{
     Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, Request, Response,
     StoreEffect, StoreOutcome,
 };
-use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     Capabilities, CreateSessionRequest, ExecRequest, GetHarnessRequest, HarnessRegistration,
     HarnessSource, HarnessSpec, HarnessState, ListHarnessesRequest, RegisterHarnessRequest,
     RegisterHarnessResponse, RegisterOutcome, RemotePlacement, Resumability, ResumeRequest,
     RetireHarnessRequest, Session, SubstratePlacement, harness_spec::Placement,
 };
+use agentsessions_testkit::{Call, World};
 
 const ADDR: &str = "10.0.0.1:9000";
 const OTHER_ADDR: &str = "10.0.0.2:9000";
@@ -386,7 +386,7 @@ fn static_names() -> Vec<String> {
 
 #[test]
 fn static_names_are_read_only_and_reserved_names_unregistrable() {
-    let mut config = agentsessions_machine::testkit::world::config();
+    let mut config = agentsessions_testkit::world::config();
     config.reserved.push("chat".into());
     let mut world = World::new(config);
     world.remote.insert(ADDR.into(), "echo".into());

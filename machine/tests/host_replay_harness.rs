@@ -8,12 +8,12 @@ use agentsessions_machine::host::{
     Code, Effect, ExecuteTool, HarnessEffect, HarnessFailure, InvokeModel, ReplayReport, Request,
     Response, RuntimeCall, RuntimeOp, StoreEffect,
 };
-use agentsessions_machine::interop::parse_go_records;
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
     ApproveRequest, CreateSessionRequest, ExecRequest, LogRecord, ResumeRequest, Session,
     controller_frame::Frame,
 };
+use agentsessions_testkit::World;
+use agentsessions_testkit::interop::parse_go_records;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

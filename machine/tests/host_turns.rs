@@ -2,10 +2,10 @@
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{Code, Request, Response, StreamItem};
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::{
     CreateSessionRequest, EventKind, ExecRequest, ReplayRequest, ResumeRequest, Session,
 };
+use agentsessions_testkit::World;
 
 fn exec(session: &str, harness: &str, text: &str) -> Request {
     Request::Exec(ExecRequest {

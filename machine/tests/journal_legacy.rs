@@ -7,7 +7,6 @@ mod jl;
 
 use agentsessions_machine::canon;
 use agentsessions_machine::error::LogError;
-use agentsessions_machine::interop::parse_go_records;
 use agentsessions_machine::journal::executions::{
     ExecKind, Execution, Projection, check_inherited_intent, needs_describe, project,
     replay_selection, resume_invocation, select_pending,
@@ -16,6 +15,7 @@ use agentsessions_machine::journal::legacy::{compat_invocation_id, legacy_prefix
 use agentsessions_proto::v1::{
     Event, EventKind, ExecutionStart, IdentityRef, LogRecord, lifecycle,
 };
+use agentsessions_testkit::interop::parse_go_records;
 use jl::*;
 use sha2::{Digest, Sha256};
 
@@ -600,7 +600,8 @@ fn compat_id_hashes_the_go_marshalled_document() {
     // Text that Go's encoder escapes when it embeds the canonical event.
     let log = log_of([input("", "a<b>&c\u{2028}d\u{2029}é")]);
     let r = &log.records[0];
-    let uid = "s<&>\"\\\n";
+    // A space stays verbatim; a control character below it is escaped.
+    let uid = "s <&>\"\\\n\u{1f}";
     let canonical =
         String::from_utf8(canon::canonical_event(r.event.as_ref().unwrap()).unwrap()).unwrap();
     let escaped = canonical
@@ -610,7 +611,7 @@ fn compat_id_hashes_the_go_marshalled_document() {
         .replace('\u{2028}', "\\u2028")
         .replace('\u{2029}', "\\u2029");
     let doc = format!(
-        "{{\"session_uid\":\"s\\u003c\\u0026\\u003e\\\"\\\\\\n\",\"seq\":\"1\",\"event\":{escaped}}}"
+        "{{\"session_uid\":\"s \\u003c\\u0026\\u003e\\\"\\\\\\n\\u001f\",\"seq\":\"1\",\"event\":{escaped}}}"
     );
     let want = format!("legacy-{}", hex::encode(Sha256::digest(doc.as_bytes())));
     assert_eq!(compat_invocation_id(uid, r), Ok(want));

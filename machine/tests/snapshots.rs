@@ -6,8 +6,8 @@
 mod common;
 
 use agentsessions_machine::host::{Code, Request};
-use agentsessions_machine::testkit::World;
 use agentsessions_proto::v1::ForkRequest;
+use agentsessions_testkit::World;
 use common::*;
 
 /// Runs `req` and renders the effects it caused.

@@ -5,9 +5,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use agentsessions_machine::interop::parse_go_records;
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::{AppendBatch, JournalStore};
+use agentsessions_testkit::interop::parse_go_records;
 use common::*;
 
 const FIXTURES: [&str; 9] = [

@@ -225,7 +225,7 @@ impl<'a> Run<'a> {
         let path = format!("{FIXTURES}/{fixture}.json");
         let text = std::fs::read_to_string(&path)
             .map_err(|e| violation(Rule::Expectation, format!("fixture {path}: {e}")))?;
-        let records = agentsessions_machine::interop::parse_go_records(&text)
+        let records = agentsessions_testkit::interop::parse_go_records(&text)
             .map_err(|e| violation(Rule::Expectation, format!("fixture {fixture}: {e}")))?;
         let now = self.sim.d.now;
         self.sim.d.store.import(uid, records, now);

@@ -12,10 +12,10 @@
 //!   the output text alone.
 
 use agentsessions_machine::events;
-use agentsessions_machine::testkit::harness::{self, FnScript, Reply, Script, ev};
 use agentsessions_proto::v1::{
     ControllerFrame, Event, EventKind, ModelCall, ToolResult, controller_frame::Frame, event::Body,
 };
+use agentsessions_testkit::harness::{self, FnScript, Reply, Script, ev};
 
 /// The in-harness tool harness.
 pub const REPORTER: &str = "reporter";

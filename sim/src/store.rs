@@ -13,9 +13,9 @@
 
 use agentsessions_machine::faults::{self, Fault};
 use agentsessions_machine::host::{Nanos, SessionRow, StoreEffect, StoreOutcome};
-use agentsessions_machine::testkit::MemStore;
-use agentsessions_machine::testkit::store::SessionImage;
 use agentsessions_proto::v1::{Event, LogRecord};
+use agentsessions_testkit::MemStore;
+use agentsessions_testkit::store::SessionImage;
 
 use crate::digest::Fnv;
 use crate::oracle::JournalView;

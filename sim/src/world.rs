@@ -23,12 +23,12 @@ use agentsessions_machine::host::{
     Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect,
     StoreOutcome, StreamItem,
 };
-use agentsessions_machine::testkit::harness::Script;
-use agentsessions_machine::testkit::world as testworld;
 use agentsessions_proto::v1::{
     ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
     event::Body,
 };
+use agentsessions_testkit::harness::Script;
+use agentsessions_testkit::world as testworld;
 
 use crate::digest::Fnv;
 use crate::oracle::{Check, Oracle};

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{AppendError, SessionRow};
-use agentsessions_machine::testkit::MemStore;
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_sim::oracle::{JournalView, Oracle, Rule};
+use agentsessions_testkit::MemStore;
 
 /// A journal held as plain vectors.
 #[derive(Default)]

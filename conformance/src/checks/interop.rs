@@ -5,13 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use agentsessions_machine::interop::parse_go_records;
 use agentsessions_proto::v1::{
     Event, EventKind, ExecutionStart, IdentityRef, LogRecord, Message, Part, TextPart, event, part,
 };
 use agentsessions_proto::wkt::Timestamp;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{AppendBatch, JournalStore, SessionMeta};
+use agentsessions_testkit::interop::parse_go_records;
 
 use super::support::{extends, log, resume_ok, turn_ok, turn_records};
 use super::{Check, CheckResult, Failure, Verdict};

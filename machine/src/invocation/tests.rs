@@ -876,3 +876,63 @@ fn events_after_an_abort_closed_the_connection_are_dropped() {
         vec![EventKind::EventModelCall, EventKind::EventError]
     );
 }
+
+#[test]
+fn a_second_abort_while_the_first_waits_adds_nothing_and_the_first_journals_once() {
+    let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+    let out = rig.event(
+        EventKind::EventOutput,
+        Body::Message(events::assistant_text("a")),
+    );
+    let mut first = Vec::new();
+    rig.inv.abort(TurnError::DeadlineExceeded, &mut first);
+    assert_eq!(first, vec![Action::Close], "the append is still out");
+    let mut second = Vec::new();
+    rig.inv
+        .abort(TurnError::Harness("client cancelled".into()), &mut second);
+    assert!(second.is_empty(), "{second:?}");
+    // The outstanding append lands; then the first cause is journaled.
+    let after = rig.appended(&out[0]);
+    let error = after.iter().find(|a| matches!(a, Action::Append { .. }));
+    let error = error.cloned().expect("the ERROR record");
+    rig.appended(&error);
+    assert_eq!(rig.ending(), Ending::Failed(TurnError::DeadlineExceeded));
+    assert_eq!(
+        rig.kinds(),
+        vec![EventKind::EventOutput, EventKind::EventError]
+    );
+}
+
+#[test]
+fn host_owned_and_payloadless_events_fail_the_turn_each_with_its_reason() {
+    for (kind, body, why) in [
+        (
+            EventKind::EventApprovalRequest,
+            None,
+            "host-owned control event",
+        ),
+        (
+            EventKind::EventParked,
+            Some(Body::Parked(ApprovalRef::default())),
+            "host-owned control event",
+        ),
+        (EventKind::EventOutput, None, "EVENT_OUTPUT has no payload"),
+        (
+            EventKind::EventModelCall,
+            Some(end()),
+            "EVENT_MODEL_CALL has no payload",
+        ),
+    ] {
+        let mut rig = Rig::new(setup(Mode::Live, vec![], 0), vec![]);
+        let mut ev = events::event(E, kind, end());
+        ev.body = body;
+        let out = rig.harness(HarnessInput::Event(ev));
+        let error = out.iter().find(|a| matches!(a, Action::Append { .. }));
+        let error = error.cloned().unwrap_or_else(|| panic!("{kind:?}: {out:?}"));
+        rig.appended(&error);
+        let Ending::Failed(e) = rig.ending() else {
+            panic!("{kind:?}")
+        };
+        assert!(e.to_string().contains(why), "{kind:?}: {e}");
+    }
+}

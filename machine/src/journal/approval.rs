@@ -256,7 +256,7 @@ fn is_gated_record(r: &LogRecord) -> bool {
 
 /// The shortcut in [`scan`] must not change its answer (the fuzz targets
 /// check this on every input).
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, feature = "faults"))]
 pub fn scan_agrees_with_grouped_scan(records: &[LogRecord], through_seq: i64) -> bool {
     // Compared as text: a NaN in a call's args is unequal to itself, so
     // `==` would report two identical answers as different.

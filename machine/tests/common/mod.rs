@@ -9,11 +9,11 @@ use agentsessions_machine::host::{
     ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect, StreamItem,
 };
-use agentsessions_machine::testkit::{Call, World};
 use agentsessions_proto::v1::{
     ApproveRequest, CreateSessionRequest, EventKind, ExecRequest, GetSessionRequest, LogRecord,
     ReplayRequest, ResumeRequest, Session, SuspendRequest, controller_frame::Frame,
 };
+use agentsessions_testkit::{Call, World};
 
 /// An Exec of `text` (no input when empty) on `harness` ("" = the session's).
 pub fn exec(session: &str, harness: &str, text: &str) -> Request {

@@ -19,7 +19,7 @@ use proptest::collection::{btree_map, hash_map, vec};
 use proptest::prelude::*;
 
 // The characters that stress JCS, shared with the fuzz targets.
-use agentsessions_machine::fuzzing::SPECIAL;
+use agentsessions_testkit::fuzzing::SPECIAL;
 
 pub fn any_char() -> impl Strategy<Value = char> {
     prop_oneof![

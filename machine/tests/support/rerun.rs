@@ -6,9 +6,9 @@
 
 use agentsessions_machine::host::HarnessEffect;
 use agentsessions_machine::host::{Code, Effect, ReplayReport, Request, Response, Status};
-use agentsessions_machine::testkit::harness::{self, FnScript, Step, keyed_call};
-use agentsessions_machine::testkit::{Call, MemStore, World, world};
 use agentsessions_proto::v1::{EventKind, Mediation, ToolCall, controller_frame::Frame};
+use agentsessions_testkit::harness::{self, FnScript, Step, keyed_call};
+use agentsessions_testkit::{Call, MemStore, World, world};
 use pbjson_types::{ListValue, Struct, Value, value::Kind};
 
 use crate::common::*;

@@ -23,6 +23,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         model_api_key: None,
         harnesses: Vec::new(),
         harness_timeouts: Default::default(),
+        max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
     }
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::AppendError as MachineAppendError;
-use agentsessions_machine::testkit::MemStore;
 use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
+use agentsessions_testkit::MemStore;
 
 use super::*;
 

@@ -20,11 +20,11 @@ use arbitrary::{Result, Unstructured};
 use prost::Message as _;
 
 use super::draw;
-use crate::canon;
-use crate::chain::{self, ChainError, ChainVerifier};
-use crate::host::{SessionRow, render};
 use crate::interop;
-use crate::journal::{approval, executions, legacy, projection};
+use agentsessions_machine::canon;
+use agentsessions_machine::chain::{self, ChainError, ChainVerifier};
+use agentsessions_machine::host::{SessionRow, render};
+use agentsessions_machine::journal::{approval, executions, legacy, projection};
 
 /// Most records decoded from one protobuf stream.
 const MAX_STREAM: usize = 64;

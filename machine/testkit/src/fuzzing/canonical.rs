@@ -10,7 +10,7 @@ use arbitrary::{Result, Unstructured};
 use prost::Message as _;
 
 use super::draw;
-use crate::canon::{self, CanonError};
+use agentsessions_machine::canon::{self, CanonError};
 
 /// The target body.
 pub fn canonical(data: &[u8]) {

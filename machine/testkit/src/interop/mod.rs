@@ -4,7 +4,7 @@
 //! with Go's `encoding/json`, using Go field names and Go string enums. This
 //! module reads that form and converts it into `agentsessions.v1` records with
 //! the Go host's own domain-to-proto rules, so stored content hashes verify
-//! unchanged with [`crate::canon`] and [`crate::chain`].
+//! unchanged with [`agentsessions_machine::canon`] and [`agentsessions_machine::chain`].
 
 mod go_record;
 pub mod go_types;

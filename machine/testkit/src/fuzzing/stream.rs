@@ -30,14 +30,14 @@ use arbitrary::{Result, Unstructured};
 
 use super::acts::{Act, Shared};
 use super::draw;
-use crate::chain;
-use crate::error::TurnError;
-use crate::events::{self, body};
-use crate::host::{AppendError, CountingIds, HarnessInput, ModelReply};
-use crate::inputhash;
-use crate::invocation::{Action, Ending, Invocation, Mode, Setup};
-use crate::journal::{approval, executions};
-use crate::testkit::MemStore;
+use crate::MemStore;
+use agentsessions_machine::chain;
+use agentsessions_machine::error::TurnError;
+use agentsessions_machine::events::{self, body};
+use agentsessions_machine::host::{AppendError, CountingIds, HarnessInput, ModelReply};
+use agentsessions_machine::inputhash;
+use agentsessions_machine::invocation::{Action, Ending, Invocation, Mode, Setup};
+use agentsessions_machine::journal::{approval, executions};
 
 const SESSION: &str = "sess-fuzz";
 const EXEC: &str = "00000000000000e1";

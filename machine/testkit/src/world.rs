@@ -9,8 +9,8 @@ use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef, ToolResult};
 
 use super::harness::{self, Script};
 use super::store::MemStore;
-use crate::events;
-use crate::host::{
+use agentsessions_machine::events;
+use agentsessions_machine::host::{
     AppendError, Backend, BootReport, ClientEffect, ConnId, CountingIds, Effect, EffectId,
     ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, Host, HostConfig,
     InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall,
@@ -28,9 +28,9 @@ pub struct Call {
 
 impl Call {
     /// The reply's status code (`Ok` on success).
-    pub fn code(&self) -> crate::host::Code {
+    pub fn code(&self) -> agentsessions_machine::host::Code {
         match &self.reply {
-            Ok(_) => crate::host::Code::Ok,
+            Ok(_) => agentsessions_machine::host::Code::Ok,
             Err(s) => s.code,
         }
     }

@@ -17,7 +17,7 @@
 //! approving decision for the same tuple, and the executed call is the
 //! committed intent.
 
-use crate::host::ExecuteTool;
+use agentsessions_machine::host::ExecuteTool;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -28,12 +28,14 @@ use agentsessions_proto::v1::{
 use arbitrary::Unstructured;
 
 use super::acts::{Act, Shared, Step, Then};
-use crate::chain;
-use crate::events::{self, body};
-use crate::host::{AppendError, ConnId, Effect, HarnessFailure, HarnessInput, Request, RequestId};
-use crate::journal::approval;
-use crate::testkit::harness::{self, Reply, Script};
-use crate::testkit::{MemStore, World};
+use crate::harness::{self, Reply, Script};
+use crate::{MemStore, World};
+use agentsessions_machine::chain;
+use agentsessions_machine::events::{self, body};
+use agentsessions_machine::host::{
+    AppendError, ConnId, Effect, HarnessFailure, HarnessInput, Request, RequestId,
+};
+use agentsessions_machine::journal::approval;
 
 /// Most steps taken from one input.
 const MAX_STEPS: usize = 48;

@@ -22,7 +22,7 @@ use serde::ser::{Error as _, SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 use super::draw;
-use crate::inputhash;
+use agentsessions_machine::inputhash;
 
 /// The target body.
 pub fn input_hash(data: &[u8]) {
@@ -48,7 +48,7 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
     if let Ok(bytes) = &fast {
         assert_eq!(
             inputhash::input_hash(&request).ok(),
-            Some(crate::canon::sha256_hex(bytes)),
+            Some(agentsessions_machine::canon::sha256_hex(bytes)),
             "the input hash is the SHA-256 of the encoding"
         );
     }
@@ -503,7 +503,7 @@ mod tests {
         };
         let bytes = encode(&call).expect("encodes");
         assert_eq!(
-            crate::canon::sha256_hex(&bytes),
+            agentsessions_machine::canon::sha256_hex(&bytes),
             "210636379d42235ed6d7b2b1e9c7d7e59c8f887a851ec502ac50f82e36867256"
         );
     }

@@ -11,8 +11,8 @@ use agentsessions_proto::v1::{
 use arbitrary::{Result, Unstructured};
 
 use super::draw;
-use crate::events;
-use crate::testkit::harness::Reply;
+use crate::harness::Reply;
+use agentsessions_machine::events;
 
 /// One harness action, turned into an event when it is sent.
 ///

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
-use crate::canon;
-use crate::host::{
+use agentsessions_machine::canon;
+use agentsessions_machine::host::{
     AppendError, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, RegistryRefusal,
     SessionRow, StoreEffect, StoreOutcome,
 };
-use crate::journal::projection::{batch_compute_state, compute_state_after};
+use agentsessions_machine::journal::projection::{batch_compute_state, compute_state_after};
 
 #[derive(Debug, Clone, Default)]
 struct Entry {

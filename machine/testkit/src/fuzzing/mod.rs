@@ -70,13 +70,13 @@ mod teeth {
     use std::path::Path;
 
     use super::TARGETS;
-    use crate::faults::{self, Fault};
+    use agentsessions_machine::faults::{self, Fault};
 
     /// True when some corpus entry of `target` fails with `fault` armed.
     fn caught(target: &str, fault: Fault) -> bool {
         let t = TARGETS.iter().find(|t| t.name == target).expect("a target");
         let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
+            .join("../../fuzz/corpus")
             .join(target);
         let mut paths: Vec<_> = std::fs::read_dir(dir)
             .expect("the corpus is committed")

@@ -7,7 +7,7 @@ use agentsessions_proto::v1::{
     event::Body,
 };
 
-use crate::events;
+use agentsessions_machine::events;
 
 /// What a harness sends in answer to one frame.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -20,7 +20,7 @@ use arbitrary::{Result, Unstructured};
 use pbjson_types::value::Kind;
 use pbjson_types::{ListValue, Struct, Value};
 
-use crate::canon;
+use agentsessions_machine::canon;
 
 /// Characters that stress the writers: escapes, controls, DEL, the line
 /// separators, the private-use block that sorts differently in UTF-16,
