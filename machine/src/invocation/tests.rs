@@ -928,7 +928,9 @@ fn host_owned_and_payloadless_events_fail_the_turn_each_with_its_reason() {
         ev.body = body;
         let out = rig.harness(HarnessInput::Event(ev));
         let error = out.iter().find(|a| matches!(a, Action::Append { .. }));
-        let error = error.cloned().unwrap_or_else(|| panic!("{kind:?}: {out:?}"));
+        let error = error
+            .cloned()
+            .unwrap_or_else(|| panic!("{kind:?}: {out:?}"));
         rig.appended(&error);
         let Ending::Failed(e) = rig.ending() else {
             panic!("{kind:?}")
