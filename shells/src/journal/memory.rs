@@ -303,6 +303,11 @@ impl MemoryDisk {
         {
             let mut torn = b.clone();
             torn.events.truncate(n);
+            // The machine's compute_state was for the whole batch; the row
+            // a torn write leaves reflects the records that landed, by the
+            // machine's own rule.
+            torn.compute_state =
+                agentsessions_machine::journal::projection::batch_compute_state(&torn.events);
             st.durable
                 .append(&torn, &project)
                 .expect("a prefix of an applied append applies");

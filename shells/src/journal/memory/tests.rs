@@ -348,3 +348,31 @@ async fn metadata_paging_and_registry_follow_the_sqlite_rules() {
         .unwrap();
     assert_eq!(listed.len(), 1);
 }
+
+#[tokio::test]
+async fn a_torn_append_leaves_the_compute_state_of_the_records_that_landed() {
+    let disk = Arc::new(MemoryDisk::default());
+    let j = Arc::new(disk.open(Durability::Manual));
+    let w = j.writer();
+    let suspend = events::lifecycle(lifecycle::Kind::LifecycleSuspend, "");
+    // The machine says COLD for the whole batch (it ends in SUSPEND).
+    let told = batch("s", 0, 0, vec![input("a"), suspend]);
+    assert_eq!(told.compute_state, Some(ComputeState::ComputeCold));
+    let task = {
+        let j = Arc::clone(&j);
+        tokio::spawn(async move { j.append(told).await })
+    };
+    until(|| disk.pending_of(w).len() == 1).await;
+    disk.crash(
+        w,
+        CrashCut {
+            keep: 0,
+            tear: Some(1),
+        },
+    );
+    assert!(task.await.unwrap().is_err());
+    let image = disk.durable();
+    assert_eq!(image.records("s").len(), 1, "only the INPUT landed");
+    let row = image.info("s").expect("row");
+    assert_eq!(row.compute_state, ComputeState::ComputeLive);
+}
