@@ -132,27 +132,10 @@ impl ExecOp {
                     other => unexpected("exec", &other),
                 }
             }
-            Stage::Load(load) => match load.on_outcome(cx, id, outcome) {
-                Loaded::Pending(load) => {
-                    self.stage = Stage::Load(load);
-                    Flow::Continue
-                }
-                Loaded::Ready(row, log) => {
-                    self.row = Some(row);
-                    self.log = log;
-                    self.preflight(cx)
-                }
-                Loaded::NotFound(status) => {
-                    // An unknown override is the caller's first mistake.
-                    if !self.req.harness.is_empty()
-                        && let Err(unknown) = resolve(cx, &self.req.harness)
-                    {
-                        return self.fail(cx, unknown);
-                    }
-                    self.fail(cx, status)
-                }
-                Loaded::Busy(status) | Loaded::Failed(status) => self.fail(cx, status),
-            },
+            Stage::Load(load) => {
+                let loaded = load.on_outcome(cx, id, outcome);
+                self.on_loaded(cx, loaded)
+            }
             Stage::Check(mut check) => match check.on_outcome(cx, id, outcome) {
                 Checked::Pending => {
                     self.stage = Stage::Check(check);
@@ -188,33 +171,8 @@ impl ExecOp {
                 run.on_outcome(cx, id, outcome);
                 self.after_run(cx, run)
             }
-            Stage::Handoff(mut handoff) => match handoff.on_outcome(cx, id, outcome) {
-                Handed::Pending => {
-                    self.stage = Stage::Handoff(handoff);
-                    Flow::Continue
-                }
-                Handed::Failed(e) => self.fail(cx, mapping::exec(&e)),
-                Handed::Done(records) => {
-                    for r in records {
-                        cx.stream(self.request, StreamItem::Record(r));
-                    }
-                    self.stage = Stage::Final(Render::start(cx, &self.session));
-                    Flow::Continue
-                }
-            },
-            Stage::Final(mut render) => match render.on_outcome(cx, id, outcome) {
-                Rendered::Pending => {
-                    self.stage = Stage::Final(render);
-                    Flow::Continue
-                }
-                Rendered::Done(s) => {
-                    cx.stream(self.request, StreamItem::Session(*s));
-                    cx.reply(self.request, Ok(Response::StreamEnd));
-                    Flow::Done
-                }
-                Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
-                Rendered::Failed(status) => self.fail(cx, status),
-            },
+            Stage::Handoff(handoff) => self.on_handoff(cx, handoff, id, outcome),
+            Stage::Final(render) => self.on_final(cx, render, id, outcome),
             Stage::Recovery(mut op) => {
                 let flow = op.on_outcome(cx, id, outcome);
                 self.stage = Stage::Recovery(op);
@@ -222,6 +180,78 @@ impl ExecOp {
             }
             // A finished operation is dropped by the host; nothing reaches it.
             Stage::Over => unreachable!("input for a finished operation"),
+        }
+    }
+
+    /// The row and journal are read (or the load ended).
+    fn on_loaded(&mut self, cx: &mut Cx<'_>, loaded: Loaded) -> Flow {
+        match loaded {
+            Loaded::Pending(load) => {
+                self.stage = Stage::Load(load);
+                Flow::Continue
+            }
+            Loaded::Ready(row, log) => {
+                self.row = Some(row);
+                self.log = log;
+                self.preflight(cx)
+            }
+            Loaded::NotFound(status) => {
+                // An unknown override is the caller's first mistake.
+                if !self.req.harness.is_empty()
+                    && let Err(unknown) = resolve(cx, &self.req.harness)
+                {
+                    return self.fail(cx, unknown);
+                }
+                self.fail(cx, status)
+            }
+            Loaded::Busy(status) | Loaded::Failed(status) => self.fail(cx, status),
+        }
+    }
+
+    /// The park handoff advanced; once done, the final Session frame.
+    fn on_handoff(
+        &mut self,
+        cx: &mut Cx<'_>,
+        mut handoff: Box<Handoff>,
+        id: EffectId,
+        outcome: Outcome,
+    ) -> Flow {
+        match handoff.on_outcome(cx, id, outcome) {
+            Handed::Pending => {
+                self.stage = Stage::Handoff(handoff);
+                Flow::Continue
+            }
+            Handed::Failed(e) => self.fail(cx, mapping::exec(&e)),
+            Handed::Done(records) => {
+                for r in records {
+                    cx.stream(self.request, StreamItem::Record(r));
+                }
+                self.stage = Stage::Final(Render::start(cx, &self.session));
+                Flow::Continue
+            }
+        }
+    }
+
+    /// The final Session frame is rendered: stream it and end the call.
+    fn on_final(
+        &mut self,
+        cx: &mut Cx<'_>,
+        mut render: Render,
+        id: EffectId,
+        outcome: Outcome,
+    ) -> Flow {
+        match render.on_outcome(cx, id, outcome) {
+            Rendered::Pending => {
+                self.stage = Stage::Final(render);
+                Flow::Continue
+            }
+            Rendered::Done(s) => {
+                cx.stream(self.request, StreamItem::Session(*s));
+                cx.reply(self.request, Ok(Response::StreamEnd));
+                Flow::Done
+            }
+            Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
+            Rendered::Failed(status) => self.fail(cx, status),
         }
     }
 

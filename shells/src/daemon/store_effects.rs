@@ -78,14 +78,10 @@ pub(super) async fn perform_store<S: JournalStore>(
             let page = list_sessions(store, project, page_size, after).await;
             (id, StoreOutcome::SessionPage(page))
         }
-        StoreEffect::GetHarnessRow { id, name } => {
-            let r = match store.harness(&name).await {
-                Ok(row) => Ok(Some(harness_row_of(row))),
-                Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
-                Err(e) => Err(e.to_string()),
-            };
-            (id, StoreOutcome::HarnessRow(r))
-        }
+        StoreEffect::GetHarnessRow { id, name } => (
+            id,
+            StoreOutcome::HarnessRow(harness_row(store, &name).await),
+        ),
         StoreEffect::ListHarnessRows {
             id,
             after,
@@ -97,12 +93,9 @@ pub(super) async fn perform_store<S: JournalStore>(
                 limit: limit.max(1),
                 include_retired,
             };
-            let r = store
-                .list_harnesses(req)
-                .await
-                .map(|rows| rows.into_iter().map(harness_row_of).collect())
-                .map_err(text);
-            (id, StoreOutcome::HarnessRows(r))
+            let rows = store.list_harnesses(req).await.map_err(text);
+            let rows = rows.map(|rows| rows.into_iter().map(harness_row_of).collect());
+            (id, StoreOutcome::HarnessRows(rows))
         }
         StoreEffect::RegisterHarnessRow { id, row, now } => (
             id,
@@ -196,4 +189,12 @@ async fn register<S: JournalStore>(
         crate::journal::RegisterOutcome::Reactivated => RegisterOutcome::Reactivated,
     };
     Ok((harness_row_of(row), outcome))
+}
+
+async fn harness_row<S: JournalStore>(store: &S, name: &str) -> Result<Option<HarnessRow>, String> {
+    match store.harness(name).await {
+        Ok(row) => Ok(Some(harness_row_of(row))),
+        Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
