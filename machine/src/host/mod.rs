@@ -212,13 +212,6 @@ impl Host {
         self.core.unservable.get(name).map(String::as_str)
     }
 
-    /// Marks a stored registration this host cannot serve.
-    pub fn mark_unservable(&mut self, name: &str, reason: &str) {
-        self.core
-            .unservable
-            .insert(name.to_owned(), reason.to_owned());
-    }
-
     /// Takes `now` and fires every deadline due by then, before the input
     /// itself: an answer that arrives after its call's deadline must not
     /// carry the call on to its next effect (a fence mint, an append).

@@ -23,7 +23,7 @@ mod journal;
 mod stream;
 
 pub use approval::approval_protocol;
-pub use canonical::canonical;
+pub use canonical::{canonical, oracle_event, oracle_record};
 pub use gojson::input_hash;
 pub use journal::journal_verify;
 pub use stream::harness_stream;
