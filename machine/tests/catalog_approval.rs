@@ -195,6 +195,43 @@ fn a_head_advance_between_scan_and_append_aborts_the_decision() {
     assert!(!kinds(&world, &sid).contains(&EventApprovalResult));
 }
 
+/// Found by madsim (two hosts, no faults): a Resume loaded the journal,
+/// another host then appended the approved call's receipt, and the Resume
+/// minted its fence and re-ran the call before its own append could fail
+/// the CAS. The journal is now re-read under the new fence.
+#[test]
+fn a_journal_that_moves_while_resume_fences_aborts_before_the_tool_runs() {
+    let mut world = World::default();
+    let (sid, eid, seq) = parked(&mut world, "approval");
+    assert_eq!(
+        world.call(approve(&sid, &eid, "c1", seq, true)).code(),
+        Code::Ok
+    );
+    let racer = sid.clone();
+    world.before_effect = Some(Box::new(move |e, store| {
+        if matches!(e, Effect::Store(StoreEffect::MintFence { .. })) {
+            let head = store.records(&racer).len() as i64;
+            let fence = store.fence(&racer);
+            let marker = agentsessions_machine::events::lifecycle(
+                agentsessions_proto::v1::lifecycle::Kind::LifecycleResume,
+                "",
+            );
+            store.append(&racer, head, fence, &[marker], 0).unwrap();
+        }
+    }));
+    let attempts = world.executor.attempts;
+    let call = world.call(resume(&sid));
+    world.before_effect = None;
+    assert_eq!(call.code(), Code::Aborted, "{call:?}");
+    assert_eq!(
+        world.executor.attempts, attempts,
+        "the approved call did not run"
+    );
+    // With the journal still, the next Resume runs it once.
+    assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
+    assert_eq!(world.executor.attempts, attempts + 1);
+}
+
 #[test]
 fn operational_failures_of_approve_are_internal_and_write_nothing() {
     let mut world = World::default();

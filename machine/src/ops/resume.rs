@@ -58,6 +58,9 @@ enum Stage {
         head: i64,
     },
     Place(Box<Placement>, Option<Execution>),
+    /// Fenced with an execution to run: the journal re-read past the head
+    /// `decide` saw, since another writer may have appended before the mint.
+    Recheck(Box<Placement>, Execution, EffectId),
     Marker(EffectId),
     Running(Box<Run>),
     Handoff(Box<Handoff>),
@@ -196,8 +199,19 @@ impl ResumeOp {
                     Flow::Continue
                 }
                 Placed::Failed(status) => self.fail(cx, status),
-                Placed::Ready => self.placed(cx, *placement, pending),
+                Placed::Ready => match pending {
+                    Some(exec) => {
+                        let read = cx.read_log(&self.session, self.head() + 1, 0);
+                        self.stage = Stage::Recheck(placement, exec, read);
+                        Flow::Continue
+                    }
+                    None => self.placed(cx, *placement, None),
+                },
             },
+            Stage::Recheck(placement, exec, want) => {
+                assert_eq!(want, id);
+                self.rechecked(cx, *placement, exec, outcome)
+            }
             Stage::Marker(want) => {
                 assert_eq!(want, id);
                 match outcome {
@@ -413,6 +427,43 @@ impl ResumeOp {
         }
     }
 
+    /// The journal past the decided head, read under the new fence. Only
+    /// an unchanged journal lets the execution run: the recovery re-drives
+    /// its trailing tool or model call before it appends anything, so a
+    /// result another writer appended between the load and the mint would
+    /// otherwise be executed twice (the append's CAS comes too late).
+    fn rechecked(
+        &mut self,
+        cx: &mut Cx<'_>,
+        placement: Placement,
+        exec: Execution,
+        outcome: Outcome,
+    ) -> Flow {
+        let conn = placement.conn.expect("placement dialed");
+        match outcome {
+            Outcome::Store(StoreOutcome::Log(Ok(later))) if later.is_empty() => {
+                self.placed(cx, placement, Some(exec))
+            }
+            Outcome::Store(StoreOutcome::Log(Ok(later))) => {
+                cx.close(conn);
+                let head = later.last().map_or(0, |r| r.seq);
+                assert!(
+                    head > self.head(),
+                    "a read past the head returns later seqs"
+                );
+                let msg = format!(
+                    "resume: seq conflict (journal head moved to {head} while this host fenced it)"
+                );
+                self.fail(cx, Status::aborted(msg))
+            }
+            Outcome::Store(StoreOutcome::Log(Err(e))) => {
+                cx.close(conn);
+                self.fail(cx, Status::internal(format!("resume: read log: {e}")))
+            }
+            other => unexpected("resume recheck", &other),
+        }
+    }
+
     /// Placed and fenced: run the pending execution, or just mark RESUME.
     fn placed(
         &mut self,
@@ -589,6 +640,10 @@ impl ResumeOp {
                 if let Some(conn) = p.conn {
                     cx.close(conn);
                 }
+                self.fail(cx, status)
+            }
+            Stage::Recheck(p, _, _) => {
+                cx.close(p.conn.expect("placement dialed"));
                 self.fail(cx, status)
             }
             // A finished operation is dropped by the host; nothing reaches it.
