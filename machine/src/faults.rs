@@ -1,7 +1,7 @@
 //! Planted bugs for the simulator's mutation check (`sim/tests/teeth.rs`).
 //!
 //! Each [`Fault`] names one deliberate bug that is checked at exactly one
-//! place in the machine (or in the test store / the simulator's store). A
+//! place in the machine (or in the memory tables / the simulator's store). A
 //! fault is armed per thread, so parallel tests in one binary do not see
 //! each other's faults, and nothing is armed unless a test arms it. The
 //! module only exists under `cfg(test)` or the `faults` feature, which only

@@ -2,9 +2,9 @@
 //! shipped binaries never carry it.
 //!
 //! - [`World`]: a deterministic in-memory world for driving the host in
-//!   tests and in the simulator: [`MemStore`] (the SQLite store's
-//!   contract), scripted [`harness`]es, an echo model and a deduplicating
-//!   tool executor. Pure code, like the machine.
+//!   tests and in the simulator: [`MemStore`] (the shells' in-memory
+//!   tables, held to the store contract), scripted [`harness`]es, an echo
+//!   model and a deduplicating tool executor. No I/O, clock or threads.
 //! - [`interop`]: journals written by the Go reference host.
 //! - `fuzzing` (feature `fuzzing`): the checking bodies of the cargo-fuzz
 //!   targets, which `machine/tests/fuzz_corpus.rs` also replays.
@@ -12,21 +12,6 @@
 // Fuzz inputs and world inputs are moved once through a queue; boxing their
 // large variants would add an allocation per input for nothing.
 #![allow(clippy::large_enum_variant)]
-
-/// True when the planted bug `$fault` is armed (see
-/// `agentsessions_machine::faults`); a constant `false` without the
-/// `faults` feature.
-macro_rules! planted {
-    ($fault:ident) => {{
-        #[cfg(feature = "faults")]
-        let armed =
-            agentsessions_machine::faults::active(agentsessions_machine::faults::Fault::$fault);
-        #[cfg(not(feature = "faults"))]
-        let armed = false;
-        armed
-    }};
-}
-pub(crate) use planted;
 
 pub mod harness;
 pub mod interop;

@@ -22,4 +22,4 @@ pub mod observe;
 pub mod remote;
 #[cfg(not(madsim))]
 pub mod runtime;
-mod store_effects;
+pub mod store_effects;

@@ -6,6 +6,9 @@ use agentsessions_machine::host::{
     StoreOutcome,
 };
 
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
+
 use super::convert::{append_error_of, harness_row_of, meta_of, put_error_of, row_of};
 use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
 
@@ -13,8 +16,21 @@ pub(super) fn text(e: StoreError) -> String {
     e.to_string()
 }
 
+/// [`perform_store`] against a store whose calls never wait (such as
+/// [`crate::journal::memory::InstantStore`]): the outcome, now.
+pub fn perform_store_now<S: JournalStore>(
+    store: &S,
+    effect: StoreEffect,
+) -> (EffectId, StoreOutcome) {
+    let call = std::pin::pin!(perform_store(store, effect));
+    match call.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(done) => done,
+        Poll::Pending => panic!("a store whose calls never wait made a store effect wait"),
+    }
+}
+
 /// Performs one journal effect against the store.
-pub(super) async fn perform_store<S: JournalStore>(
+pub async fn perform_store<S: JournalStore>(
     store: &S,
     effect: StoreEffect,
 ) -> (EffectId, StoreOutcome) {

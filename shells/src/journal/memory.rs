@@ -39,9 +39,13 @@ use super::{
     SessionPage, StoreError, VerifyError,
 };
 
+mod instant;
 mod tables;
 #[cfg(test)]
 mod tests;
+
+pub use instant::InstantStore;
+pub use tables::{Session as StoredSession, Tables};
 
 /// True when the simulator armed the planted bug `$fault` (feature
 /// `faults`); a constant false otherwise.
@@ -55,9 +59,7 @@ macro_rules! planted {
         armed
     }};
 }
-use planted;
-
-use tables::Tables;
+pub(crate) use planted;
 
 /// When a writer's pending writes become durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

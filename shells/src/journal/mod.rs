@@ -11,9 +11,13 @@
 //!
 //! [`JournalStore`] is the backend-neutral contract. SQLite
 //! ([`sqlite::SqliteJournal`]) is the durable implementation and
-//! [`memory::MemoryJournal`] the in-memory one the madsim runs use; a new
-//! backend (PostgreSQL) implements the same trait without touching the
-//! machine.
+//! [`memory::MemoryJournal`] the in-memory one the madsim runs use. Its
+//! tables ([`memory::Tables`]) are also the tests' and the simulator's
+//! store (`agentsessions_testkit::MemStore`, through
+//! [`memory::InstantStore`]), so one in-memory implementation serves all of
+//! them. A new backend (PostgreSQL) implements the same trait without
+//! touching the machine, and is done when `shells/tests/store_contract.rs`
+//! passes against it.
 //!
 //! Methods return `impl Future + Send` (return-position `impl Trait` in a
 //! trait). That keeps the trait free of boxing and of any particular runtime:

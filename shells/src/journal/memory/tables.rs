@@ -19,7 +19,7 @@ use crate::journal::{
 
 /// One `sessions` row plus its `events`.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Session {
+pub struct Session {
     meta: SessionMeta,
     fence: i64,
     compute: ComputeState,
@@ -46,7 +46,13 @@ impl Session {
         self.records.last().map_or(0, |r| r.seq)
     }
 
-    fn info(&self) -> SessionInfo {
+    /// The session's records, in seq order.
+    pub fn records(&self) -> &[LogRecord] {
+        &self.records
+    }
+
+    /// The row as a read returns it (head, compute state and fence).
+    pub fn info(&self) -> SessionInfo {
         SessionInfo {
             meta: self.meta.clone(),
             last_seq: self.head(),
@@ -70,7 +76,7 @@ impl Session {
 
 /// The whole database: sessions with their events, and the registry.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(super) struct Tables {
+pub struct Tables {
     sessions: BTreeMap<String, Session>,
     harnesses: BTreeMap<String, HarnessRow>,
     reserved: BTreeSet<String>,
@@ -85,23 +91,72 @@ fn required(what: &str, v: &str) -> Result<(), StoreError> {
 }
 
 impl Tables {
+    // ---- whole sessions (for stores that roll writes back) ------------
+
+    /// A copy of `session` as stored (`None`: no row).
+    pub fn image(&self, session: &str) -> Option<Session> {
+        self.sessions.get(session).cloned()
+    }
+
+    /// Puts `session` back to `image` (`None` removes it), as rolling back
+    /// every write since the image was taken would.
+    pub fn restore(&mut self, session: &str, image: Option<Session>) {
+        match image {
+            Some(s) => {
+                assert_eq!(s.meta.uid, session, "an image restores its own session");
+                self.sessions.insert(session.to_owned(), s);
+            }
+            None => {
+                self.sessions.remove(session);
+            }
+        }
+    }
+
+    /// Appends records verbatim (hashes and fences as given), as importing
+    /// a journal written elsewhere does: the fence rises to the highest
+    /// seen and the compute state follows each event. No chain check, so
+    /// a test can load a broken journal on purpose.
+    pub fn import(&mut self, session: &str, records: Vec<LogRecord>, now: i64, project: &str) {
+        let s = self
+            .sessions
+            .entry(session.to_owned())
+            .or_insert_with(|| Session::new(session, project, now));
+        for r in records {
+            s.fence = s.fence.max(r.fence);
+            if let Some(ev) = &r.event {
+                s.compute =
+                    agentsessions_machine::journal::projection::compute_state_after(s.compute, ev);
+            }
+            s.records.push(r);
+        }
+    }
+
+    /// Drops every record of `session` after the first `keep`, as a crash
+    /// before the later appends committed would have left it; fence and
+    /// compute state stay (a crash does not roll those back).
+    pub fn truncate(&mut self, session: &str, keep: usize) {
+        if let Some(s) = self.sessions.get_mut(session) {
+            s.records.truncate(keep);
+        }
+    }
+
     // ---- reads -------------------------------------------------------
 
-    pub(super) fn sessions(&self) -> Vec<String> {
+    pub fn sessions(&self) -> Vec<String> {
         self.sessions.keys().cloned().collect()
     }
 
-    pub(super) fn records(&self, session: &str) -> &[LogRecord] {
+    pub fn records(&self, session: &str) -> &[LogRecord] {
         self.sessions
             .get(session)
             .map_or(&[][..], |s| s.records.as_slice())
     }
 
-    pub(super) fn head(&self, session: &str) -> i64 {
+    pub fn head(&self, session: &str) -> i64 {
         self.sessions.get(session).map_or(0, Session::head)
     }
 
-    pub(super) fn read(&self, session: &str, from_seq: i64, to_seq: i64) -> Vec<LogRecord> {
+    pub fn read(&self, session: &str, from_seq: i64, to_seq: i64) -> Vec<LogRecord> {
         let to = if to_seq <= 0 { i64::MAX } else { to_seq };
         self.records(session)
             .iter()
@@ -110,7 +165,7 @@ impl Tables {
             .collect()
     }
 
-    pub(super) fn verify(&self, session: &str) -> Result<(), VerifyError> {
+    pub fn verify(&self, session: &str) -> Result<(), VerifyError> {
         let mut verifier = ChainVerifier::new();
         for rec in self.records(session) {
             verifier.push(rec).map_err(|cause| {
@@ -132,7 +187,7 @@ impl Tables {
         Ok(())
     }
 
-    pub(super) fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
+    pub fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
         self.sessions
             .get(uid)
             .map(Session::info)
@@ -142,7 +197,7 @@ impl Tables {
     }
 
     /// Keyset paging over (created_at DESC, uid ASC), as the SQLite store.
-    pub(super) fn list_sessions(
+    pub fn list_sessions(
         &self,
         req: &ListSessions,
         default_project: &str,
@@ -191,7 +246,7 @@ impl Tables {
         })
     }
 
-    pub(super) fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
+    pub fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
         self.harnesses
             .get(name)
             .cloned()
@@ -200,10 +255,7 @@ impl Tables {
             })
     }
 
-    pub(super) fn list_harnesses(
-        &self,
-        req: &ListHarnesses,
-    ) -> Result<Vec<HarnessRow>, StoreError> {
+    pub fn list_harnesses(&self, req: &ListHarnesses) -> Result<Vec<HarnessRow>, StoreError> {
         if req.limit == 0 {
             return Err(StoreError::InvalidArgument("limit must be positive".into()));
         }
@@ -220,7 +272,7 @@ impl Tables {
     // ---- writes ------------------------------------------------------
 
     /// The CAS + fence checked append of one batch.
-    pub(super) fn append(
+    pub fn append(
         &mut self,
         batch: &AppendBatch,
         default_project: &str,
@@ -234,10 +286,10 @@ impl Tables {
         let existing = self.sessions.get(&batch.session);
         let head = existing.map_or(0, Session::head);
         let current = existing.map_or(0, |s| s.fence);
-        if batch.expected_last_seq != head && !super::planted!(DropCas) {
+        if batch.expected_last_seq != head && !crate::journal::memory::planted!(DropCas) {
             return Err(AppendError::Conflict { head });
         }
-        if batch.fence < current && !super::planted!(SkipFenceCheck) {
+        if batch.fence < current && !crate::journal::memory::planted!(SkipFenceCheck) {
             return Err(AppendError::Fenced { current });
         }
         let mut prev = existing
@@ -276,7 +328,7 @@ impl Tables {
     }
 
     /// fence = fence + 1 (1 on first mint); creates the row if missing.
-    pub(super) fn mint_fence(
+    pub fn mint_fence(
         &mut self,
         session: &str,
         now: i64,
@@ -293,7 +345,7 @@ impl Tables {
     }
 
     /// The metadata upsert; never touches fence, compute state or events.
-    pub(super) fn put_session(
+    pub fn put_session(
         &mut self,
         meta: &SessionMeta,
         now: i64,
@@ -325,7 +377,7 @@ impl Tables {
         Ok(())
     }
 
-    pub(super) fn register_harness(
+    pub fn register_harness(
         &mut self,
         reg: &HarnessRegistration,
         now: i64,
@@ -372,7 +424,7 @@ impl Tables {
     }
 
     /// Only an active row changes, so a repeat keeps the first reason/time.
-    pub(super) fn retire_harness(
+    pub fn retire_harness(
         &mut self,
         name: &str,
         reason: &str,
@@ -394,7 +446,7 @@ impl Tables {
         Ok(row.clone())
     }
 
-    pub(super) fn reserve_harness_names(&mut self, names: &[String]) -> Result<(), RegistryError> {
+    pub fn reserve_harness_names(&mut self, names: &[String]) -> Result<(), RegistryError> {
         for name in names {
             if name.is_empty() {
                 return Err(
@@ -409,7 +461,7 @@ impl Tables {
         Ok(())
     }
 
-    pub(super) fn put_session_on_active_harness(
+    pub fn put_session_on_active_harness(
         &mut self,
         meta: &SessionMeta,
         registered: bool,
