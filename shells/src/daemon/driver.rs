@@ -418,26 +418,40 @@ impl<S: JournalStore + 'static> Driver<S> {
             // the host does that itself on every input.
             let deadline = self.host.poll_timeout();
             let wait = deadline.map(|at| Duration::from_nanos((at - convert::now()).max(0) as u64));
-            let input = tokio::select! {
-                input = self.rx.recv() => input,
-                Some((conn, input)) = self.events.next(), if !self.events.is_empty() => {
-                    Some(Input::Harness(conn, input))
-                }
-                Some(input) = self.pending.next(), if !self.pending.is_empty() => Some(input),
-                Some((id, input)) = self.models.next(), if !self.models.is_empty() => {
-                    if matches!(input, Input::Outcome(..)) {
-                        // Its last item: gone now, not at the next poll.
-                        self.models.remove(&id);
+            // tokio's unbiased select! seeds its branch order from a
+            // process-wide counter, so under madsim a seed's run would depend
+            // on the seeds run before it in the same process; polling in a
+            // fixed order there keeps every seed reproducible on its own.
+            // Elsewhere the random order keeps the sources fair.
+            macro_rules! next_input {
+                ($s:ident $(, $biased:ident)?) => {
+                    tokio::select! {
+                        $($biased;)?
+                        input = $s.rx.recv() => input,
+                        Some((conn, input)) = $s.events.next(), if !$s.events.is_empty() => {
+                            Some(Input::Harness(conn, input))
+                        }
+                        Some(input) = $s.pending.next(), if !$s.pending.is_empty() => Some(input),
+                        Some((id, input)) = $s.models.next(), if !$s.models.is_empty() => {
+                            if matches!(input, Input::Outcome(..)) {
+                                // Its last item: gone now, not at the next poll.
+                                $s.models.remove(&id);
+                            }
+                            Some(input)
+                        }
+                        () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
+                            let now = convert::now();
+                            $s.host.handle_timeout(now).expect("effects drained");
+                            $s.drain_effects();
+                            continue;
+                        }
                     }
-                    Some(input)
-                }
-                () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
-                    let now = convert::now();
-                    self.host.handle_timeout(now).expect("effects drained");
-                    self.drain_effects();
-                    continue;
-                }
-            };
+                };
+            }
+            #[cfg(madsim)]
+            let input = next_input!(self, biased);
+            #[cfg(not(madsim))]
+            let input = next_input!(self);
             let Some(input) = input else {
                 return;
             };
