@@ -350,3 +350,63 @@ async fn a_resume_that_fails_after_the_commit_exits_with_its_grpc_code_and_says_
         stdout(&o)
     );
 }
+
+#[test]
+fn cancel_resolves_a_parked_turn_and_a_later_approve_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = parked(d, "remember bread");
+    let out = lines(&agentctl(
+        d,
+        &["cancel", "--session", &sid, "--reason", "not needed"],
+    ));
+    assert_eq!(
+        out,
+        [format!(
+            "session {sid} cancel compute=COMPUTE_COLD last_seq=7"
+        )]
+    );
+    let replay = lines(&agentctl(d, &["replay", "--session", &sid]));
+    assert_eq!(
+        replay[replay.len() - 2..],
+        [
+            "seq=6 EVENT_LIFECYCLE CANCEL not needed",
+            "seq=7 EVENT_END CANCELED"
+        ],
+        "{replay:?}"
+    );
+    // Nothing is pending any more; naming the canceled request is refused.
+    let o = agentctl(d, &["approve", "--session", &sid]);
+    assert!(
+        stderr(&o).contains("has no pending approval"),
+        "{}",
+        stderr(&o)
+    );
+    let o = agentctl(d, &["replay", "--session", &sid, "--json"]);
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    let exec_id = first["event"]["execution_id"].as_str().unwrap().to_owned();
+    let o = agentctl(
+        d,
+        &[
+            "approve",
+            "--session",
+            &sid,
+            "--execution",
+            &exec_id,
+            "--call",
+            "c1",
+            "--request-seq",
+            "4",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(19),
+        "10 + FAILED_PRECONDITION: {}",
+        stderr(&o)
+    );
+    assert_eq!(notes(d, &sid), None, "the gated tool never ran");
+    let o = agentctl(d, &["verify", "--session", &sid]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -52,6 +52,31 @@ pub fn end_completed(execution_id: &str) -> Event {
     )
 }
 
+/// The END state of a canceled execution.
+pub const CANCELED: &str = "CANCELED";
+
+/// END{CANCELED}: a Cancel ended the execution.
+pub fn end_canceled(execution_id: &str) -> Event {
+    event(
+        execution_id,
+        EventKind::EventEnd,
+        Body::End(HarnessEnd {
+            state: CANCELED.to_owned(),
+            error: None,
+        }),
+    )
+}
+
+/// True for an END that a Cancel wrote.
+pub fn is_canceled_end(ev: &Event) -> bool {
+    matches!(&ev.body, Some(Body::End(end)) if end.state == CANCELED)
+}
+
+/// True for a LIFECYCLE{CANCEL} marker.
+pub fn is_cancel_marker(ev: &Event) -> bool {
+    body::lifecycle(ev).is_some_and(|l| l.kind == lifecycle::Kind::LifecycleCancel as i32)
+}
+
 /// ERROR with code 0 and the failure text, as an audit record.
 pub fn error(execution_id: &str, description: &str) -> Event {
     event(

@@ -28,10 +28,11 @@ use agentsessions_machine::events::text_message;
 use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest, GetSessionRequest,
-    HarnessSpec, ListHarnessesRequest, ListHarnessesResponse, ListSessionsRequest,
-    ListSessionsResponse, RegisterHarnessRequest, ReplayRequest, ResourceMetadata, ResumeRequest,
-    RetireHarnessRequest, Session, SuspendRequest, exec_update::Update,
+    CancelRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest,
+    GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
+    ListSessionsRequest, ListSessionsResponse, RegisterHarnessRequest, ReplayRequest,
+    ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
+    exec_update::Update,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use anyhow::Context as _;
@@ -340,6 +341,22 @@ async fn sessions(
         Command::Resume { session } => {
             let s = resume(c, session).await?;
             transition(json, &s, "resume")?;
+        }
+        Command::Cancel {
+            session,
+            execution,
+            reason,
+        } => {
+            let s = c
+                .cancel(CancelRequest {
+                    session,
+                    execution_id: execution,
+                    reason,
+                })
+                .await
+                .map_err(rpc("Cancel"))?
+                .into_inner();
+            transition(json, &s, "cancel")?;
         }
         Command::Approve(d) => decide(c, json, d, true).await?,
         Command::Deny(d) => decide(c, json, d, false).await?,

@@ -133,6 +133,18 @@ pub enum Command {
         #[arg(long)]
         session: String,
     },
+    /// Cancel the session's execution in flight (running, parked on an
+    /// approval, or interrupted): nothing of it runs again.
+    Cancel {
+        #[arg(long)]
+        session: String,
+        /// The execution to cancel; the session's current one by default.
+        #[arg(long, default_value = "")]
+        execution: String,
+        /// Recorded in the journal's CANCEL marker.
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// Approve a gated tool call, then resume the turn and print its records.
     Approve(Decide),
     /// Deny a gated tool call, then resume the turn and print its records.

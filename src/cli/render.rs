@@ -134,6 +134,15 @@ pub fn record_line(r: &LogRecord) -> String {
                 format!("{k} {}", l.detail)
             }
         }),
+        // Only an END that is not plain COMPLETED (a Cancel's) says more.
+        EventKind::EventEnd => match &ev.body {
+            Some(agentsessions_proto::v1::event::Body::End(end))
+                if !end.state.is_empty() && end.state != "COMPLETED" =>
+            {
+                Some(end.state.clone())
+            }
+            _ => None,
+        },
         _ => None,
     };
     match detail {

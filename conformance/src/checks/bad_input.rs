@@ -136,10 +136,12 @@ async fn matrix(env: &mut Env) -> CheckResult {
         session: sid.clone(),
         ..CancelRequest::default()
     };
+    // The reference declares Cancel and answers UNIMPLEMENTED; a host that
+    // implements it refuses a session whose execution already completed.
     rows.push((
-        "Cancel (declared, unimplemented)",
+        "Cancel of a completed execution",
         code(c.cancel(cancel).await),
-        vec![Code::Unimplemented],
+        vec![Code::FailedPrecondition, Code::Unimplemented],
     ));
 
     let wrong: Vec<String> = rows

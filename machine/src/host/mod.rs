@@ -82,6 +82,16 @@ impl Host {
             !self.requests.contains_key(&request),
             "request ids are unique while in flight"
         );
+        // A Cancel goes to the operation holding its session, if any: only
+        // that operation can stop what it runs. Taken even at the in-flight
+        // cap, since it makes room.
+        if let Request::Cancel(req) = &call
+            && let Some(&holder) = self.core.guards().get(&req.session)
+            && self.ops.contains_key(&holder)
+        {
+            self.dispatch(holder, |op, cx| op.on_cancel_request(cx, request, req));
+            return Ok(());
+        }
         if self.ops.len() >= self.core.config.max_in_flight {
             let status = Status::new(
                 Code::ResourceExhausted,

@@ -21,8 +21,11 @@
 //! Live and Resume, an audit ERROR is appended. A park ends the run without
 //! ERROR or END.
 
+mod cancel;
 mod serve;
 mod sink;
+
+pub use cancel::CancelRefusal;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -115,6 +118,8 @@ pub enum Ending {
     Parked(ApprovalRef),
     /// The run failed.
     Failed(TurnError),
+    /// A Cancel ended it: CANCEL and END{CANCELED} are durable.
+    Canceled,
 }
 
 /// The final report of an invocation.
@@ -160,6 +165,8 @@ enum AfterAppend {
     Park { call_id: String },
     /// The terminal END is durable: finish.
     Finish,
+    /// CANCEL and END{CANCELED} are durable: close and finish canceled.
+    Canceled,
 }
 
 /// The single outstanding asynchronous action.
@@ -235,6 +242,8 @@ pub struct Invocation {
     tool_calls: usize,
     closed: bool,
     aborting: Option<TurnError>,
+    /// The reason of a Cancel being carried out.
+    canceling: Option<String>,
 }
 
 /// Most harness events the inbox holds before the run is failed; a harness
@@ -266,6 +275,7 @@ impl Invocation {
             tool_calls: 0,
             closed: false,
             aborting: None,
+            canceling: None,
         }
     }
 
@@ -297,7 +307,8 @@ impl Invocation {
     /// closes now; the audit ERROR is written once the outstanding action,
     /// if any, has completed (its result is then ignored).
     pub fn abort(&mut self, err: TurnError, out: &mut Vec<Action>) {
-        if self.finish.is_some() || self.aborting.is_some() {
+        // A Cancel already under way ends the run its own way.
+        if self.finish.is_some() || self.aborting.is_some() || self.canceling.is_some() {
             return;
         }
         self.inbox.clear();
@@ -329,7 +340,7 @@ impl Invocation {
         ids: &mut dyn IdSource,
         out: &mut Vec<Action>,
     ) {
-        if self.finish.is_some() || self.closed_for_input() {
+        if self.finish.is_some() || self.closed_for_input() || self.canceling.is_some() {
             return;
         }
         if self.inbox.len() >= INBOX_LIMIT {
@@ -374,6 +385,12 @@ impl Invocation {
             (Ok(records), Wait::Append(after)) => (records, after),
             (Err(e), Wait::Append(after)) => {
                 let err = TurnError::Append(e);
+                if self.canceling.is_some() {
+                    // Whatever failed (the cancel records or the append
+                    // before them), nothing more is written.
+                    self.stop(err, out);
+                    return;
+                }
                 match after {
                     // A failed request append seals the sink: nothing more
                     // is written and the committed call is recovered later.
@@ -388,6 +405,23 @@ impl Invocation {
         };
         let (records, after) = records;
         self.note_appended(&records, out);
+        if self.canceling.is_some() {
+            match after {
+                AfterAppend::Canceled => {
+                    self.close(out);
+                    self.conclude(Ending::Canceled);
+                }
+                // The turn's END won the race: it stays completed.
+                AfterAppend::Finish => {
+                    self.close(out);
+                    self.conclude(Ending::Completed);
+                }
+                // What the append was for (a model call, a tool, a park,
+                // frames to the harness) does not happen.
+                _ => self.write_cancel(out),
+            }
+            return;
+        }
         match after {
             AfterAppend::Continue => {}
             AfterAppend::Send(frames) | AfterAppend::SendSealed(frames) => {
@@ -428,6 +462,9 @@ impl Invocation {
                 self.conclude(Ending::Completed);
                 return;
             }
+            AfterAppend::Canceled => {
+                unreachable!("cancel records are written only while canceling")
+            }
         }
         self.pump(ids, out);
     }
@@ -439,6 +476,10 @@ impl Invocation {
         ids: &mut dyn IdSource,
         out: &mut Vec<Action>,
     ) {
+        assert!(
+            self.canceling.is_none(),
+            "an abandoned model call's answer is dropped by the caller"
+        );
         let Wait::Model { reply_to } = std::mem::replace(&mut self.wait, Wait::Idle) else {
             panic!("model completion without an outstanding model call");
         };
@@ -477,6 +518,8 @@ impl Invocation {
         }
         match gate {
             None => match result {
+                // Canceling: the failure is not recorded; the cancel is.
+                Err(_) if self.canceling.is_some() => self.write_cancel(out),
                 // An ordinary executor failure writes no result; the intent
                 // stays unresolved and the run ends with the error.
                 Err(e) => self.fail(TurnError::Sink(e), out),

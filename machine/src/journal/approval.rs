@@ -355,9 +355,14 @@ fn walk_gated_group(
                 }
             }
             EventKind::EventEnd => {
-                if let Some(s) = open_state {
+                // A Cancel resolves an open gate: it ends the execution
+                // with the call never run.
+                if let Some(s) = open_state
+                    && !ev.is_some_and(crate::events::is_canceled_end)
+                {
                     return Err(continuation(id, &s.call.id, r));
                 }
+                open = None;
                 completed = true;
             }
             // Audit only: a failed attempt may be recorded while a gate waits.

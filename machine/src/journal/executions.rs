@@ -56,6 +56,10 @@ pub struct Execution {
     pub stream: Vec<usize>,
     /// The execution has an END (legacy replay projections never do).
     pub completed: bool,
+    /// A Cancel ended it: its END says CANCELED, or (a cut between the
+    /// marker and the END) a LIFECYCLE{CANCEL} follows its first record
+    /// and it is the last execution. Never replayed, never re-driven.
+    pub canceled: bool,
     /// Legacy only: the record the compatibility invocation id is derived
     /// from (replay: first INPUT, else first non-lifecycle record; resume:
     /// the last INPUT).
@@ -75,6 +79,7 @@ impl Execution {
             input_missing_payload: false,
             stream: Vec::new(),
             completed: false,
+            canceled: false,
             anchor: None,
         }
     }
@@ -137,9 +142,13 @@ pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
     // First-seen order is what decides which execution is "the latest", so
     // the map only indexes into the ordered vector.
     let mut by_id: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut last_cancel = None;
     for (i, r) in records.iter().enumerate().skip(prefix_end) {
         let k = kind(r);
         if k == EventKind::EventLifecycle {
+            if event(r).is_some_and(crate::events::is_cancel_marker) {
+                last_cancel = Some(i);
+            }
             continue;
         }
         let id = exec_id(r);
@@ -176,7 +185,10 @@ pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
                 }
             }
             EventKind::EventInput => e.add_input(ev.and_then(body::message)),
-            EventKind::EventEnd => e.completed = true,
+            EventKind::EventEnd => {
+                e.completed = true;
+                e.canceled = ev.is_some_and(crate::events::is_canceled_end);
+            }
             k if is_modern_effect(k) => e.stream.push(i),
             // ERROR is an audit record and unknown kinds carry nothing to
             // serve; neither ends nor feeds the execution.
@@ -184,6 +196,13 @@ pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
         }
     }
 
+    // A Cancel marker names no execution: it cancels the latest one.
+    if let (Some(at), Some(last)) = (last_cancel, executions.last_mut())
+        && !last.completed
+        && at > last.start
+    {
+        last.canceled = true;
+    }
     for e in executions.iter().filter(|e| e.completed) {
         validate_inputs(e)?;
     }
@@ -266,11 +285,12 @@ fn legacy_resume_projection(records: &[LogRecord], prefix_end: usize) -> Option<
 
 /// The executions replay runs: every completed id-bearing execution and the
 /// legacy replay projection, in first-seen order. Incomplete executions,
-/// malformed or not, are left out.
+/// malformed or not, are left out, and so are canceled ones: their harness
+/// was stopped mid-run, so a re-run would ask for effects never recorded.
 pub fn replay_selection(p: &Projection) -> Vec<&Execution> {
     p.executions
         .iter()
-        .filter(|e| e.kind == ExecKind::Legacy || e.completed)
+        .filter(|e| (e.kind == ExecKind::Legacy || e.completed) && !e.canceled)
         .collect()
 }
 

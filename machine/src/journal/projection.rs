@@ -10,14 +10,18 @@ use crate::events::{body, kind_of};
 
 /// The compute state appending `ev` moves a session to; `None` leaves it.
 ///
-/// Approval records are written by the host while the session may be cold
-/// (an out-of-band decision, a repair), so they leave the state alone; any
+/// Approval records and a Cancel's END are written by the host while the
+/// session may be cold (an out-of-band decision, a repair, a cancel), so
+/// they leave the state alone; any
 /// other non-lifecycle record means a harness is running. Of the lifecycle
 /// markers only SUSPEND, FORK (the child starts cold) and RESUME move it.
 pub fn compute_state_move(ev: &Event) -> Option<ComputeState> {
     use agentsessions_proto::v1::lifecycle::Kind;
     match kind_of(ev) {
         EventKind::EventApprovalRequest | EventKind::EventApprovalResult => None,
+        // A Cancel's END may be written to a cold session (a parked turn);
+        // it starts nothing, and a live one stays as it was.
+        EventKind::EventEnd if crate::events::is_canceled_end(ev) => None,
         EventKind::EventLifecycle => {
             let marker = body::lifecycle(ev).and_then(|l| Kind::try_from(l.kind).ok());
             match marker {
@@ -60,8 +64,9 @@ pub struct SessionStatus {
 /// The state is AWAITING only for a gate this session owns (not inherited
 /// through a fork) in an unfinished execution with a request and no
 /// decision. A decided gate without a receipt is not awaiting anyone; it
-/// still blocks new input, which the Exec path checks on its own. Running,
-/// failed and canceled are never derived here.
+/// still blocks new input, which the Exec path checks on its own. CANCELED
+/// when the latest execution ended with END{CANCELED}. Running and failed
+/// are never derived here.
 pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionStatus, LogError> {
     if last_seq <= 0 {
         // A negative cursor is unreachable from a real row; like the
@@ -73,6 +78,12 @@ pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionSta
         };
         return Ok(SessionStatus {
             exec_state,
+            pending_approval: None,
+        });
+    }
+    if last_execution_canceled(records, last_seq) {
+        return Ok(SessionStatus {
+            exec_state: ExecState::ExecCanceled,
             pending_approval: None,
         });
     }
@@ -94,4 +105,25 @@ pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionSta
         },
         pending_approval: pending,
     })
+}
+
+/// True when the last execution within the cursor ended with a Cancel's
+/// END: walking back over host markers, the first END or execution record
+/// decides.
+fn last_execution_canceled(records: &[LogRecord], last_seq: i64) -> bool {
+    let within = records.iter().rev().filter(|r| r.seq <= last_seq);
+    for r in within {
+        let Some(ev) = r.event.as_ref() else {
+            return false;
+        };
+        match kind_of(ev) {
+            EventKind::EventLifecycle
+            | EventKind::EventApprovalRequest
+            | EventKind::EventApprovalResult
+            | EventKind::EventError => continue,
+            EventKind::EventEnd => return crate::events::is_canceled_end(ev),
+            _ => return false,
+        }
+    }
+    false
 }

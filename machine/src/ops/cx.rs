@@ -17,6 +17,11 @@ use crate::vocab::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct OpId(pub u64);
 
+impl OpId {
+    /// Owns abandoned effects: never an operation (those count from 1).
+    pub const NOBODY: OpId = OpId(0);
+}
+
 /// Everything but the operations themselves, so an operation can be taken
 /// out of the table and given mutable access to the rest.
 pub(crate) struct Core {
@@ -295,6 +300,23 @@ impl Cx<'_> {
                 .effects
                 .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
+    }
+
+    /// Stops routing `effect`'s outcome and chunks to this operation, which
+    /// goes on without it (a canceled run's model call): the outcome is
+    /// dropped on arrival, as for a finished operation.
+    pub(crate) fn abandon(&mut self, effect: EffectId) {
+        let waiter = self
+            .core
+            .waiting
+            .get_mut(&effect)
+            .expect("an outstanding effect");
+        assert_eq!(
+            *waiter, self.op,
+            "an operation abandons only its own effects"
+        );
+        *waiter = OpId::NOBODY;
+        self.core.chunks.remove(&effect);
     }
 
     /// Routes streamed model chunks of `effect` to this operation.

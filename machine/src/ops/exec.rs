@@ -10,7 +10,8 @@
 
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
-    ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start, controller_frame::Frame,
+    CancelRequest, ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start,
+    controller_frame::Frame,
 };
 
 use super::load::{Load, Loaded};
@@ -23,13 +24,13 @@ use super::session::{Render, Rendered, new_row, put_error};
 use super::{Flow, unexpected};
 use crate::error::TurnError;
 use crate::events;
-use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::invocation::{CancelRefusal, Ending, Invocation, Mode, Setup};
 use crate::journal::{approval, legacy};
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::{
-    Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
-    Status, StreamItem,
+    Code, Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
+    SessionRow, Status, StreamItem,
 };
 
 enum Stage {
@@ -41,6 +42,8 @@ enum Stage {
     Running(Box<Run>),
     Handoff(Box<Handoff>),
     Final(Render),
+    /// The run was canceled: the Cancel callers get the session.
+    Canceled(Render),
     Recovery(Box<ResumeOp>),
     Over,
 }
@@ -59,6 +62,8 @@ pub(crate) struct ExecOp {
     stage: Stage,
     execution_id: String,
     deadline: Option<Status>,
+    /// Cancel calls waiting for this turn's cancel to be durable.
+    cancels: Vec<RequestId>,
 }
 
 impl ExecOp {
@@ -74,6 +79,7 @@ impl ExecOp {
             stage: Stage::Over,
             execution_id: String::new(),
             deadline: None,
+            cancels: Vec::new(),
         }
     }
 
@@ -173,6 +179,7 @@ impl ExecOp {
             }
             Stage::Handoff(handoff) => self.on_handoff(cx, handoff, id, outcome),
             Stage::Final(render) => self.on_final(cx, render, id, outcome),
+            Stage::Canceled(render) => self.on_canceled(cx, render, id, outcome),
             Stage::Recovery(mut op) => {
                 let flow = op.on_outcome(cx, id, outcome);
                 self.stage = Stage::Recovery(op);
@@ -253,6 +260,77 @@ impl ExecOp {
             Rendered::NotFound => self.fail(cx, Status::internal("session vanished")),
             Rendered::Failed(status) => self.fail(cx, status),
         }
+    }
+
+    /// The canceled session is rendered: every Cancel call gets it.
+    fn on_canceled(
+        &mut self,
+        cx: &mut Cx<'_>,
+        mut render: Render,
+        id: EffectId,
+        outcome: Outcome,
+    ) -> Flow {
+        let result = match render.on_outcome(cx, id, outcome) {
+            Rendered::Pending => {
+                self.stage = Stage::Canceled(render);
+                return Flow::Continue;
+            }
+            Rendered::Done(s) => Ok(Response::Session(*s)),
+            Rendered::NotFound => Err(Status::internal("session vanished")),
+            Rendered::Failed(status) => Err(status),
+        };
+        assert!(
+            !self.cancels.is_empty(),
+            "a canceled turn has a Cancel call"
+        );
+        for request in std::mem::take(&mut self.cancels) {
+            cx.reply(request, result.clone());
+        }
+        Flow::Done
+    }
+
+    /// A Cancel for this session while this Exec holds it: only a running
+    /// turn takes one (see `invocation::cancel`); it answers once the
+    /// cancel records are durable.
+    pub(crate) fn on_cancel_request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        request: RequestId,
+        req: &CancelRequest,
+    ) -> Flow {
+        let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
+            let busy = format!(
+                "cancel: session {:?} is starting or finishing a turn; retry",
+                self.session
+            );
+            cx.reply(request, Err(Status::aborted(busy)));
+            return Flow::Continue;
+        };
+        if !req.execution_id.is_empty() && req.execution_id != self.execution_id {
+            let msg = format!(
+                "cancel: execution {:?} is not the session's current one ({:?})",
+                req.execution_id, self.execution_id
+            );
+            cx.reply(request, Err(Status::failed_precondition(msg)));
+        } else {
+            match run.cancel(cx, &req.reason) {
+                Ok(()) => self.cancels.push(request),
+                Err(CancelRefusal::Parking) => cx.reply(
+                    request,
+                    Err(Status::aborted(
+                        "cancel: the execution is parking on an approval; retry",
+                    )),
+                ),
+                Err(CancelRefusal::Ended | CancelRefusal::Replaying) => cx.reply(
+                    request,
+                    Err(Status::failed_precondition(format!(
+                        "cancel: execution {:?} already ended",
+                        self.execution_id
+                    ))),
+                ),
+            }
+        }
+        self.after_run(cx, run)
     }
 
     /// The approval preflight and routing, then the first frame.
@@ -394,10 +472,29 @@ impl ExecOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
+        if !matches!(finish.ending, Ending::Canceled) {
+            // The turn ended on its own (or the cancel could not be written).
+            let status = match &finish.ending {
+                Ending::Failed(e) => mapping::exec(e),
+                _ => Status::failed_precondition(format!(
+                    "cancel: execution {:?} already ended",
+                    self.execution_id
+                )),
+            };
+            for request in std::mem::take(&mut self.cancels) {
+                cx.reply(request, Err(status.clone()));
+            }
+        }
         match finish.ending {
             Ending::Completed => {
                 cx.reply(self.request, Ok(Response::StreamEnd));
                 Flow::Done
+            }
+            Ending::Canceled => {
+                let msg = format!("execution {:?} canceled", self.execution_id);
+                cx.reply(self.request, Err(Status::new(Code::Cancelled, msg)));
+                self.stage = Stage::Canceled(Render::start(cx, &self.session));
+                Flow::Continue
             }
             Ending::Failed(e) => {
                 let status = self.deadline.take().unwrap_or_else(|| mapping::exec(&e));

@@ -7,6 +7,7 @@
 
 mod approve;
 mod boot;
+mod cancel;
 pub(crate) mod cx;
 mod exec;
 mod fork;
@@ -48,6 +49,7 @@ pub(crate) enum Op {
     ReplayHarness(replay::ReplayHarnessOp),
     Registry(registry::RegistryOp),
     Boot(boot::BootOp),
+    Cancel(cancel::CancelOp),
     Refused(RequestId, Status),
 }
 
@@ -78,9 +80,7 @@ impl Op {
                 request,
                 Status::unimplemented("DeleteSession is not implemented"),
             ),
-            Request::Cancel(_) => {
-                Self::Refused(request, Status::unimplemented("Cancel is not implemented"))
-            }
+            Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r)),
         }
     }
 
@@ -98,6 +98,7 @@ impl Op {
             Self::ReplayHarness(op) => op.start(cx),
             Self::Registry(op) => op.start(cx),
             Self::Boot(op) => op.start(cx),
+            Self::Cancel(op) => op.start(cx),
             Self::Refused(request, status) => {
                 cx.reply(*request, Err(status.clone()));
                 Flow::Done
@@ -119,6 +120,7 @@ impl Op {
             Self::ReplayHarness(op) => op.on_outcome(cx, id, outcome),
             Self::Registry(op) => op.on_outcome(cx, id, outcome),
             Self::Boot(op) => op.on_outcome(cx, id, outcome),
+            Self::Cancel(op) => op.on_outcome(cx, id, outcome),
             Self::Refused(..) => Flow::Done,
         }
     }
@@ -142,6 +144,23 @@ impl Op {
             Self::Exec(op) => op.on_chunk(cx, id, chunk),
             Self::Resume(op) => op.on_chunk(cx, id, chunk),
             _ => Flow::Continue,
+        }
+    }
+
+    /// A Cancel call for the session this operation holds.
+    pub(crate) fn on_cancel_request(
+        &mut self,
+        cx: &mut Cx<'_>,
+        request: RequestId,
+        req: &agentsessions_proto::v1::CancelRequest,
+    ) -> Flow {
+        match self {
+            Self::Exec(op) => op.on_cancel_request(cx, request, req),
+            _ => {
+                let busy = format!("cancel: session {:?} is busy; retry", req.session);
+                cx.reply(request, Err(Status::aborted(busy)));
+                Flow::Continue
+            }
         }
     }
 

@@ -461,6 +461,7 @@ impl ReplayHarnessOp {
                 self.next_execution(cx)
             }
             Ending::Failed(e) => self.fail(cx, replay_status(&e)),
+            Ending::Canceled => unreachable!("a replay refuses a Cancel"),
             Ending::Parked(_) => {
                 let msg = "replay: a replayed execution parked; replay serves recorded decisions";
                 self.fail(cx, Status::internal(msg))

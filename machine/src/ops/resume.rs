@@ -61,6 +61,13 @@ enum Stage {
     /// Fenced with an execution to run: the journal re-read past the head
     /// `decide` saw, since another writer may have appended before the mint.
     Recheck(Box<Placement>, Execution, EffectId),
+    /// A Cancel cut between its marker and its END: the END is written
+    /// under a new fence (`append` once the fence is minted); nothing runs.
+    EndCancel {
+        fence: EffectId,
+        append: Option<EffectId>,
+        exec_id: String,
+    },
     Marker(EffectId),
     Running(Box<Run>),
     Handoff(Box<Handoff>),
@@ -208,6 +215,11 @@ impl ResumeOp {
                     None => self.placed(cx, *placement, None),
                 },
             },
+            Stage::EndCancel {
+                fence,
+                append,
+                exec_id,
+            } => self.on_end_cancel(cx, id, outcome, fence, append, exec_id),
             Stage::Recheck(placement, exec, want) => {
                 assert_eq!(want, id);
                 self.rechecked(cx, *placement, exec, outcome)
@@ -282,7 +294,11 @@ impl ResumeOp {
             Ok(s) => s,
             Err(e) => return self.fail_turn(cx, &e.into()),
         };
-        let gate = scan.selected().filter(|s| !s.has_receipt()).cloned();
+        // A canceled execution's gate is resolved, receipt or not.
+        let gate = scan
+            .selected()
+            .filter(|s| !s.has_receipt() && !s.completed)
+            .cloned();
         self.scan = scan;
         if gate.as_ref().is_some_and(|g| g.inherited) {
             return self.fail_turn(cx, &LogError::InheritedToolIntent(String::new()).into());
@@ -333,6 +349,19 @@ impl ResumeOp {
             self.harness.clone(),
             self.route.clone().expect("routed before recovery"),
         );
+        let canceled = executions::project(&self.log)
+            .ok()
+            .and_then(|p| executions::select_pending(&self.log, &p).ok().flatten())
+            .filter(|e| e.canceled);
+        if let Some(exec) = canceled {
+            let fence = cx.mint_fence(&self.session);
+            self.stage = Stage::EndCancel {
+                fence,
+                append: None,
+                exec_id: exec.id,
+            };
+            return Flow::Continue;
+        }
         if let Some(g) = gate {
             if g.request.is_none() {
                 // A call-only cut: write the missing request, then park.
@@ -424,6 +453,46 @@ impl ResumeOp {
                 self.fail(cx, mapping::append(&e, "resume"))
             }
             other => unexpected("resume repair", &other),
+        }
+    }
+
+    /// Finishing a cut Cancel: mint, then append END{CANCELED}.
+    fn on_end_cancel(
+        &mut self,
+        cx: &mut Cx<'_>,
+        id: EffectId,
+        outcome: Outcome,
+        fence: EffectId,
+        append: Option<EffectId>,
+        exec_id: String,
+    ) -> Flow {
+        match (append, outcome) {
+            (None, Outcome::Store(StoreOutcome::Fence(Ok(f)))) => {
+                assert_eq!(fence, id);
+                let end = events::end_canceled(&exec_id);
+                let append = cx.append(&self.session, self.head(), f, vec![end]);
+                self.stage = Stage::EndCancel {
+                    fence,
+                    append: Some(append),
+                    exec_id,
+                };
+                Flow::Continue
+            }
+            (None, Outcome::Store(StoreOutcome::Fence(Err(e)))) => {
+                self.fail(cx, Status::internal(format!("mint fence: {e}")))
+            }
+            (Some(want), Outcome::Store(StoreOutcome::Appended(Ok(records)))) => {
+                assert_eq!(want, id);
+                for r in records {
+                    self.log.push(r.clone());
+                    self.stream(cx, Committed::new(r));
+                }
+                self.reply_session(cx)
+            }
+            (Some(_), Outcome::Store(StoreOutcome::Appended(Err(e)))) => {
+                self.fail(cx, mapping::append(&e, "resume"))
+            }
+            (_, other) => unexpected("resume end-cancel", &other),
         }
     }
 
@@ -580,6 +649,7 @@ impl ResumeOp {
         match finish.ending {
             Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),
             Ending::Failed(e) => self.fail_turn(cx, &e),
+            Ending::Canceled => unreachable!("a Cancel is taken only by a live Exec turn"),
             Ending::Parked(park) => {
                 let route = self.route.clone().expect("routed");
                 let handoff = Handoff::start(

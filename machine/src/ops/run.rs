@@ -5,7 +5,7 @@ use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, Sn
 use super::unexpected;
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::invocation::{Action, Finish, Invocation};
+use crate::invocation::{Action, CancelRefusal, Finish, Invocation};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
@@ -84,6 +84,20 @@ impl Run {
                 }),
             );
         }
+    }
+
+    /// A client's Cancel: see `invocation::cancel`. An outstanding model
+    /// call is abandoned here, so its answer never reaches the run.
+    pub(crate) fn cancel(&mut self, cx: &mut Cx<'_>, reason: &str) -> Result<(), CancelRefusal> {
+        let mut out = Vec::new();
+        let was_canceling = self.inv.is_canceling();
+        self.inv.cancel(reason, &mut out)?;
+        if !was_canceling && let Some((id, Pending::Model)) = self.pending {
+            self.pending = None;
+            cx.abandon(id);
+        }
+        self.apply(cx, out);
+        Ok(())
     }
 
     /// Ends the run from outside (deadline, cancellation).

@@ -78,7 +78,7 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
                 ..Default::default()
             }),
         ),
-        // DeleteSession and Cancel are declared but not implemented.
+        // DeleteSession is declared but not implemented.
         row(
             "delete: existing session",
             Unimplemented,
@@ -89,9 +89,10 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
             Unimplemented,
             Call::Delete(DeleteSessionRequest { uid: String::new() }),
         ),
+        // Cancel
         row(
-            "cancel: held turn",
-            Unimplemented,
+            "cancel: a running turn, naming another execution",
+            FailedPrecondition,
             Call::Cancel(CancelRequest {
                 session: h.into(),
                 execution_id: "x".into(),
@@ -99,8 +100,33 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
             }),
         ),
         row(
+            "cancel: a parked turn, naming another execution",
+            FailedPrecondition,
+            Call::Cancel(CancelRequest {
+                session: p.into(),
+                execution_id: "x".into(),
+                reason: "stop".into(),
+            }),
+        ),
+        row(
+            "cancel: a completed execution",
+            FailedPrecondition,
+            Call::Cancel(CancelRequest {
+                session: e.into(),
+                ..Default::default()
+            }),
+        ),
+        row(
+            "cancel: unknown session",
+            NotFound,
+            Call::Cancel(CancelRequest {
+                session: unknown.into(),
+                ..Default::default()
+            }),
+        ),
+        row(
             "cancel: empty",
-            Unimplemented,
+            InvalidArgument,
             Call::Cancel(CancelRequest::default()),
         ),
         // Exec

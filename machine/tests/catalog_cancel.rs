@@ -1,0 +1,283 @@
+//! Cancel: a live turn (mid model call, mid tool call, racing its own
+//! END), a parked approval, a cut Cancel finished by Resume, and the
+//! documented refusals, each with the journal it must leave.
+
+mod common;
+
+use agentsessions_machine::events;
+use agentsessions_machine::host::{Code, Effect, Request, StoreEffect};
+use agentsessions_proto::v1::{CancelRequest, EventKind, ExecState, event::Body, lifecycle};
+use agentsessions_testkit::World;
+use common::*;
+
+use EventKind::*;
+
+fn cancel(sid: &str, execution_id: &str, reason: &str) -> Request {
+    Request::Cancel(CancelRequest {
+        session: sid.into(),
+        execution_id: execution_id.into(),
+        reason: reason.into(),
+    })
+}
+
+fn verify(world: &World, sid: &str) {
+    agentsessions_machine::chain::verify(world.store.records(sid)).expect("chain verifies");
+}
+
+/// The last two records are LIFECYCLE{CANCEL, reason} and END{CANCELED}.
+fn assert_canceled_tail(world: &World, sid: &str, reason: &str) {
+    let records = world.store.records(sid);
+    let [.., marker, end] = records else {
+        panic!("too few records");
+    };
+    let marker = marker.event.as_ref().unwrap();
+    match &marker.body {
+        Some(Body::Lifecycle(l)) => {
+            assert_eq!(l.kind, lifecycle::Kind::LifecycleCancel as i32);
+            assert_eq!(l.detail, reason);
+        }
+        other => panic!("expected the CANCEL marker, got {other:?}"),
+    }
+    assert!(events::is_canceled_end(end.event.as_ref().unwrap()));
+    verify(world, sid);
+}
+
+#[test]
+fn cancel_mid_model_call_is_durable_first_and_ends_the_exec_stream_cancelled() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "hello"));
+    assert!(!world.replied(turn), "the model call is held");
+    let before = world.store.records(&sid).len();
+
+    let canceling = world.start(cancel(&sid, "", "user pressed stop"));
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    let session = call.session().unwrap();
+    assert_eq!(session.exec_state, ExecState::ExecCanceled as i32);
+    assert_eq!(world.store.records(&sid).len(), before + 2);
+    assert_canceled_tail(&world, &sid, "user pressed stop");
+
+    let turn = world.take(turn);
+    assert_eq!(turn.code(), Code::Cancelled, "{turn:?}");
+    let streamed = streamed(&turn);
+    assert_eq!(
+        kinds_of(&streamed[streamed.len() - 2..]),
+        vec![EventLifecycle, EventEnd],
+        "the stream ends after the cancel records"
+    );
+    // The abandoned model answer arrives late and is dropped.
+    world.release();
+    assert_eq!(world.store.records(&sid).len(), before + 2);
+
+    // Nothing re-drives a canceled turn; a new turn runs normally.
+    let model_calls = world.model_calls;
+    assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
+    assert_eq!(world.model_calls, model_calls);
+    let next = world.call(exec(&sid, "", "again"));
+    assert_eq!(next.code(), Code::Ok, "{next:?}");
+    assert_eq!(
+        common::session(&mut world, &sid).exec_state,
+        ExecState::ExecCompleted as i32
+    );
+    verify(&world, &sid);
+}
+
+#[test]
+fn a_harness_replay_skips_the_canceled_turn_and_calls_no_model() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    assert_eq!(world.call(exec(&sid, "", "first")).code(), Code::Ok);
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "second"));
+    let canceling = world.start(cancel(&sid, "", ""));
+    assert_eq!(world.take(canceling).code(), Code::Ok);
+    world.release();
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+    let model_calls = world.model_calls;
+    let replayed = world.call(Request::ReplayHarness {
+        session: sid.clone(),
+    });
+    match replayed.reply {
+        Ok(agentsessions_machine::host::Response::Replayed(report)) => {
+            assert_eq!(report.executions, 1, "only the completed turn replays")
+        }
+        other => panic!("replay: {other:?}"),
+    }
+    assert_eq!(world.model_calls, model_calls);
+}
+
+#[test]
+fn cancel_mid_tool_call_records_the_receipt_and_runs_nothing_after() {
+    let mut world = World::default();
+    let sid = create(&mut world, "tools");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Tool(_))));
+    let turn = world.start(exec(&sid, "", "use the tool"));
+    let canceling = world.start(cancel(&sid, "", "too slow"));
+    assert!(!world.replied(canceling), "a running tool is not torn down");
+    world.release();
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    let tail = kinds(&world, &sid);
+    assert_eq!(
+        tail[tail.len() - 4..].to_vec(),
+        vec![EventToolCall, EventToolResult, EventLifecycle, EventEnd]
+    );
+    assert_canceled_tail(&world, &sid, "too slow");
+    assert_eq!(world.executor.attempts, 1);
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+}
+
+#[test]
+fn a_turn_whose_end_commits_first_stays_completed() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Store(StoreEffect::Append { events, .. })
+            if events.iter().any(|ev| events::kind_of(ev) == EventEnd))
+    }));
+    let turn = world.start(exec(&sid, "", "hello"));
+    let canceling = world.start(cancel(&sid, "", "late"));
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::FailedPrecondition);
+    assert_eq!(world.take(turn).code(), Code::Ok);
+    assert!(!kinds(&world, &sid).contains(&EventLifecycle));
+}
+
+#[test]
+fn cancel_of_a_parked_approval_resolves_it_and_a_later_approve_is_refused() {
+    let mut world = World::default();
+    let (sid, eid, seq) = parked(&mut world, "approval");
+    let call = world.call(cancel(&sid, &eid, "not needed"));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    let session = call.session().unwrap();
+    assert_eq!(session.exec_state, ExecState::ExecCanceled as i32);
+    assert_eq!(session.pending_approval, None);
+    assert_canceled_tail(&world, &sid, "not needed");
+
+    let head = world.store.records(&sid).len();
+    let approve = world.call(approve(&sid, &eid, "c1", seq, true));
+    assert_eq!(approve.code(), Code::FailedPrecondition, "{approve:?}");
+    assert_eq!(world.store.records(&sid).len(), head);
+    assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
+    assert_eq!(world.executor.attempts, 0, "the gated call never ran");
+    // A new turn is not blocked by the resolved gate.
+    assert_eq!(world.call(exec(&sid, "", "next")).code(), Code::Ok);
+}
+
+#[test]
+fn a_second_cancel_answers_again_and_writes_nothing() {
+    let mut world = World::default();
+    let (sid, eid, _) = parked(&mut world, "approval");
+    assert_eq!(world.call(cancel(&sid, "", "once")).code(), Code::Ok);
+    let head = world.store.records(&sid).len();
+    let again = world.call(cancel(&sid, &eid, "twice"));
+    assert_eq!(again.code(), Code::Ok, "{again:?}");
+    assert_eq!(world.store.records(&sid).len(), head);
+}
+
+#[test]
+fn a_cancel_cut_before_its_end_is_finished_by_resume() {
+    let mut world = World::default();
+    let (sid, _, _) = parked(&mut world, "approval");
+    // A torn cancel: the marker landed, the END did not.
+    let head = world.store.records(&sid).len() as i64;
+    let fence = world.store.fence(&sid);
+    let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, "cut");
+    world
+        .store
+        .append(&sid, head, fence, &[marker], world.now)
+        .unwrap();
+    let call = world.call(resume(&sid));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    assert_canceled_tail_or_end(&world, &sid);
+    assert_eq!(world.executor.attempts, 0);
+    // A Cancel now finds the execution canceled and writes nothing.
+    let head = world.store.records(&sid).len();
+    assert_eq!(world.call(cancel(&sid, "", "")).code(), Code::Ok);
+    assert_eq!(world.store.records(&sid).len(), head);
+}
+
+/// After a finished cut cancel: ..., CANCEL, END{CANCELED}.
+fn assert_canceled_tail_or_end(world: &World, sid: &str) {
+    let records = world.store.records(sid);
+    let last = records.last().unwrap().event.as_ref().unwrap();
+    assert!(events::is_canceled_end(last), "{last:?}");
+    let kinds = kinds(world, sid);
+    assert_eq!(
+        kinds[kinds.len() - 2..].to_vec(),
+        vec![EventLifecycle, EventEnd]
+    );
+    verify(world, sid);
+}
+
+#[test]
+fn cancel_refusals_leave_the_journal_unchanged() {
+    let mut world = World::default();
+    assert_eq!(world.call(cancel("", "", "")).code(), Code::InvalidArgument);
+    assert_eq!(
+        world.call(cancel("sess-unknown", "", "")).code(),
+        Code::NotFound
+    );
+    let empty = create(&mut world, "");
+    assert_eq!(
+        world.call(cancel(&empty, "", "")).code(),
+        Code::FailedPrecondition,
+        "nothing ever ran"
+    );
+    let sid = create(&mut world, "");
+    assert_eq!(world.call(exec(&sid, "", "done")).code(), Code::Ok);
+    let head = world.store.records(&sid).len();
+    assert_eq!(
+        world.call(cancel(&sid, "", "")).code(),
+        Code::FailedPrecondition,
+        "a completed execution"
+    );
+    let (parked_sid, eid, _) = parked(&mut world, "approval");
+    let parked_head = world.store.records(&parked_sid).len();
+    for wrong in ["not-an-execution", &format!("{eid}x")] {
+        assert_eq!(
+            world.call(cancel(&parked_sid, wrong, "")).code(),
+            Code::FailedPrecondition
+        );
+    }
+    assert_eq!(world.store.records(&sid).len(), head);
+    assert_eq!(world.store.records(&parked_sid).len(), parked_head);
+}
+
+#[test]
+fn cancel_of_a_live_turn_naming_another_execution_is_refused() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "hello"));
+    let head = world.store.records(&sid).len();
+    assert_eq!(
+        world.call(cancel(&sid, "0000000000000000", "")).code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(world.store.records(&sid).len(), head);
+    world.release();
+    assert_eq!(world.take(turn).code(), Code::Ok);
+}
+
+#[test]
+fn an_abandoned_model_answer_arriving_before_the_cancel_commits_is_dropped() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "hello"));
+    // Hold the cancel records' append too: the model answer (held first)
+    // is delivered while the turn still waits for them.
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Store(StoreEffect::Append { events, .. })
+            if events.iter().any(events::is_cancel_marker))
+    }));
+    let canceling = world.start(cancel(&sid, "", "stop"));
+    assert!(!world.replied(canceling));
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::Ok);
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+    assert_canceled_tail(&world, &sid, "stop");
+}
