@@ -30,11 +30,13 @@ pub enum Fault {
     ReexecuteOnReplay,
     /// A decided-denied gate runs its tool anyway.
     DenialExecutes,
+    /// Recovery picks a canceled execution as pending and re-drives it.
+    RedriveCanceled,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -44,6 +46,7 @@ impl Fault {
         Fault::DropCas,
         Fault::ReexecuteOnReplay,
         Fault::DenialExecutes,
+        Fault::RedriveCanceled,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -58,6 +61,7 @@ impl Fault {
             Fault::DropCas => "drop-cas",
             Fault::ReexecuteOnReplay => "reexecute-on-replay",
             Fault::DenialExecutes => "denial-executes",
+            Fault::RedriveCanceled => "redrive-canceled",
         }
     }
 

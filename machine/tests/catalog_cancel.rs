@@ -281,3 +281,20 @@ fn an_abandoned_model_answer_arriving_before_the_cancel_commits_is_dropped() {
     assert_eq!(world.take(turn).code(), Code::Cancelled);
     assert_canceled_tail(&world, &sid, "stop");
 }
+
+/// Found by the race explorer: a Cancel that met the turn before it ran
+/// dropped the turn's state, and its next outcome hit a finished stage.
+#[test]
+fn a_cancel_while_the_turn_is_still_starting_is_aborted_and_the_turn_goes_on() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Store(StoreEffect::MintFence { .. }))
+    }));
+    let turn = world.start(exec(&sid, "", "hello"));
+    let canceling = world.start(cancel(&sid, "", ""));
+    assert_eq!(world.take(canceling).code(), Code::Aborted);
+    world.release();
+    assert_eq!(world.take(turn).code(), Code::Ok);
+    assert!(!kinds(&world, &sid).contains(&EventLifecycle));
+}

@@ -14,8 +14,8 @@ use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{Code, Request, Response, Status};
 use agentsessions_machine::journal::{executions, projection};
 use agentsessions_proto::v1::{
-    ApprovalRef, ApproveRequest, CreateSessionRequest, EventKind, ExecRequest, ForkRequest,
-    LogRecord, ResumeRequest, Session, SuspendRequest,
+    ApprovalRef, ApproveRequest, CancelRequest, CreateSessionRequest, EventKind, ExecRequest,
+    ForkRequest, LogRecord, ResumeRequest, Session, SuspendRequest,
 };
 
 use crate::oracle::{Check, JournalView, Rule, Violation, violation};
@@ -83,6 +83,23 @@ pub fn approve(session: &str, gate: &ApprovalRef, approved: bool) -> Request {
         reason: "ok".into(),
         identity: None,
     })
+}
+
+/// Sessions.Cancel of the session's current execution.
+pub fn cancel(session: &str) -> Request {
+    Request::Cancel(CancelRequest {
+        session: session.into(),
+        execution_id: String::new(),
+        reason: "sim".into(),
+    })
+}
+
+/// Whether the session's latest execution was canceled to its END.
+pub fn canceled(records: &[LogRecord]) -> bool {
+    executions::project(records)
+        .ok()
+        .and_then(|p| p.executions.last().map(|e| e.canceled && e.completed))
+        .unwrap_or(false)
 }
 
 /// Sessions.Suspend.
@@ -369,6 +386,11 @@ impl Client {
             Step::Suspend { slot } => {
                 let sid = self.slot(slot).to_owned();
                 (!self.replied).then(|| Action::Call(sid.clone(), suspend(&sid)))
+            }
+            Step::Cancel { slot } => {
+                let sid = self.slot(slot).to_owned();
+                let done = self.replied && canceled(view.records(&sid));
+                (!done).then(|| Action::Call(sid.clone(), cancel(&sid)))
             }
             Step::Fork { slot, child, at } => {
                 let sid = self.slot(slot).to_owned();

@@ -74,6 +74,8 @@ pub enum Rule {
     Projection,
     /// The approval scan or the execution projection rejects the journal.
     JournalInvalid,
+    /// Something of an execution ran, or was written, after its Cancel.
+    Canceled,
     /// A scenario could not reach its goal.
     Liveness,
     /// A scenario step got an answer it must not get.
@@ -303,6 +305,13 @@ impl Oracle {
         ensure(!self.replaying, Rule::ReplayCalls, || {
             format!("{session}: replay executed tool {}", call.id)
         })?;
+        self.check_not_canceled(
+            view,
+            inc,
+            session,
+            exec_of(intent),
+            &format!("tool {}", call.id),
+        )?;
         let records = view.records(session);
         let stored = records.get(intent.seq as usize - 1);
         ensure(
@@ -419,6 +428,31 @@ impl Oracle {
 
     /// Records of `exec` in `records`; legacy turns (no record carries the
     /// wire id) fall back to the id-less records.
+    /// A Cancel ends an execution for every incarnation that has seen it:
+    /// none of them may run its tools or model after that. (One that has
+    /// not read it yet is fenced out; its appends fail.)
+    fn check_not_canceled(
+        &self,
+        view: &dyn JournalView,
+        inc: u64,
+        session: &str,
+        exec: &str,
+        what: &str,
+    ) -> Check {
+        let seen = self
+            .seen
+            .get(&(inc, session.to_owned()))
+            .copied()
+            .unwrap_or(0);
+        match canceled_at(view.records(session), exec) {
+            Some(at) if at <= seen => Err(violation(
+                Rule::Canceled,
+                format!("{session}: {what} ran for {exec} after its Cancel (seq {at}) was read"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     fn execution<'a>(records: &'a [LogRecord], exec: &str) -> Vec<&'a LogRecord> {
         let own: Vec<_> = records.iter().filter(|r| exec_of(r) == exec).collect();
         if own.is_empty() {
@@ -442,6 +476,7 @@ impl Oracle {
         ensure(!self.replaying, Rule::ReplayCalls, || {
             format!("{session}: replay invoked the model")
         })?;
+        self.check_not_canceled(view, inc, session, exec, "the model")?;
         let records = Self::execution(view.records(session), exec);
         ensure(
             records.iter().any(|r| kind(r) == EventKind::EventModelCall),
@@ -582,6 +617,7 @@ impl Oracle {
                 )?;
             }
         }
+        check_nothing_after_cancel(s, records)?;
         approval::scan(records, 0)
             .map_err(|e| violation(Rule::JournalInvalid, format!("{s}: approval scan: {e}")))?;
         executions::project(records)
@@ -725,4 +761,54 @@ impl Oracle {
             )
         })
     }
+}
+
+/// Where execution `exec` was canceled: its END{CANCELED}, or a CANCEL
+/// marker after its first record (a Cancel cut before its END).
+fn canceled_at(records: &[LogRecord], exec: &str) -> Option<i64> {
+    let start = records.iter().position(|r| exec_of(r) == exec)?;
+    records[start..].iter().find_map(|r| {
+        let ev = r.event.as_ref()?;
+        let own_end = exec_of(r) == exec && agentsessions_machine::events::is_canceled_end(ev);
+        (own_end || agentsessions_machine::events::is_cancel_marker(ev)).then_some(r.seq)
+    })
+}
+
+/// In the durable journal, a canceled execution asks for nothing after its
+/// CANCEL marker (a tool receipt of a call already running is the one
+/// record allowed), and nothing of it follows its END{CANCELED}.
+fn check_nothing_after_cancel(s: &str, records: &[LogRecord]) -> Check {
+    let mut canceling: Option<(String, bool)> = None;
+    let mut current = String::new();
+    for r in records {
+        let Some(ev) = r.event.as_ref() else {
+            continue;
+        };
+        let k = kind(r);
+        if agentsessions_machine::events::is_cancel_marker(ev) {
+            canceling = Some((current.clone(), false));
+            continue;
+        }
+        if k == EventKind::EventLifecycle {
+            continue;
+        }
+        let exec = exec_of(r).to_owned();
+        if let Some((canceled, ended)) = &mut canceling
+            && exec == *canceled
+        {
+            let allowed = !*ended
+                && matches!(
+                    k,
+                    EventKind::EventToolResult | EventKind::EventEnd | EventKind::EventError
+                );
+            ensure(allowed, Rule::Canceled, || {
+                format!("{s}: seq {} ({k:?}) of {exec} follows its Cancel", r.seq)
+            })?;
+            if agentsessions_machine::events::is_canceled_end(ev) {
+                *ended = true;
+            }
+        }
+        current = exec;
+    }
+    Ok(())
 }

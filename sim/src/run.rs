@@ -328,6 +328,7 @@ impl<'a> Run<'a> {
             }
             RaceOp::Resume { slot } => (sid(slot), client::resume(&sid(slot))),
             RaceOp::Suspend { slot } => (sid(slot), client::suspend(&sid(slot))),
+            RaceOp::Cancel { slot } => (sid(slot), client::cancel(&sid(slot))),
             RaceOp::Exec { slot, text } => (sid(slot), client::exec(&sid(slot), text)),
             RaceOp::Recover { slot } => (sid(slot), client::exec(&sid(slot), "")),
             RaceOp::Fork { slot, .. } => (sid(slot), client::fork(&sid(slot), 0)),

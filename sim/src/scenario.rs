@@ -83,6 +83,11 @@ pub enum Step {
         /// Session slot.
         slot: usize,
     },
+    /// Cancel the session's execution in flight; done when it is canceled.
+    Cancel {
+        /// Session slot.
+        slot: usize,
+    },
     /// Fork one child into `child`.
     Fork {
         /// Parent slot.
@@ -120,6 +125,11 @@ pub enum RaceOp {
     },
     /// Sessions.Suspend.
     Suspend {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Sessions.Cancel of whatever is in flight.
+    Cancel {
         /// Session slot.
         slot: usize,
     },
@@ -316,6 +326,41 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             ],
             vec![
                 Post::ToolEffects { slot: 0, n: 1 },
+                Post::Completed { slot: 0, n: 1 },
+            ],
+        ),
+        s(
+            "cancel-parked",
+            "cancel",
+            vec![
+                create("approval"),
+                park("t1"),
+                Cancel { slot: 0 },
+                Resume { slot: 0 },
+                // The resolved gate does not block the next turn (which
+                // parks on its own gate).
+                park("t2"),
+            ],
+            vec![
+                Post::ToolEffects { slot: 0, n: 0 },
+                Post::Completed { slot: 0, n: 1 },
+            ],
+        ),
+        s(
+            "cancel-decided",
+            "cancel",
+            vec![
+                create("approval"),
+                park("t1"),
+                Approve {
+                    slot: 0,
+                    approved: true,
+                },
+                Cancel { slot: 0 },
+                Resume { slot: 0 },
+            ],
+            vec![
+                Post::ToolEffects { slot: 0, n: 0 },
                 Post::Completed { slot: 0, n: 1 },
             ],
         ),
@@ -535,6 +580,58 @@ pub fn race_scenarios() -> Vec<Scenario> {
         ]
     };
     vec![
+        race(
+            "race-cancel-approve",
+            "Cancel racing Approve and Resume",
+            parked(),
+            vec![
+                (0, R::Cancel { slot: 0 }),
+                (
+                    1,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+                (1, R::Resume { slot: 0 }),
+            ],
+        ),
+        race(
+            "race-cancel-resume",
+            "Cancel racing Resume",
+            decided(),
+            vec![(0, R::Resume { slot: 0 }), (1, R::Cancel { slot: 0 })],
+        ),
+        race(
+            "race-cancel-exec",
+            "Cancel racing a turn on another host",
+            vec![create("tools")],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t1",
+                    },
+                ),
+                (1, R::Cancel { slot: 0 }),
+            ],
+        ),
+        race(
+            "race-cancel-exec-one-host",
+            "Cancel of a live turn",
+            vec![create("tools")],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t1",
+                    },
+                ),
+                (0, R::Cancel { slot: 0 }),
+            ],
+        ),
         race(
             "race-approve-dup",
             "duplicate Approve",

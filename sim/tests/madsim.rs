@@ -723,8 +723,10 @@ fn a_seed_alone_repeats_its_run_in_a_batch() {
 
 /// Planted bugs these runs cannot reach: the built-in harnesses are
 /// deterministic, so a recorded model result never meets a different
-/// request (the explorer's drifting harness covers that one).
-const UNREACHABLE: [Fault; 1] = [Fault::SkipInputHashCheck];
+/// request (the explorer's drifting harness covers that one); and these
+/// clients do not cancel yet (the explorer's cancel scenarios cover
+/// re-driving a canceled execution).
+const UNREACHABLE: [Fault; 2] = [Fault::SkipInputHashCheck, Fault::RedriveCanceled];
 
 /// Seeds tried per planted bug before it counts as missed.
 const TEETH_SEEDS: u64 = 1_000;

@@ -21,6 +21,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::DropCas => &[Rule::Cas],
         Fault::ReexecuteOnReplay => &[Rule::ReplayCalls],
         Fault::DenialExecutes => &[Rule::Denial],
+        Fault::RedriveCanceled => &[Rule::Canceled, Rule::Expectation],
     }
 }
 
@@ -64,7 +65,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 9);
+    assert_eq!(Fault::ALL.len(), 10);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -128,4 +129,9 @@ fn a_failure_report_names_the_command_and_a_shrunk_trace() {
     let shrunk = explore::shrink(&scn, 1, &failure.path);
     assert!(shrunk.len() <= failure.path.len());
     assert!(explore::replay(&scn, 1, &shrunk, false).0.is_err());
+}
+
+#[test]
+fn redrive_canceled() {
+    caught(Fault::RedriveCanceled);
 }

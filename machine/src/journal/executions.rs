@@ -304,7 +304,7 @@ pub fn select_pending(
     let Some(last) = p.executions.last() else {
         return Ok(None);
     };
-    if last.completed {
+    if last.completed && !(last.canceled && crate::planted!(RedriveCanceled)) {
         return Ok(None);
     }
     validate_inputs(last)?;

@@ -298,13 +298,16 @@ impl ExecOp {
         request: RequestId,
         req: &CancelRequest,
     ) -> Flow {
-        let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
+        if !matches!(self.stage, Stage::Running(_)) {
             let busy = format!(
                 "cancel: session {:?} is starting or finishing a turn; retry",
                 self.session
             );
             cx.reply(request, Err(Status::aborted(busy)));
             return Flow::Continue;
+        }
+        let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
+            unreachable!("matched above");
         };
         if !req.execution_id.is_empty() && req.execution_id != self.execution_id {
             let msg = format!(

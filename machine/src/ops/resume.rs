@@ -352,7 +352,7 @@ impl ResumeOp {
         let canceled = executions::project(&self.log)
             .ok()
             .and_then(|p| executions::select_pending(&self.log, &p).ok().flatten())
-            .filter(|e| e.canceled);
+            .filter(|e| e.canceled && !e.completed);
         if let Some(exec) = canceled {
             let fence = cx.mint_fence(&self.session);
             self.stage = Stage::EndCancel {
