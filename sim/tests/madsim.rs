@@ -4,8 +4,8 @@
 //! two host nodes (the real `Driver` and `SessionsService` served by
 //! madsim-tonic, over the memory journal), harness nodes serving the
 //! built-in `echo` and `approval` harnesses through the shells' harness SDK,
-//! and client nodes issuing Exec, Replay, Approve, Resume, Suspend and Fork
-//! against shared sessions. A fault task kills and restarts hosts (their
+//! and client nodes issuing Exec, Replay, Approve, Resume, Suspend, Cancel
+//! and Fork against shared sessions. A fault task kills and restarts hosts (their
 //! pending writes lost, possibly a prefix kept and the next append torn),
 //! pauses a host so it comes back as a zombie behind a newer fence, kills
 //! harnesses mid-stream, partitions links and raises latency. The oracle
@@ -39,9 +39,9 @@ use agentsessions_machine::host::{
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use agentsessions_proto::v1::{
-    ApproveRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetSessionRequest, LogRecord,
-    Message, Part, ReplayRequest, ResumeRequest, Session, SuspendRequest, TextPart,
-    exec_update::Update, part,
+    ApproveRequest, CancelRequest, CreateSessionRequest, ExecRequest, ForkRequest,
+    GetSessionRequest, LogRecord, Message, Part, ReplayRequest, ResumeRequest, Session,
+    SuspendRequest, TextPart, exec_update::Update, part,
 };
 use agentsessions_shells::daemon::driver::{Driver, Ports};
 use agentsessions_shells::daemon::grpc::SessionsService;
@@ -403,7 +403,16 @@ async fn client_program(
             }))
             .await;
             format!("suspend {sid} {}", code(&r))
-        } else if pick < 93 {
+        } else if pick < 89 {
+            // Often racing the other client's turn or approval on it.
+            let r = bounded(c.cancel(CancelRequest {
+                session: sid.clone(),
+                execution_id: String::new(),
+                reason: format!("c{me}"),
+            }))
+            .await;
+            format!("cancel {sid} {}", code(&r))
+        } else if pick < 95 {
             let at = match get(&mut c, &sid).await {
                 Ok(s) if s.last_seq > 0 && thread_rng().gen_bool(0.5) => {
                     thread_rng().gen_range(1..=s.last_seq)
@@ -723,10 +732,8 @@ fn a_seed_alone_repeats_its_run_in_a_batch() {
 
 /// Planted bugs these runs cannot reach: the built-in harnesses are
 /// deterministic, so a recorded model result never meets a different
-/// request (the explorer's drifting harness covers that one); and these
-/// clients do not cancel yet (the explorer's cancel scenarios cover
-/// re-driving a canceled execution).
-const UNREACHABLE: [Fault; 2] = [Fault::SkipInputHashCheck, Fault::RedriveCanceled];
+/// request (the explorer's drifting harness covers that one).
+const UNREACHABLE: [Fault; 1] = [Fault::SkipInputHashCheck];
 
 /// Seeds tried per planted bug before it counts as missed.
 const TEETH_SEEDS: u64 = 1_000;
