@@ -502,3 +502,118 @@ async fn fork_count_zero_or_negative_makes_one_child_and_128_is_allowed() {
     assert_eq!(children.children.len(), 128);
     daemon.shutdown().await;
 }
+
+/// Cancel over the real gRPC stack: a turn blocked inside a harness that
+/// never answers is canceled; its Exec stream ends CANCELLED after the
+/// cancel records, and the journal verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_a_blocked_turn_and_its_exec_stream_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("block.sock");
+    let block_address = format!("unix://{}", socket.display());
+    let (started_tx, mut started) = mpsc::unbounded_channel();
+    let listener = Listener::bind(&ListenAddr::Unix(socket.clone()))
+        .await
+        .unwrap();
+    let (stop_block, block_stopped) = tokio::sync::oneshot::channel::<()>();
+    let block = tokio::spawn(listener.serve(
+        HarnessService::new(Arc::new(Block {
+            started: started_tx,
+            release: Arc::new(Notify::new()),
+        })),
+        async {
+            let _ = block_stopped.await;
+        },
+    ));
+    let daemon = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = Clients {
+        sessions: SessionsClient::new(channel(daemon.addr).await),
+        registry: HarnessRegistryClient::new(channel(daemon.registry_addr.unwrap()).await),
+    };
+    c.registry
+        .register_harness(RegisterHarnessRequest {
+            name: "block".into(),
+            spec: Some(remote_spec(&block_address)),
+        })
+        .await
+        .unwrap();
+    let sid = create(&mut c.sessions, "block").await;
+    let mut turn_client = c.sessions.clone();
+    let turn = tokio::spawn({
+        let sid = sid.clone();
+        async move {
+            let mut stream = turn_client
+                .exec(exec(&sid, Some("wait")))
+                .await
+                .map_err(|s| (s, Vec::new()))?
+                .into_inner();
+            let mut records: Vec<LogRecord> = Vec::new();
+            loop {
+                match stream.message().await {
+                    Ok(Some(u)) => {
+                        if let Some(Update::Record(r)) = u.update {
+                            records.push(r);
+                        }
+                    }
+                    Ok(None) => return Ok(records),
+                    Err(status) => return Err((status, records)),
+                }
+            }
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(10), started.recv())
+        .await
+        .expect("the turn reached the harness")
+        .unwrap();
+
+    let canceled = c
+        .sessions
+        .cancel(CancelRequest {
+            session: sid.clone(),
+            execution_id: String::new(),
+            reason: "operator".into(),
+        })
+        .await
+        .expect("cancel")
+        .into_inner();
+    assert_eq!(
+        canceled.exec_state,
+        agentsessions_proto::v1::ExecState::ExecCanceled as i32
+    );
+    assert_eq!(canceled.last_seq, 4, "START, INPUT, CANCEL, END");
+
+    let (status, records) = tokio::time::timeout(Duration::from_secs(10), turn)
+        .await
+        .expect("the Exec stream ends")
+        .unwrap()
+        .expect_err("the turn ends with a status");
+    assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+    let seqs: Vec<i64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 3, 4],
+        "every record streamed before the status"
+    );
+    let replayed: Vec<LogRecord> = {
+        let mut s = c
+            .sessions
+            .replay(agentsessions_proto::v1::ReplayRequest {
+                session: sid.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let mut out = Vec::new();
+        while let Some(r) = s.message().await.unwrap() {
+            out.push(r);
+        }
+        out
+    };
+    assert_eq!(replayed, records, "the stream showed the journal");
+    agentsessions_machine::chain::verify(&replayed).expect("the chain verifies");
+
+    daemon.shutdown().await;
+    let _ = stop_block.send(());
+    let _ = block.await;
+}
