@@ -162,6 +162,20 @@ fn scans_agree_on_a_gated_call_whose_args_hold_a_nan() {
     assert_eq!(scan(&log.records, 0).unwrap().states.len(), 1);
 }
 
+/// The fuzz finding `scan-of-a-gated-call-at-a-non-positive-seq`: a
+/// tampered journal whose gated TOOL_CALL carries seq 0 (or below) reached
+/// an internal assertion in the scan; it is invalid evidence instead.
+#[test]
+fn a_gated_call_at_a_non_positive_seq_is_invalid_evidence() {
+    for seq in [0, -3] {
+        let (mut log, s) = gate_log(true, Cut::Call);
+        log.records[s.call as usize - 1].seq = seq;
+        let err = scan(&log.records, 0).expect_err("a gate at a non-positive seq");
+        assert!(matches!(err, LogError::InvalidExecutionLog(_)), "{err}");
+        assert!(scan_agrees_with_grouped_scan(&log.records, 0));
+    }
+}
+
 /// The fuzz finding `scan-cut-at-a-negative-seq`: a tampered journal whose
 /// middle record has a negative seq, cut there. The shortcut (no gated
 /// record) refused the cursor while the grouped scan read it as "no bound"

@@ -426,6 +426,11 @@ fn gate_for_call<'a>(
             r.seq, call.id
         )));
     }
+    // Every committed record has seq >= 1; a scan of records from
+    // anywhere (a fuzzer, a tampered import) must say so, not assume it.
+    if r.seq <= 0 {
+        return Err(bad(id, r, "gated call at a non-positive seq"));
+    }
     calls.insert(call.id.as_str(), true);
     Ok(Some(ApprovalState::opened(id, r.seq, call, marker.clone())))
 }
