@@ -298,3 +298,55 @@ fn a_cancel_while_the_turn_is_still_starting_is_aborted_and_the_turn_goes_on() {
     assert_eq!(world.take(turn).code(), Code::Ok);
     assert!(!kinds(&world, &sid).contains(&EventLifecycle));
 }
+
+#[test]
+fn cancel_of_a_resume_redriving_a_model_call_ends_both_calls() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.model_fail_next = Some("provider down".into());
+    assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Internal);
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let resuming = world.start(resume(&sid));
+    let canceling = world.start(cancel(&sid, "", "give up"));
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    assert_eq!(
+        call.session().unwrap().exec_state,
+        ExecState::ExecCanceled as i32
+    );
+    assert_eq!(world.take(resuming).code(), Code::Cancelled);
+    assert_canceled_tail(&world, &sid, "give up");
+    world.release();
+    assert_canceled_tail(&world, &sid, "give up");
+    // Nothing re-drives it now.
+    let model_calls = world.model_calls;
+    assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
+    assert_eq!(world.model_calls, model_calls);
+}
+
+#[test]
+fn cancel_of_an_approved_gate_being_executed_by_resume_keeps_the_receipt() {
+    let mut world = World::default();
+    let (sid, eid, seq) = parked(&mut world, "approval");
+    assert_eq!(
+        world.call(approve(&sid, &eid, "c1", seq, true)).code(),
+        Code::Ok
+    );
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Tool(_))));
+    let resuming = world.start(resume(&sid));
+    let canceling = world.start(cancel(&sid, &eid, "enough"));
+    assert!(
+        !world.replied(canceling),
+        "the running tool is not torn down"
+    );
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::Ok);
+    assert_eq!(world.take(resuming).code(), Code::Cancelled);
+    let tail = kinds(&world, &sid);
+    assert_eq!(
+        tail[tail.len() - 3..].to_vec(),
+        vec![EventToolResult, EventLifecycle, EventEnd]
+    );
+    assert_eq!(world.executor.attempts, 1);
+    assert_canceled_tail(&world, &sid, "enough");
+}

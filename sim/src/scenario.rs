@@ -603,6 +603,12 @@ pub fn race_scenarios() -> Vec<Scenario> {
             vec![(0, R::Resume { slot: 0 }), (1, R::Cancel { slot: 0 })],
         ),
         race(
+            "race-cancel-resume-one-host",
+            "Cancel of a live recovery",
+            decided(),
+            vec![(0, R::Resume { slot: 0 }), (0, R::Cancel { slot: 0 })],
+        ),
+        race(
             "race-cancel-exec",
             "Cancel racing a turn on another host",
             vec![create("tools")],

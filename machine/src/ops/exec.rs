@@ -290,14 +290,17 @@ impl ExecOp {
     }
 
     /// A Cancel for this session while this Exec holds it: only a running
-    /// turn takes one (see `invocation::cancel`); it answers once the
-    /// cancel records are durable.
+    /// turn (or the recovery it runs) takes one (see `invocation::cancel`);
+    /// it answers once the cancel records are durable.
     pub(crate) fn on_cancel_request(
         &mut self,
         cx: &mut Cx<'_>,
         request: RequestId,
         req: &CancelRequest,
     ) -> Flow {
+        if let Stage::Recovery(op) = &mut self.stage {
+            return op.on_cancel_request(cx, request, req);
+        }
         if !matches!(self.stage, Stage::Running(_)) {
             let busy = format!(
                 "cancel: session {:?} is starting or finishing a turn; retry",

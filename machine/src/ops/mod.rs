@@ -156,6 +156,7 @@ impl Op {
     ) -> Flow {
         match self {
             Self::Exec(op) => op.on_cancel_request(cx, request, req),
+            Self::Resume(op) => op.on_cancel_request(cx, request, req),
             _ => {
                 let busy = format!("cancel: session {:?} is busy; retry", req.session);
                 cx.reply(request, Err(Status::aborted(busy)));

@@ -12,6 +12,8 @@
 //! it then streams like Exec (Session frame first, records, a final Session
 //! frame) and honours Exec's `expected_last_seq`.
 
+mod cancel;
+
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
     ControllerFrame, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
@@ -33,8 +35,8 @@ use crate::journal::legacy;
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::{
-    Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route, SessionRow,
-    Status, StreamItem,
+    Code, Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
+    SessionRow, Status, StreamItem,
 };
 
 /// How the caller is answered.
@@ -72,6 +74,8 @@ enum Stage {
     Running(Box<Run>),
     Handoff(Box<Handoff>),
     Final(Render),
+    /// The recovery run was canceled: the Cancel callers get the session.
+    Canceled(Render),
     Over,
 }
 
@@ -87,6 +91,8 @@ pub(crate) struct ResumeOp {
     route: Option<Route>,
     stage: Stage,
     deadline: Option<Status>,
+    /// Cancel calls waiting for this recovery's cancel to be durable.
+    cancels: Vec<RequestId>,
 }
 
 /// The session's own latest snapshot; a ref copied from a fork parent names
@@ -133,6 +139,7 @@ impl ResumeOp {
             route: None,
             stage: Stage::Over,
             deadline: None,
+            cancels: Vec::new(),
         }
     }
 
@@ -258,6 +265,7 @@ impl ResumeOp {
                     self.reply_session(cx)
                 }
             },
+            Stage::Canceled(render) => self.on_canceled(cx, render, id, outcome),
             Stage::Final(mut render) => match render.on_outcome(cx, id, outcome) {
                 Rendered::Pending => {
                     self.stage = Stage::Final(render);
@@ -456,46 +464,6 @@ impl ResumeOp {
         }
     }
 
-    /// Finishing a cut Cancel: mint, then append END{CANCELED}.
-    fn on_end_cancel(
-        &mut self,
-        cx: &mut Cx<'_>,
-        id: EffectId,
-        outcome: Outcome,
-        fence: EffectId,
-        append: Option<EffectId>,
-        exec_id: String,
-    ) -> Flow {
-        match (append, outcome) {
-            (None, Outcome::Store(StoreOutcome::Fence(Ok(f)))) => {
-                assert_eq!(fence, id);
-                let end = events::end_canceled(&exec_id);
-                let append = cx.append(&self.session, self.head(), f, vec![end]);
-                self.stage = Stage::EndCancel {
-                    fence,
-                    append: Some(append),
-                    exec_id,
-                };
-                Flow::Continue
-            }
-            (None, Outcome::Store(StoreOutcome::Fence(Err(e)))) => {
-                self.fail(cx, Status::internal(format!("mint fence: {e}")))
-            }
-            (Some(want), Outcome::Store(StoreOutcome::Appended(Ok(records)))) => {
-                assert_eq!(want, id);
-                for r in records {
-                    self.log.push(r.clone());
-                    self.stream(cx, Committed::new(r));
-                }
-                self.reply_session(cx)
-            }
-            (Some(_), Outcome::Store(StoreOutcome::Appended(Err(e)))) => {
-                self.fail(cx, mapping::append(&e, "resume"))
-            }
-            (_, other) => unexpected("resume end-cancel", &other),
-        }
-    }
-
     /// The journal past the decided head, read under the new fence. Only
     /// an unchanged journal lets the execution run: the recovery re-drives
     /// its trailing tool or model call before it appends anything, so a
@@ -646,10 +614,16 @@ impl ResumeOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
+        self.settle_cancels(cx, &finish.ending);
         match finish.ending {
             Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),
             Ending::Failed(e) => self.fail_turn(cx, &e),
-            Ending::Canceled => unreachable!("a Cancel is taken only by a live Exec turn"),
+            Ending::Canceled => {
+                let msg = format!("execution {:?} canceled", run.inv.setup().execution_id);
+                cx.reply(self.request, Err(Status::new(Code::Cancelled, msg)));
+                self.stage = Stage::Canceled(Render::start(cx, &self.session));
+                Flow::Continue
+            }
             Ending::Parked(park) => {
                 let route = self.route.clone().expect("routed");
                 let handoff = Handoff::start(
