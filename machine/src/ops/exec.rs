@@ -19,12 +19,12 @@ use super::override_check::{Checked, OverrideCheck};
 use super::placement::{Placed, Placement, Provision};
 use super::resume::ResumeOp;
 use super::routing::{for_turn, mapping, resolve};
-use super::run::{Handed, Handoff, Run};
+use super::run::{CancelCalls, Handed, Handoff, Run};
 use super::session::{Render, Rendered, new_row, put_error};
 use super::{Flow, unexpected};
 use crate::error::TurnError;
 use crate::events;
-use crate::invocation::{CancelRefusal, Ending, Invocation, Mode, Setup};
+use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::{approval, legacy};
 use crate::ops::cx::Cx;
 use crate::ops::render;
@@ -63,7 +63,7 @@ pub(crate) struct ExecOp {
     execution_id: String,
     deadline: Option<Status>,
     /// Cancel calls waiting for this turn's cancel to be durable.
-    cancels: Vec<RequestId>,
+    cancels: CancelCalls,
 }
 
 impl ExecOp {
@@ -79,7 +79,7 @@ impl ExecOp {
             stage: Stage::Over,
             execution_id: String::new(),
             deadline: None,
-            cancels: Vec::new(),
+            cancels: CancelCalls::default(),
         }
     }
 
@@ -270,23 +270,16 @@ impl ExecOp {
         id: EffectId,
         outcome: Outcome,
     ) -> Flow {
-        let result = match render.on_outcome(cx, id, outcome) {
+        match render.on_outcome(cx, id, outcome) {
             Rendered::Pending => {
                 self.stage = Stage::Canceled(render);
-                return Flow::Continue;
+                Flow::Continue
             }
-            Rendered::Done(s) => Ok(Response::Session(*s)),
-            Rendered::NotFound => Err(Status::internal("session vanished")),
-            Rendered::Failed(status) => Err(status),
-        };
-        assert!(
-            !self.cancels.is_empty(),
-            "a canceled turn has a Cancel call"
-        );
-        for request in std::mem::take(&mut self.cancels) {
-            cx.reply(request, result.clone());
+            rendered => {
+                self.cancels.answer(cx, rendered);
+                Flow::Done
+            }
         }
-        Flow::Done
     }
 
     /// A Cancel for this session while this Exec holds it: only a running
@@ -298,45 +291,25 @@ impl ExecOp {
         request: RequestId,
         req: &CancelRequest,
     ) -> Flow {
-        if let Stage::Recovery(op) = &mut self.stage {
-            return op.on_cancel_request(cx, request, req);
-        }
-        if !matches!(self.stage, Stage::Running(_)) {
-            let busy = format!(
-                "cancel: session {:?} is starting or finishing a turn; retry",
-                self.session
-            );
-            cx.reply(request, Err(Status::aborted(busy)));
-            return Flow::Continue;
-        }
-        let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
-            unreachable!("matched above");
-        };
-        if !req.execution_id.is_empty() && req.execution_id != self.execution_id {
-            let msg = format!(
-                "cancel: execution {:?} is not the session's current one ({:?})",
-                req.execution_id, self.execution_id
-            );
-            cx.reply(request, Err(Status::failed_precondition(msg)));
-        } else {
-            match run.cancel(cx, &req.reason) {
-                Ok(()) => self.cancels.push(request),
-                Err(CancelRefusal::Parking) => cx.reply(
-                    request,
-                    Err(Status::aborted(
-                        "cancel: the execution is parking on an approval; retry",
-                    )),
-                ),
-                Err(CancelRefusal::Ended | CancelRefusal::Replaying) => cx.reply(
-                    request,
-                    Err(Status::failed_precondition(format!(
-                        "cancel: execution {:?} already ended",
-                        self.execution_id
-                    ))),
-                ),
+        match &mut self.stage {
+            Stage::Recovery(op) => op.on_cancel_request(cx, request, req),
+            Stage::Running(_) => {
+                let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over)
+                else {
+                    unreachable!("matched above");
+                };
+                self.cancels.offer(cx, &mut run, request, req);
+                self.after_run(cx, run)
+            }
+            _ => {
+                let busy = format!(
+                    "cancel: session {:?} is starting or finishing a turn; retry",
+                    self.session
+                );
+                cx.reply(request, Err(Status::aborted(busy)));
+                Flow::Continue
             }
         }
-        self.after_run(cx, run)
     }
 
     /// The approval preflight and routing, then the first frame.
@@ -478,19 +451,8 @@ impl ExecOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
-        if !matches!(finish.ending, Ending::Canceled) {
-            // The turn ended on its own (or the cancel could not be written).
-            let status = match &finish.ending {
-                Ending::Failed(e) => mapping::exec(e),
-                _ => Status::failed_precondition(format!(
-                    "cancel: execution {:?} already ended",
-                    self.execution_id
-                )),
-            };
-            for request in std::mem::take(&mut self.cancels) {
-                cx.reply(request, Err(status.clone()));
-            }
-        }
+        // The turn ended on its own (or the cancel could not be written).
+        self.cancels.settle(cx, &finish.ending, mapping::exec);
         match finish.ending {
             Ending::Completed => {
                 cx.reply(self.request, Ok(Response::StreamEnd));

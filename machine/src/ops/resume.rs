@@ -23,7 +23,7 @@ use super::load::{Load, Loaded};
 use super::override_check::{Checked, OverrideCheck};
 use super::placement::{Placed, Placement, Provision, needs_memory};
 use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
-use super::run::{Handed, Handoff, Run};
+use super::run::{CancelCalls, Handed, Handoff, Run};
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
@@ -92,7 +92,7 @@ pub(crate) struct ResumeOp {
     stage: Stage,
     deadline: Option<Status>,
     /// Cancel calls waiting for this recovery's cancel to be durable.
-    cancels: Vec<RequestId>,
+    cancels: CancelCalls,
 }
 
 /// The session's own latest snapshot; a ref copied from a fork parent names
@@ -139,7 +139,7 @@ impl ResumeOp {
             route: None,
             stage: Stage::Over,
             deadline: None,
-            cancels: Vec::new(),
+            cancels: CancelCalls::default(),
         }
     }
 
@@ -614,7 +614,7 @@ impl ResumeOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
-        self.settle_cancels(cx, &finish.ending);
+        self.cancels.settle(cx, &finish.ending, mapping::resume);
         match finish.ending {
             Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),
             Ending::Failed(e) => self.fail_turn(cx, &e),

@@ -1,16 +1,21 @@
 //! Driving an [`Invocation`] with real effects, and the park handoff.
 
-use agentsessions_proto::v1::{ApprovalRef, ControllerFrame, Delta, LogRecord, SnapshotRef};
+use agentsessions_proto::v1::{
+    ApprovalRef, CancelRequest, ControllerFrame, Delta, LogRecord, SnapshotRef,
+};
+
+use super::session::Rendered;
 
 use super::unexpected;
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::invocation::{Action, CancelRefusal, Finish, Invocation};
+use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
-    Outcome, RequestId, Route, RuntimeCall, RuntimeOp, RuntimeReply, StoreOutcome, StreamItem,
+    Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status,
+    StoreOutcome, StreamItem,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,6 +204,80 @@ impl Run {
     fn set_pending(&mut self, id: EffectId, kind: Pending) {
         assert!(self.pending.is_none(), "one outstanding effect per run");
         self.pending = Some((id, kind));
+    }
+}
+
+/// Cancel calls waiting on one run's cancel: an Exec turn's or a
+/// recovery's (see `invocation::cancel`).
+#[derive(Debug, Default)]
+pub(crate) struct CancelCalls(Vec<RequestId>);
+
+impl CancelCalls {
+    /// Offers Cancel call `request` to `run`. A Cancel naming another
+    /// execution, or one the run cannot take, is answered now; a taken one
+    /// waits for the run to end.
+    pub(crate) fn offer(
+        &mut self,
+        cx: &mut Cx<'_>,
+        run: &mut Run,
+        request: RequestId,
+        req: &CancelRequest,
+    ) {
+        let current = run.inv.setup().execution_id.clone();
+        let refusal = if !req.execution_id.is_empty() && req.execution_id != current {
+            Status::failed_precondition(format!(
+                "cancel: execution {:?} is not the session's current one ({current:?})",
+                req.execution_id
+            ))
+        } else {
+            match run.cancel(cx, &req.reason) {
+                Ok(()) => {
+                    self.0.push(request);
+                    return;
+                }
+                Err(CancelRefusal::Parking) => {
+                    Status::aborted("cancel: the execution is parking on an approval; retry")
+                }
+                Err(CancelRefusal::Ended | CancelRefusal::Replaying) => {
+                    Status::failed_precondition(format!(
+                        "cancel: execution {current:?} already ended"
+                    ))
+                }
+            }
+        };
+        cx.reply(request, Err(refusal));
+    }
+
+    /// The run ended other than by its cancel: every waiting call is
+    /// refused (`failed` maps the run's error when it failed).
+    pub(crate) fn settle(
+        &mut self,
+        cx: &mut Cx<'_>,
+        ending: &Ending,
+        failed: impl Fn(&TurnError) -> Status,
+    ) {
+        let status = match ending {
+            Ending::Canceled => return,
+            Ending::Failed(e) => failed(e),
+            _ => Status::failed_precondition("cancel: the execution already ended"),
+        };
+        for request in std::mem::take(&mut self.0) {
+            cx.reply(request, Err(status.clone()));
+        }
+    }
+
+    /// The canceled session rendered (or not): every waiting call gets it.
+    pub(crate) fn answer(&mut self, cx: &mut Cx<'_>, rendered: Rendered) {
+        let result = match rendered {
+            Rendered::Pending => unreachable!("answered once rendered"),
+            Rendered::Done(s) => Ok(Response::Session(*s)),
+            Rendered::NotFound => Err(Status::internal("session vanished")),
+            Rendered::Failed(status) => Err(status),
+        };
+        assert!(!self.0.is_empty(), "a canceled run has a Cancel call");
+        for request in std::mem::take(&mut self.0) {
+            cx.reply(request, result.clone());
+        }
     }
 }
 

@@ -6,12 +6,11 @@ use agentsessions_proto::v1::CancelRequest;
 
 use super::{ResumeOp, Stage};
 use crate::events;
-use crate::invocation::{CancelRefusal, Ending};
 use crate::ops::cx::Cx;
 use crate::ops::routing::mapping;
 use crate::ops::session::{Render, Rendered};
 use crate::ops::{Flow, unexpected};
-use crate::vocab::{Committed, EffectId, Outcome, RequestId, Response, Status, StoreOutcome};
+use crate::vocab::{Committed, EffectId, Outcome, RequestId, Status, StoreOutcome};
 
 impl ResumeOp {
     /// A Cancel for this session while this recovery holds it: taken while
@@ -30,45 +29,8 @@ impl ResumeOp {
         let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
             unreachable!("matched above");
         };
-        let current = run.inv.setup().execution_id.clone();
-        if !req.execution_id.is_empty() && req.execution_id != current {
-            let msg = format!(
-                "cancel: execution {:?} is not the session's current one ({current:?})",
-                req.execution_id
-            );
-            cx.reply(request, Err(Status::failed_precondition(msg)));
-        } else {
-            match run.cancel(cx, &req.reason) {
-                Ok(()) => self.cancels.push(request),
-                Err(CancelRefusal::Parking) => cx.reply(
-                    request,
-                    Err(Status::aborted(
-                        "cancel: the execution is parking on an approval; retry",
-                    )),
-                ),
-                Err(CancelRefusal::Ended | CancelRefusal::Replaying) => cx.reply(
-                    request,
-                    Err(Status::failed_precondition(format!(
-                        "cancel: execution {current:?} already ended"
-                    ))),
-                ),
-            }
-        }
+        self.cancels.offer(cx, &mut run, request, req);
         self.after_run(cx, run)
-    }
-
-    /// The run ended: Cancel calls it did not end by cancel are refused.
-    pub(super) fn settle_cancels(&mut self, cx: &mut Cx<'_>, ending: &Ending) {
-        if matches!(ending, Ending::Canceled) {
-            return;
-        }
-        let status = match ending {
-            Ending::Failed(e) => mapping::resume(e),
-            _ => Status::failed_precondition("cancel: the execution already ended"),
-        };
-        for request in std::mem::take(&mut self.cancels) {
-            cx.reply(request, Err(status.clone()));
-        }
     }
 
     /// The canceled session is rendered: every Cancel call gets it.
@@ -79,23 +41,16 @@ impl ResumeOp {
         id: EffectId,
         outcome: Outcome,
     ) -> Flow {
-        let result = match render.on_outcome(cx, id, outcome) {
+        match render.on_outcome(cx, id, outcome) {
             Rendered::Pending => {
                 self.stage = Stage::Canceled(render);
-                return Flow::Continue;
+                Flow::Continue
             }
-            Rendered::Done(s) => Ok(Response::Session(*s)),
-            Rendered::NotFound => Err(Status::internal("session vanished")),
-            Rendered::Failed(status) => Err(status),
-        };
-        assert!(
-            !self.cancels.is_empty(),
-            "a canceled recovery has a Cancel call"
-        );
-        for request in std::mem::take(&mut self.cancels) {
-            cx.reply(request, result.clone());
+            rendered => {
+                self.cancels.answer(cx, rendered);
+                Flow::Done
+            }
         }
-        Flow::Done
     }
 
     /// Finishing a cut Cancel: mint, then append END{CANCELED}.
