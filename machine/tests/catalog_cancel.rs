@@ -5,7 +5,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Code, Effect, Request, StoreEffect};
+use agentsessions_machine::host::{AppendError, Code, Effect, Request, StoreEffect};
 use agentsessions_proto::v1::{CancelRequest, EventKind, ExecState, event::Body, lifecycle};
 use agentsessions_testkit::World;
 use common::*;
@@ -349,4 +349,61 @@ fn cancel_of_an_approved_gate_being_executed_by_resume_keeps_the_receipt() {
     );
     assert_eq!(world.executor.attempts, 1);
     assert_canceled_tail(&world, &sid, "enough");
+}
+
+#[test]
+fn a_cancel_after_the_deadline_aborted_the_turn_is_refused() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let mut req = exec_req(&sid, "", "slow");
+    req.deadline_unix = world.now / 1_000_000_000 + 5;
+    let turn = world.start(Request::Exec(req));
+    world.advance(10 * 1_000_000_000);
+    assert!(!world.replied(turn), "the abort waits for the model call");
+    let canceling = world.start(cancel(&sid, "", "late"));
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
+    world.release();
+    assert_eq!(world.take(turn).code(), Code::DeadlineExceeded);
+    assert!(!kinds(&world, &sid).contains(&EventLifecycle));
+}
+
+#[test]
+fn a_cancel_whose_records_are_fenced_out_is_aborted() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "hello"));
+    world.faults.append = Some((0, AppendError::Fenced { current: 99 }));
+    let canceling = world.start(cancel(&sid, "", "stop"));
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::Aborted, "{call:?}");
+    assert_eq!(world.take(turn).code(), Code::Aborted);
+    assert!(!kinds(&world, &sid).contains(&EventLifecycle));
+}
+
+#[test]
+fn a_cancel_naming_an_earlier_or_an_unknown_execution_says_which() {
+    let mut world = World::default();
+    let (sid, first, _) = parked(&mut world, "approval");
+    assert_eq!(world.call(cancel(&sid, &first, "")).code(), Code::Ok);
+    let second = world.call(exec(&sid, "", "again"));
+    assert_eq!(second.code(), Code::Ok, "{second:?}");
+    let message = |call: &agentsessions_testkit::Call| match &call.reply {
+        Err(s) => s.message.clone(),
+        Ok(_) => String::new(),
+    };
+    let earlier = world.call(cancel(&sid, &first, ""));
+    assert_eq!(earlier.code(), Code::FailedPrecondition);
+    assert!(
+        message(&earlier).contains("not the session's current one"),
+        "{earlier:?}"
+    );
+    let unknown = world.call(cancel(&sid, "0123456789abcdef", ""));
+    assert_eq!(unknown.code(), Code::FailedPrecondition);
+    assert!(
+        message(&unknown).contains("has no execution"),
+        "{unknown:?}"
+    );
 }

@@ -59,11 +59,6 @@ impl Invocation {
         Ok(())
     }
 
-    /// True once a Cancel was taken.
-    pub fn is_canceling(&self) -> bool {
-        self.canceling.is_some()
-    }
-
     /// Appends the cancel records; the run ends when they are durable.
     pub(super) fn write_cancel(&mut self, out: &mut Vec<Action>) {
         assert_eq!(self.wait, Wait::Idle, "a cancel is written between actions");

@@ -95,9 +95,10 @@ impl Run {
     /// call is abandoned here, so its answer never reaches the run.
     pub(crate) fn cancel(&mut self, cx: &mut Cx<'_>, reason: &str) -> Result<(), CancelRefusal> {
         let mut out = Vec::new();
-        let was_canceling = self.inv.is_canceling();
         self.inv.cancel(reason, &mut out)?;
-        if !was_canceling && let Some((id, Pending::Model)) = self.pending {
+        // Only a first Cancel can meet a model call: once canceling, the
+        // run invokes nothing.
+        if let Some((id, Pending::Model)) = self.pending {
             self.pending = None;
             cx.abandon(id);
         }
