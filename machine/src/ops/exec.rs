@@ -266,19 +266,16 @@ impl ExecOp {
     fn on_canceled(
         &mut self,
         cx: &mut Cx<'_>,
-        mut render: Render,
+        render: Render,
         id: EffectId,
         outcome: Outcome,
     ) -> Flow {
-        match render.on_outcome(cx, id, outcome) {
-            Rendered::Pending => {
+        match self.cancels.on_render(cx, render, id, outcome) {
+            Some(render) => {
                 self.stage = Stage::Canceled(render);
                 Flow::Continue
             }
-            rendered => {
-                self.cancels.answer(cx, rendered);
-                Flow::Done
-            }
+            None => Flow::Done,
         }
     }
 

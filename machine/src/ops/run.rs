@@ -4,7 +4,7 @@ use agentsessions_proto::v1::{
     ApprovalRef, CancelRequest, ControllerFrame, Delta, LogRecord, SnapshotRef,
 };
 
-use super::session::Rendered;
+use super::session::{Render, Rendered};
 
 use super::unexpected;
 use crate::error::{LogError, TurnError};
@@ -267,10 +267,18 @@ impl CancelCalls {
         }
     }
 
-    /// The canceled session rendered (or not): every waiting call gets it.
-    pub(crate) fn answer(&mut self, cx: &mut Cx<'_>, rendered: Rendered) {
-        let result = match rendered {
-            Rendered::Pending => unreachable!("answered once rendered"),
+    /// Advances the render of the canceled session; once it is done (or
+    /// failed) every waiting call gets it. `Some` hands a pending render
+    /// back to its stage.
+    pub(crate) fn on_render(
+        &mut self,
+        cx: &mut Cx<'_>,
+        mut render: Render,
+        id: EffectId,
+        outcome: Outcome,
+    ) -> Option<Render> {
+        let result = match render.on_outcome(cx, id, outcome) {
+            Rendered::Pending => return Some(render),
             Rendered::Done(s) => Ok(Response::Session(*s)),
             Rendered::NotFound => Err(Status::internal("session vanished")),
             Rendered::Failed(status) => Err(status),
@@ -279,6 +287,7 @@ impl CancelCalls {
         for request in std::mem::take(&mut self.0) {
             cx.reply(request, result.clone());
         }
+        None
     }
 }
 

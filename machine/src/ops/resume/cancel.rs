@@ -8,7 +8,7 @@ use super::{ResumeOp, Stage};
 use crate::events;
 use crate::ops::cx::Cx;
 use crate::ops::routing::mapping;
-use crate::ops::session::{Render, Rendered};
+use crate::ops::session::Render;
 use crate::ops::{Flow, unexpected};
 use crate::vocab::{Committed, EffectId, Outcome, RequestId, Status, StoreOutcome};
 
@@ -37,19 +37,16 @@ impl ResumeOp {
     pub(super) fn on_canceled(
         &mut self,
         cx: &mut Cx<'_>,
-        mut render: Render,
+        render: Render,
         id: EffectId,
         outcome: Outcome,
     ) -> Flow {
-        match render.on_outcome(cx, id, outcome) {
-            Rendered::Pending => {
+        match self.cancels.on_render(cx, render, id, outcome) {
+            Some(render) => {
                 self.stage = Stage::Canceled(render);
                 Flow::Continue
             }
-            rendered => {
-                self.cancels.answer(cx, rendered);
-                Flow::Done
-            }
+            None => Flow::Done,
         }
     }
 
