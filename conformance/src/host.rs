@@ -129,6 +129,8 @@ impl Launcher for InProcess {
                 harnesses: spec.harnesses.clone(),
                 harness_timeouts: Default::default(),
                 max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
+                retain_completed: None,
+                retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

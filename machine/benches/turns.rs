@@ -182,7 +182,7 @@ impl Driver {
                 id,
                 Outcome::Tool(Err("the echo bench runs no tools".into())),
             ),
-            Effect::Client(ClientEffect::Stream { .. }) => return,
+            Effect::Client(ClientEffect::Stream { .. }) | Effect::ForgetTools { .. } => return,
             Effect::Client(ClientEffect::Reply { result, .. }) => {
                 result.expect("the call succeeded");
                 self.replies += 1;
@@ -254,6 +254,13 @@ impl Driver {
             StoreEffect::RegisterHarnessRow { .. } => StoreOutcome::Registered(Err(refused())),
             StoreEffect::RetireHarnessRow { .. } => StoreOutcome::Retired(Err(refused())),
             StoreEffect::ReserveHarnessNames { .. } => StoreOutcome::Reserved(Ok(())),
+            StoreEffect::DeleteSession { session, .. } => {
+                let gone = self.store.remove(&session);
+                StoreOutcome::Deleted(Ok(gone.map_or(0, |s| s.records.len() as i64)))
+            }
+            StoreEffect::StaleSessions { .. } => {
+                StoreOutcome::Stale(Ok((Vec::new(), String::new())))
+            }
         }
     }
 

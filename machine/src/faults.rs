@@ -32,11 +32,16 @@ pub enum Fault {
     DenialExecutes,
     /// Recovery picks a canceled execution as pending and re-drives it.
     RedriveCanceled,
+    /// A delete writes its tombstone but leaves the session in place.
+    DeleteKeepsRecords,
+    /// Writes to a deleted uid are not refused, so a racing writer brings
+    /// the session back.
+    IgnoreTombstone,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 12] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -47,6 +52,8 @@ impl Fault {
         Fault::ReexecuteOnReplay,
         Fault::DenialExecutes,
         Fault::RedriveCanceled,
+        Fault::DeleteKeepsRecords,
+        Fault::IgnoreTombstone,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -62,6 +69,8 @@ impl Fault {
             Fault::ReexecuteOnReplay => "reexecute-on-replay",
             Fault::DenialExecutes => "denial-executes",
             Fault::RedriveCanceled => "redrive-canceled",
+            Fault::DeleteKeepsRecords => "delete-keeps-records",
+            Fault::IgnoreTombstone => "ignore-tombstone",
         }
     }
 

@@ -183,6 +183,7 @@ fn fresh_schema_has_the_reference_layout() {
         [
             "index sessions_harness on sessions",
             "index sessions_project_created on sessions",
+            "table deleted_sessions on deleted_sessions",
             "table events on events",
             "table harnesses on harnesses",
             "table reserved_harness_names on reserved_harness_names",

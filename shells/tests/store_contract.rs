@@ -22,8 +22,9 @@ use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
 use agentsessions_shells::journal::memory::{Durability, MemoryDisk};
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, HarnessRegistration, HarnessState, JournalStore, ListHarnesses,
-    ListSessions, RegisterOutcome, RegistryError, SessionMeta,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessState,
+    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionMeta,
+    StaleScan, StoreError,
 };
 
 const S: &str = "sess-000000000000000000000001";
@@ -308,6 +309,125 @@ async fn a_session_is_stored_only_on_a_harness_the_registry_allows<J: JournalSto
     }
 }
 
+fn delete(uid: &str, expected: i64) -> DeleteSession {
+    DeleteSession {
+        uid: uid.into(),
+        expected_last_seq: expected,
+        principal: "ops@example".into(),
+        now_unix_nanos: 9_000,
+    }
+}
+
+async fn a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes<J: JournalStore>(
+    j: &J,
+) {
+    j.put_session(meta(S, "p", 10), 10).await.unwrap();
+    let fence = j.mint_fence(S, 11).await.unwrap();
+    j.append(batch(0, fence, vec![input("a"), input("b")]))
+        .await
+        .unwrap();
+    let other = "sess-000000000000000000000002";
+    j.put_session(meta(other, "p", 20), 20).await.unwrap();
+
+    let tombstone = j.delete_session(delete(S, 2)).await.unwrap();
+    assert_eq!(
+        (
+            tombstone.records,
+            tombstone.deleted_at,
+            tombstone.principal.as_str()
+        ),
+        (2, 9_000, "ops@example")
+    );
+    assert_eq!(j.tombstone(S).await.unwrap(), Some(tombstone));
+    assert!(matches!(
+        j.session_info(S).await,
+        Err(StoreError::SessionNotFound { .. })
+    ));
+    assert!(j.read(S, 1, 0).await.unwrap().is_empty());
+    assert_eq!(j.head(S).await.unwrap(), 0);
+    let page = j
+        .list_sessions(ListSessions {
+            project: "p".into(),
+            ..ListSessions::default()
+        })
+        .await
+        .unwrap();
+    let uids: Vec<&str> = page.sessions.iter().map(|s| s.meta.uid.as_str()).collect();
+    assert_eq!(uids, [other], "only the other session is listed");
+    assert!(j.session_info(other).await.is_ok(), "others are untouched");
+
+    // Every write to the uid is refused, so nothing brings it back.
+    assert!(matches!(
+        j.mint_fence(S, 12).await,
+        Err(StoreError::SessionDeleted { .. })
+    ));
+    assert!(matches!(
+        j.append(batch(0, fence + 1, vec![input("c")])).await,
+        Err(AppendError::Failed(StoreError::SessionDeleted { .. }))
+    ));
+    assert!(matches!(
+        j.put_session(meta(S, "p", 30), 30).await,
+        Err(StoreError::SessionDeleted { .. })
+    ));
+    assert!(matches!(
+        j.delete_session(delete(S, 0)).await,
+        Err(DeleteError::Failed(StoreError::SessionDeleted { .. }))
+    ));
+    assert!(matches!(
+        j.session_info(S).await,
+        Err(StoreError::SessionNotFound { .. })
+    ));
+}
+
+async fn a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing<J: JournalStore>(j: &J) {
+    let fence = j.mint_fence(S, 1).await.unwrap();
+    j.append(batch(0, fence, vec![input("a")])).await.unwrap();
+    assert!(matches!(
+        j.delete_session(delete(S, 0)).await,
+        Err(DeleteError::Conflict { head: 1 })
+    ));
+    assert_eq!(j.read(S, 1, 0).await.unwrap().len(), 1);
+    assert_eq!(j.tombstone(S).await.unwrap(), None);
+    assert!(matches!(
+        j.delete_session(delete("sess-never", 0)).await,
+        Err(DeleteError::Failed(StoreError::SessionNotFound { .. }))
+    ));
+    assert!(matches!(
+        j.delete_session(delete("", 0)).await,
+        Err(DeleteError::Failed(StoreError::InvalidArgument(_)))
+    ));
+}
+
+async fn a_stale_scan_walks_the_table_in_bounded_steps<J: JournalStore>(j: &J) {
+    for (i, at) in [(1, 100), (2, 500), (3, 100), (4, 900), (5, 100)] {
+        j.put_session(meta(&format!("sess-{i}"), "p", at), at)
+            .await
+            .unwrap();
+    }
+    let mut stale = Vec::new();
+    let mut after = String::new();
+    let mut steps = 0;
+    loop {
+        let page = j
+            .stale_sessions(StaleScan {
+                after: after.clone(),
+                before: 600,
+                scan: 2,
+            })
+            .await
+            .unwrap();
+        assert!(page.stale.len() <= 2, "a step looks at no more than asked");
+        stale.extend(page.stale);
+        steps += 1;
+        if page.next.is_empty() {
+            break;
+        }
+        after = page.next;
+    }
+    assert_eq!(stale, ["sess-1", "sess-2", "sess-3", "sess-5"]);
+    assert_eq!(steps, 3, "five rows, two per step");
+}
+
 macro_rules! backends {
     ($($check:ident),* $(,)?) => {
         mod sqlite {
@@ -347,4 +467,7 @@ backends!(
     registrations_are_immutable_and_only_their_state_moves,
     reservations_are_all_or_nothing_and_block_registration,
     a_session_is_stored_only_on_a_harness_the_registry_allows,
+    a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes,
+    a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing,
+    a_stale_scan_walks_the_table_in_bounded_steps,
 );

@@ -14,8 +14,8 @@ use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{Code, Request, Response, Status};
 use agentsessions_machine::journal::{executions, projection};
 use agentsessions_proto::v1::{
-    ApprovalRef, ApproveRequest, CancelRequest, CreateSessionRequest, EventKind, ExecRequest,
-    ForkRequest, LogRecord, ResumeRequest, Session, SuspendRequest,
+    ApprovalRef, ApproveRequest, CancelRequest, CreateSessionRequest, DeleteSessionRequest,
+    EventKind, ExecRequest, ForkRequest, LogRecord, ResumeRequest, Session, SuspendRequest,
 };
 
 use crate::oracle::{Check, JournalView, Rule, Violation, violation};
@@ -91,6 +91,13 @@ pub fn cancel(session: &str) -> Request {
         session: session.into(),
         execution_id: String::new(),
         reason: "sim".into(),
+    })
+}
+
+/// Sessions.DeleteSession.
+pub fn delete(session: &str) -> Request {
+    Request::DeleteSession(DeleteSessionRequest {
+        uid: session.into(),
     })
 }
 
@@ -391,6 +398,11 @@ impl Client {
                 let sid = self.slot(slot).to_owned();
                 let done = self.replied && canceled(view.records(&sid));
                 (!done).then(|| Action::Call(sid.clone(), cancel(&sid)))
+            }
+            Step::Delete { slot } => {
+                let sid = self.slot(slot).to_owned();
+                let done = view.deleted().contains(&sid);
+                (!done).then(|| Action::Call(sid.clone(), delete(&sid)))
             }
             Step::Fork { slot, child, at } => {
                 let sid = self.slot(slot).to_owned();

@@ -31,6 +31,10 @@ pub trait JournalView {
     fn row(&self, session: &str) -> Option<SessionRow>;
     /// The durable fence of `session`.
     fn fence(&self, session: &str) -> i64;
+    /// Uids with a durable tombstone (deleted sessions).
+    fn deleted(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Which rule was broken.
@@ -76,6 +80,8 @@ pub enum Rule {
     JournalInvalid,
     /// Something of an execution ran, or was written, after its Cancel.
     Canceled,
+    /// A deleted session left a row or records behind.
+    Deleted,
     /// A scenario could not reach its goal.
     Liveness,
     /// A scenario step got an answer it must not get.
@@ -242,6 +248,10 @@ impl Oracle {
                 return Ok(());
             }
             Err(AppendError::Failed(_)) => return Ok(()),
+            Err(AppendError::Deleted) => {
+                self.note("append to a deleted session");
+                return Ok(());
+            }
         };
         let first = records.first().map_or(expected + 1, |r| r.seq);
         ensure(first == expected + 1, Rule::Cas, || {
@@ -254,6 +264,11 @@ impl Oracle {
 
     /// A client was shown `record` of `session` (a stream frame or a reply).
     pub fn on_ack(&mut self, view: &dyn JournalView, session: &str, record: &LogRecord) -> Check {
+        // A record streamed after its session was deleted had committed
+        // (the delete's CAS saw it); there is nothing left to compare.
+        if view.deleted().iter().any(|d| d == session) {
+            return Ok(());
+        }
         let durable = view.records(session).get(record.seq as usize - 1);
         ensure(
             durable.is_some_and(|d| d.content_hash == record.content_hash),
@@ -272,9 +287,14 @@ impl Oracle {
         Ok(())
     }
 
-    /// After a crash: every acknowledged record survived.
+    /// After a crash: every acknowledged record survived, unless a durable
+    /// delete removed it on purpose.
     pub fn on_crash(&self, view: &dyn JournalView) -> Check {
+        let deleted = view.deleted();
         for ((session, seq), hash) in &self.acked {
+            if deleted.contains(session) {
+                continue;
+            }
             let kept = view.records(session).get(*seq as usize - 1);
             ensure(
                 kept.is_some_and(|r| &r.content_hash == hash),
@@ -588,6 +608,19 @@ impl Oracle {
 
     /// Whole-journal rules, for every session.
     pub fn check_journal(&self, view: &dyn JournalView) -> Check {
+        for s in view.deleted() {
+            ensure(
+                view.row(&s).is_none() && view.records(&s).is_empty(),
+                Rule::Deleted,
+                || {
+                    format!(
+                        "{s}: deleted, but {} records and a row ({}) remain",
+                        view.records(&s).len(),
+                        view.row(&s).is_some()
+                    )
+                },
+            )?;
+        }
         for s in view.sessions() {
             self.check_session_journal(view, &s)?;
         }
@@ -670,6 +703,11 @@ impl Oracle {
     }
 
     fn check_fork_prefix(&self, view: &dyn JournalView, s: &str, row: &SessionRow) -> Check {
+        // A child outlives its deleted parent on its own copy of the
+        // prefix; its chain was verified above.
+        if view.deleted().iter().any(|d| *d == row.parent_uid) {
+            return Ok(());
+        }
         let child = view.records(s);
         let parent = view.records(&row.parent_uid);
         let n = row.fork_seq as usize;

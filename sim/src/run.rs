@@ -329,6 +329,7 @@ impl<'a> Run<'a> {
             RaceOp::Resume { slot } => (sid(slot), client::resume(&sid(slot))),
             RaceOp::Suspend { slot } => (sid(slot), client::suspend(&sid(slot))),
             RaceOp::Cancel { slot } => (sid(slot), client::cancel(&sid(slot))),
+            RaceOp::Delete { slot } => (sid(slot), client::delete(&sid(slot))),
             RaceOp::Exec { slot, text } => (sid(slot), client::exec(&sid(slot), text)),
             RaceOp::Recover { slot } => (sid(slot), client::exec(&sid(slot), "")),
             RaceOp::Fork { slot, .. } => (sid(slot), client::fork(&sid(slot), 0)),
@@ -383,12 +384,14 @@ impl<'a> Run<'a> {
         Ok(call)
     }
 
+    /// The sessions of the slots that were not deleted.
     fn sessions(&self) -> Vec<String> {
+        let deleted = self.sim.d.store.deleted();
         let mut v: Vec<String> = self
             .client
             .slots
             .iter()
-            .filter(|s| !s.is_empty())
+            .filter(|s| !s.is_empty() && !deleted.contains(s))
             .cloned()
             .collect();
         v.sort();
@@ -435,6 +438,21 @@ impl<'a> Run<'a> {
         self.sim.d.oracle.check_journal(view)?;
         for sid in self.sessions() {
             self.check_session(&sid)?;
+        }
+        for sid in self.sim.d.store.deleted() {
+            let get = self.call(
+                0,
+                &sid,
+                Request::GetSession(GetSessionRequest { uid: sid.clone() }),
+            )?;
+            let reply = get.reply.expect("replied");
+            let got = client::brief(&reply);
+            if !matches!(&reply, Err(s) if s.code == agentsessions_machine::host::Code::NotFound) {
+                return Err(violation(
+                    Rule::Deleted,
+                    format!("{sid}: deleted, but GetSession answers {got}"),
+                ));
+            }
         }
         self.check_post()
     }
@@ -521,6 +539,14 @@ impl<'a> Run<'a> {
                     }
                 }
                 Post::ReplayDiverges { .. } => {}
+                Post::Deleted { slot } => {
+                    if !self.sim.d.store.deleted().contains(&uid(slot)) {
+                        return Err(violation(
+                            Rule::Liveness,
+                            format!("slot {slot}: the session was not deleted"),
+                        ));
+                    }
+                }
             }
         }
         Ok(())

@@ -97,6 +97,11 @@ pub enum Step {
         /// Fork point.
         at: At,
     },
+    /// DeleteSession; done when the session is durably deleted.
+    Delete {
+        /// Session slot.
+        slot: usize,
+    },
     /// A call the host must refuse with `expect`, writing nothing.
     Refuse {
         /// Session slot.
@@ -130,6 +135,11 @@ pub enum RaceOp {
     },
     /// Sessions.Cancel of whatever is in flight.
     Cancel {
+        /// Session slot.
+        slot: usize,
+    },
+    /// Sessions.DeleteSession.
+    Delete {
         /// Session slot.
         slot: usize,
     },
@@ -174,6 +184,11 @@ pub enum Post {
     /// A harness replay of the slot's session must fail (its harness
     /// drifts), without calling anything.
     ReplayDiverges {
+        /// Session slot.
+        slot: usize,
+    },
+    /// The slot's session is deleted.
+    Deleted {
         /// Session slot.
         slot: usize,
     },
@@ -362,6 +377,46 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             vec![
                 Post::ToolEffects { slot: 0, n: 0 },
                 Post::Completed { slot: 0, n: 1 },
+            ],
+        ),
+        s(
+            "delete-completed",
+            "delete",
+            vec![create("tools"), exec("t1"), Delete { slot: 0 }],
+            vec![Post::Deleted { slot: 0 }],
+        ),
+        s(
+            "delete-fork-parent",
+            "delete",
+            vec![
+                create("tools"),
+                exec("t1"),
+                Fork {
+                    slot: 0,
+                    child: 1,
+                    at: At::Head,
+                },
+                Delete { slot: 0 },
+                Exec {
+                    slot: 1,
+                    text: "c1",
+                    park: false,
+                },
+            ],
+            vec![Post::Deleted { slot: 0 }, Post::Completed { slot: 1, n: 2 }],
+        ),
+        s(
+            "delete-after-cancel",
+            "delete",
+            vec![
+                create("approval"),
+                park("t1"),
+                Cancel { slot: 0 },
+                Delete { slot: 0 },
+            ],
+            vec![
+                Post::Deleted { slot: 0 },
+                Post::ToolEffects { slot: 0, n: 0 },
             ],
         ),
         s(
@@ -637,6 +692,42 @@ pub fn race_scenarios() -> Vec<Scenario> {
                 ),
                 (0, R::Cancel { slot: 0 }),
             ],
+        ),
+        race(
+            "race-delete-exec",
+            "DeleteSession racing a turn on another host",
+            vec![create("tools"), exec("t1")],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t2",
+                    },
+                ),
+                (1, R::Delete { slot: 0 }),
+            ],
+        ),
+        race(
+            "race-delete-exec-one-host",
+            "DeleteSession beside a live turn",
+            vec![create("tools"), exec("t1")],
+            vec![
+                (
+                    0,
+                    R::Exec {
+                        slot: 0,
+                        text: "t2",
+                    },
+                ),
+                (0, R::Delete { slot: 0 }),
+            ],
+        ),
+        race(
+            "race-delete-cancel",
+            "DeleteSession racing the Cancel of a parked turn",
+            parked(),
+            vec![(0, R::Cancel { slot: 0 }), (1, R::Delete { slot: 0 })],
         ),
         race(
             "race-approve-dup",

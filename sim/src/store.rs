@@ -47,8 +47,8 @@ impl CrashVariant {
 struct Pending {
     tx: u64,
     session: String,
-    /// The session as it was before the write (`None`: it did not exist).
-    before: Option<SessionImage>,
+    /// Everything stored under the uid before the write.
+    before: SessionImage,
     /// For appends: what a torn crash re-applies a prefix of.
     append: Option<(i64, i64, Vec<Event>)>,
     now: Nanos,
@@ -100,13 +100,17 @@ impl SimStore {
                 Some(session.clone())
             }
             StoreEffect::PutSession { row, .. } => Some(row.uid.clone()),
+            StoreEffect::DeleteSession { session, .. } => Some(session.clone()),
             _ => None,
         };
         let before = written.as_ref().map(|s| self.mem.image(s));
         let outcome = self.mem.perform(effect);
         let wrote = matches!(
             outcome,
-            StoreOutcome::Appended(Ok(_)) | StoreOutcome::Fence(Ok(_)) | StoreOutcome::Put(Ok(()))
+            StoreOutcome::Appended(Ok(_))
+                | StoreOutcome::Fence(Ok(_))
+                | StoreOutcome::Put(Ok(()))
+                | StoreOutcome::Deleted(Ok(_))
         );
         let (Some(session), Some(before), true) = (written, before, wrote) else {
             return (outcome, None);
@@ -199,6 +203,9 @@ impl SimStore {
                 h.i64(r.seq).i64(r.fence).str(&r.content_hash);
             }
         }
+        for s in self.mem.deleted() {
+            h.str("deleted").str(&s);
+        }
         if let Some(p) = &self.pending {
             h.str("pending").str(&p.session);
         }
@@ -213,33 +220,54 @@ impl SimStore {
 /// pending write.
 impl JournalView for SimStore {
     fn sessions(&self) -> Vec<String> {
-        self.mem
+        let mut out: std::collections::BTreeSet<String> = self
+            .mem
             .sessions()
             .into_iter()
-            .filter(|s| match self.pending_for(s) {
-                Some(p) => p.before.is_some(),
-                None => true,
-            })
-            .collect()
+            .filter(|s| self.pending_for(s).is_none())
+            .collect();
+        // The pending write's uid as it was before (a pending delete
+        // removed it from the live tables).
+        if let Some(p) = &self.pending
+            && p.before.row().is_some()
+        {
+            out.insert(p.session.clone());
+        }
+        out.into_iter().collect()
+    }
+
+    fn deleted(&self) -> Vec<String> {
+        let mut out: std::collections::BTreeSet<String> = self
+            .mem
+            .deleted()
+            .into_iter()
+            .filter(|s| self.pending_for(s).is_none())
+            .collect();
+        if let Some(p) = &self.pending
+            && p.before.is_deleted()
+        {
+            out.insert(p.session.clone());
+        }
+        out.into_iter().collect()
     }
 
     fn records(&self, session: &str) -> &[LogRecord] {
         match self.pending_for(session) {
-            Some(p) => p.before.as_ref().map_or(&[][..], |i| i.records()),
+            Some(p) => p.before.records(),
             None => self.mem.records(session),
         }
     }
 
     fn row(&self, session: &str) -> Option<SessionRow> {
         match self.pending_for(session) {
-            Some(p) => p.before.as_ref().map(|i| i.row()),
+            Some(p) => p.before.row(),
             None => self.mem.row(session),
         }
     }
 
     fn fence(&self, session: &str) -> i64 {
         match self.pending_for(session) {
-            Some(p) => p.before.as_ref().map_or(0, |i| i.fence()),
+            Some(p) => p.before.fence(),
             None => self.mem.fence(session),
         }
     }

@@ -167,6 +167,8 @@ pub fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::Store(StoreOutcome::Registered(_)) => "Registered",
         Outcome::Store(StoreOutcome::Retired(_)) => "Retired",
         Outcome::Store(StoreOutcome::Reserved(_)) => "Reserved",
+        Outcome::Store(StoreOutcome::Deleted(_)) => "Deleted",
+        Outcome::Store(StoreOutcome::Stale(_)) => "Stale",
         Outcome::Harness(HarnessOutcome::Described(_)) => "Described",
         Outcome::Runtime(_) => "Runtime",
         Outcome::Harness(HarnessOutcome::Dialed(_)) => "Dialed",

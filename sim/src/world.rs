@@ -582,6 +582,9 @@ impl Sim {
                 return Ok(());
             }
             Effect::Client(effect) => return self.deliver(host, effect),
+            // The simulated executor's results are keyed by session; a
+            // deleted session runs nothing more, so there is nothing to drop.
+            Effect::ForgetTools { .. } => return Ok(()),
         };
         self.push(host, What::Outcome(id, outcome, None, None));
         Ok(())

@@ -22,6 +22,8 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::ReexecuteOnReplay => &[Rule::ReplayCalls],
         Fault::DenialExecutes => &[Rule::Denial],
         Fault::RedriveCanceled => &[Rule::Canceled, Rule::Expectation],
+        Fault::DeleteKeepsRecords => &[Rule::Deleted],
+        Fault::IgnoreTombstone => &[Rule::Deleted],
     }
 }
 
@@ -65,7 +67,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 10);
+    assert_eq!(Fault::ALL.len(), 12);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -134,4 +136,14 @@ fn a_failure_report_names_the_command_and_a_shrunk_trace() {
 #[test]
 fn redrive_canceled() {
     caught(Fault::RedriveCanceled);
+}
+
+#[test]
+fn delete_keeps_records() {
+    caught(Fault::DeleteKeepsRecords);
+}
+
+#[test]
+fn ignore_tombstone() {
+    caught(Fault::IgnoreTombstone);
 }

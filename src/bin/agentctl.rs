@@ -28,8 +28,8 @@ use agentsessions_machine::events::text_message;
 use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    CancelRequest, CreateSessionRequest, ExecRequest, ForkRequest, GetHarnessRequest,
-    GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
+    CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest, ForkRequest,
+    GetHarnessRequest, GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
     ListSessionsRequest, ListSessionsResponse, RegisterHarnessRequest, ReplayRequest,
     ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
     exec_update::Update,
@@ -178,6 +178,8 @@ impl Link {
             // No remote harnesses here, so the bounds never come into play.
             harness_timeouts: Default::default(),
             max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
+            retain_completed: None,
+            retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
         };
         let daemon = Daemon::start(config)
             .await
@@ -357,6 +359,14 @@ async fn sessions(
                 .map_err(rpc("Cancel"))?
                 .into_inner();
             transition(json, &s, "cancel")?;
+        }
+        Command::Delete { session } => {
+            let s = c
+                .delete_session(DeleteSessionRequest { uid: session })
+                .await
+                .map_err(rpc("DeleteSession"))?
+                .into_inner();
+            transition(json, &s, "deleted")?;
         }
         Command::Approve(d) => decide(c, json, d, true).await?,
         Command::Deny(d) => decide(c, json, d, false).await?,

@@ -68,6 +68,13 @@ struct Args {
     /// RESOURCE_EXHAUSTED before it touches the journal.
     #[arg(long, default_value_t = agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_in_flight: usize,
+    /// Delete sessions whose last write is older than this (e.g. 30d, 12h)
+    /// and that have nothing in flight or pending. Off by default.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    retain_completed: Option<Duration>,
+    /// Pause between retention passes over the whole journal.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    retention_interval: Duration,
 }
 
 fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
@@ -126,6 +133,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             connect: Duration::from_millis(args.harness_connect_timeout_ms),
         },
         max_in_flight: args.max_in_flight,
+        retain_completed: args.retain_completed,
+        retention_interval: args.retention_interval,
     };
     let daemon = Daemon::start(config).await.context("agentsessionsd")?;
     println!("agentsessionsd listening on {}", daemon.addr);

@@ -145,6 +145,12 @@ pub enum Command {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// Delete a session for good: its records, row and tool-ledger entries.
+    /// Refused while an execution is in flight (cancel it first).
+    Delete {
+        #[arg(long)]
+        session: String,
+    },
     /// Approve a gated tool call, then resume the turn and print its records.
     Approve(Decide),
     /// Deny a gated tool call, then resume the turn and print its records.

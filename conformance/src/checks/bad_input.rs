@@ -124,13 +124,25 @@ async fn matrix(env: &mut Env) -> CheckResult {
         code(c.approve(approve).await),
         vec![Code::InvalidArgument],
     ));
+    // The reference declares DeleteSession and answers UNIMPLEMENTED; a
+    // host that implements it refuses what it cannot delete.
     rows.push((
-        "DeleteSession (declared, unimplemented)",
+        "DeleteSession with an empty uid",
         code(
-            c.delete_session(DeleteSessionRequest { uid: sid.clone() })
+            c.delete_session(DeleteSessionRequest { uid: String::new() })
                 .await,
         ),
-        vec![Code::Unimplemented],
+        vec![Code::InvalidArgument, Code::Unimplemented],
+    ));
+    rows.push((
+        "DeleteSession of an unknown session",
+        code(
+            c.delete_session(DeleteSessionRequest {
+                uid: "sess-conformance-never-created".into(),
+            })
+            .await,
+        ),
+        vec![Code::NotFound, Code::Unimplemented],
     ));
     let cancel = CancelRequest {
         session: sid.clone(),

@@ -335,6 +335,29 @@ impl Cx<'_> {
         }
     }
 
+    /// Gives back the session's guard, held by this operation (an
+    /// operation that works through several sessions one at a time).
+    /// Does nothing if this operation does not hold it.
+    pub(crate) fn unguard(&mut self, session: &str) {
+        if self.core.guards.get(session) == Some(&self.op) {
+            self.core.guards.remove(session);
+        }
+    }
+
+    /// Deletes `session` if its head is still `expected_last_seq`.
+    pub(crate) fn delete_session(&mut self, session: &str, expected_last_seq: i64) -> EffectId {
+        let session = session.to_owned();
+        let now = self.core.now;
+        self.request(|id| {
+            Effect::Store(StoreEffect::DeleteSession {
+                id,
+                session,
+                expected_last_seq,
+                now,
+            })
+        })
+    }
+
     /// Arms a deadline for this operation.
     pub(crate) fn set_deadline(&mut self, at: Nanos) {
         self.core.timers.insert((at, self.op));

@@ -9,6 +9,7 @@ mod approve;
 mod boot;
 mod cancel;
 pub(crate) mod cx;
+mod delete;
 mod exec;
 mod fork;
 mod load;
@@ -50,7 +51,8 @@ pub(crate) enum Op {
     Registry(registry::RegistryOp),
     Boot(boot::BootOp),
     Cancel(cancel::CancelOp),
-    Refused(RequestId, Status),
+    Delete(delete::DeleteOp),
+    Retain(delete::RetainOp),
 }
 
 impl Op {
@@ -76,10 +78,8 @@ impl Op {
             Request::ListHarnesses(r) => Self::Registry(registry::RegistryOp::list(request, r)),
             Request::RetireHarness(r) => Self::Registry(registry::RegistryOp::retire(request, r)),
             Request::Boot => Self::Boot(boot::BootOp::new(request)),
-            Request::DeleteSession(_) => Self::Refused(
-                request,
-                Status::unimplemented("DeleteSession is not implemented"),
-            ),
+            Request::DeleteSession(r) => Self::Delete(delete::DeleteOp::new(request, r.uid)),
+            Request::Retain { after } => Self::Retain(delete::RetainOp::new(request, after)),
             Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r)),
         }
     }
@@ -99,10 +99,8 @@ impl Op {
             Self::Registry(op) => op.start(cx),
             Self::Boot(op) => op.start(cx),
             Self::Cancel(op) => op.start(cx),
-            Self::Refused(request, status) => {
-                cx.reply(*request, Err(status.clone()));
-                Flow::Done
-            }
+            Self::Delete(op) => op.start(cx),
+            Self::Retain(op) => op.start(cx),
         }
     }
 
@@ -121,7 +119,8 @@ impl Op {
             Self::Registry(op) => op.on_outcome(cx, id, outcome),
             Self::Boot(op) => op.on_outcome(cx, id, outcome),
             Self::Cancel(op) => op.on_outcome(cx, id, outcome),
-            Self::Refused(..) => Flow::Done,
+            Self::Delete(op) => op.on_outcome(cx, id, outcome),
+            Self::Retain(op) => op.on_outcome(cx, id, outcome),
         }
     }
 

@@ -106,6 +106,7 @@ pub(crate) mod mapping {
             AppendError::Fenced { .. } => Status::aborted(format!(
                 "{what}: stale fencing token (incarnation superseded)"
             )),
+            AppendError::Deleted => Status::not_found(format!("{what}: the session was deleted")),
             AppendError::Failed(m) => Status::internal(format!("{what}: {m}")),
         }
     }

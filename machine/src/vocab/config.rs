@@ -7,6 +7,7 @@
 //! own: every Runtime, Describe and Dial effect carries the route's
 //! [`Backend`].
 
+use super::ids::Nanos;
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::HarnessSpec;
@@ -82,6 +83,10 @@ pub struct HostConfig {
     /// Most operations (client calls) in flight at once; a call past it
     /// is refused with RESOURCE_EXHAUSTED before it touches the journal.
     pub max_in_flight: usize,
+    /// Retention: sessions last written longer ago than this, with nothing
+    /// in flight, are deleted by [`Request::Retain`](super::Request::Retain)
+    /// steps. `None` (the default) keeps everything.
+    pub retain_completed: Option<Nanos>,
 }
 
 impl Default for HostConfig {
@@ -107,6 +112,7 @@ impl Default for HostConfig {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             has_executor: true,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            retain_completed: None,
         }
     }
 }
@@ -121,5 +127,7 @@ pub const MAX_FORK_CHILDREN: i32 = 128;
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest page size; larger requests are clamped.
 pub const MAX_PAGE_SIZE: usize = 500;
+/// Session rows one retention step looks at.
+pub const RETENTION_SCAN: usize = 256;
 /// Records read per ReadLog effect when streaming a Replay.
 pub const REPLAY_PAGE: i64 = 1024;

@@ -63,6 +63,12 @@ pub enum Effect {
     Tool(ExecuteTool),
     /// The client of a call (the gRPC server).
     Client(ClientEffect),
+    /// The tool executor's ledger: forget every key of a deleted session.
+    /// Expects no outcome; repeating it is harmless.
+    ForgetTools {
+        /// Session uid (deleted).
+        session: String,
+    },
 }
 
 /// Work for the store. Every store effect expects an outcome; the ones that
@@ -107,6 +113,30 @@ pub enum StoreEffect {
         from_seq: i64,
         /// Last seq, 0 = head.
         to_seq: i64,
+    },
+    /// Delete the session (records and row) and leave its tombstone, in
+    /// one transaction, if its head is still `expected_last_seq`.
+    DeleteSession {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+        /// CAS: the head the deletion was decided from.
+        expected_last_seq: i64,
+        /// The machine's time, stamped on the tombstone.
+        now: Nanos,
+    },
+    /// One bounded retention step: the next `scan` session rows in uid
+    /// order after `after`, keeping those last written before `before`.
+    StaleSessions {
+        /// Completion key.
+        id: EffectId,
+        /// Exclusive lower bound on uid ("" = from the start).
+        after: String,
+        /// Rows last written before this are stale.
+        before: Nanos,
+        /// Rows to look at.
+        scan: usize,
     },
     /// Read the session row.
     GetSession {
@@ -301,7 +331,7 @@ impl Effect {
             Self::Runtime(e) => Some(e.id),
             Self::Model(e) => Some(e.id),
             Self::Tool(e) => Some(e.id),
-            Self::Client(_) => None,
+            Self::Client(_) | Self::ForgetTools { .. } => None,
         }
     }
 
@@ -315,6 +345,7 @@ impl Effect {
             Self::Tool(_) => "ExecuteTool",
             Self::Client(ClientEffect::Stream { .. }) => "Stream",
             Self::Client(ClientEffect::Reply { .. }) => "Reply",
+            Self::ForgetTools { .. } => "ForgetTools",
         }
     }
 }
@@ -333,7 +364,9 @@ impl StoreEffect {
             | Self::ListHarnessRows { id, .. }
             | Self::RegisterHarnessRow { id, .. }
             | Self::RetireHarnessRow { id, .. }
-            | Self::ReserveHarnessNames { id, .. } => *id,
+            | Self::ReserveHarnessNames { id, .. }
+            | Self::DeleteSession { id, .. }
+            | Self::StaleSessions { id, .. } => *id,
         }
     }
 
@@ -351,6 +384,8 @@ impl StoreEffect {
             Self::RegisterHarnessRow { .. } => "RegisterHarnessRow",
             Self::RetireHarnessRow { .. } => "RetireHarnessRow",
             Self::ReserveHarnessNames { .. } => "ReserveHarnessNames",
+            Self::DeleteSession { .. } => "DeleteSession",
+            Self::StaleSessions { .. } => "StaleSessions",
         }
     }
 }

@@ -23,9 +23,9 @@ pub use effect::{
 };
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use outcome::{
-    AppendError, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome, ParkRef,
-    PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
+    AppendError, DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome,
+    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
 };
-pub use request::{BootReport, ReplayReport, Request, Response, StreamItem};
+pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};
 pub use status::{Code, Status};

@@ -19,8 +19,24 @@ pub enum AppendError {
         /// The stored fence.
         current: i64,
     },
+    /// The session was deleted: its uid takes no more writes.
+    Deleted,
     /// Storage failure; whether anything committed is unknown to the caller,
     /// so the machine re-reads before deciding again.
+    Failed(String),
+}
+
+/// Why a delete did not commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeleteRefusal {
+    /// The head was not `expected_last_seq`.
+    Conflict {
+        /// The head seen by the store.
+        head: i64,
+    },
+    /// No such session (never created, or already deleted).
+    NotFound,
+    /// Storage failure.
     Failed(String),
 }
 
@@ -116,6 +132,11 @@ pub enum StoreOutcome {
     Retired(Result<HarnessRow, PutError>),
     /// For `ReserveHarnessNames`.
     Reserved(Result<(), PutError>),
+    /// For `DeleteSession`: how many records went.
+    Deleted(Result<i64, DeleteRefusal>),
+    /// For `StaleSessions`: stale uids, and where the next step starts
+    /// ("" at the end of the table).
+    Stale(Result<(Vec<String>, String), String>),
 }
 
 /// The harness client's answer to a Describe or a Dial.

@@ -16,7 +16,7 @@ pub enum Request {
     GetSession(agentsessions_proto::v1::GetSessionRequest),
     /// Sessions.ListSessions.
     ListSessions(agentsessions_proto::v1::ListSessionsRequest),
-    /// Sessions.DeleteSession (not implemented yet).
+    /// Sessions.DeleteSession.
     DeleteSession(agentsessions_proto::v1::DeleteSessionRequest),
     /// Sessions.Exec (streams `ExecUpdate`s).
     Exec(agentsessions_proto::v1::ExecRequest),
@@ -24,7 +24,7 @@ pub enum Request {
     Replay(agentsessions_proto::v1::ReplayRequest),
     /// Sessions.Approve.
     Approve(agentsessions_proto::v1::ApproveRequest),
-    /// Sessions.Cancel (not implemented yet).
+    /// Sessions.Cancel.
     Cancel(agentsessions_proto::v1::CancelRequest),
     /// Sessions.Suspend.
     Suspend(agentsessions_proto::v1::SuspendRequest),
@@ -38,6 +38,13 @@ pub enum Request {
     ReplayHarness {
         /// The session to re-run.
         session: String,
+    },
+    /// One retention step: look at the next rows after `after` and delete
+    /// the stale ones (see `HostConfig::retain_completed`). Not a wire RPC;
+    /// the daemon's retention task sends it.
+    Retain {
+        /// Where this step starts ("" = the first row).
+        after: String,
     },
     /// Boot the host before it serves: reserve the static and configured
     /// names, then load every stored registration. Not a wire RPC; the
@@ -76,6 +83,20 @@ pub enum Response {
     Harnesses(ListHarnessesResponse),
     /// The host booted.
     Booted(BootReport),
+    /// A retention step ran.
+    Retained(RetentionReport),
+}
+
+/// What one retention step did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RetentionReport {
+    /// Stale sessions deleted, with the records each held.
+    pub deleted: Vec<(String, i64)>,
+    /// Stale sessions kept: something in flight or pending, or written
+    /// again since the scan.
+    pub kept: usize,
+    /// Where the next step starts ("" = the scan reached the end).
+    pub next: String,
 }
 
 /// What a boot loaded.

@@ -10,7 +10,7 @@ use agentsessions_proto::v1::{Event, LogRecord};
 use agentsessions_shells::daemon::convert::{append_error_of, row_of};
 use agentsessions_shells::daemon::store_effects::perform_store_now;
 use agentsessions_shells::journal::AppendBatch;
-use agentsessions_shells::journal::memory::{InstantStore, StoredSession, Tables};
+use agentsessions_shells::journal::memory::{InstantStore, SessionImage as StoredImage, Tables};
 
 /// The store. Cloning it forks the whole database (the explorer does).
 #[derive(Debug, Clone, Default)]
@@ -100,36 +100,51 @@ impl MemStore {
         outcome
     }
 
-    /// The stored state of `session` (`None` when it does not exist).
-    pub fn image(&self, session: &str) -> Option<SessionImage> {
-        self.tables.image(session).map(SessionImage)
+    /// Uids of deleted sessions (their tombstones).
+    pub fn deleted(&self) -> Vec<String> {
+        self.tables.deleted()
     }
 
-    /// Puts `session` back to `image` (`None` removes it), as rolling back
-    /// every write since the image was taken would.
-    pub fn restore(&mut self, session: &str, image: Option<SessionImage>) {
-        self.tables.restore(session, image.map(|i| i.0));
+    /// Whether `session` was deleted.
+    pub fn is_deleted(&self, session: &str) -> bool {
+        self.tables.tombstone(session).is_some()
+    }
+
+    /// Everything stored under `session` (row, records or tombstone).
+    pub fn image(&self, session: &str) -> SessionImage {
+        SessionImage(self.tables.image(session))
+    }
+
+    /// Puts `session` back to `image`, as rolling back every write since
+    /// the image was taken would.
+    pub fn restore(&mut self, session: &str, image: SessionImage) {
+        self.tables.restore(session, image.0);
     }
 }
 
-/// One session's stored state (row, fence and records), so a simulator can
-/// roll back a transaction that a crash did not let commit.
+/// Everything stored under one uid, so a simulator can roll back a
+/// transaction that a crash did not let commit.
 #[derive(Debug, Clone)]
-pub struct SessionImage(StoredSession);
+pub struct SessionImage(StoredImage);
 
 impl SessionImage {
-    /// The session's records.
+    /// The session's records (empty when there is no session).
     pub fn records(&self) -> &[LogRecord] {
-        self.0.records()
+        self.0.session().map_or(&[][..], |s| s.records())
     }
 
-    /// The session's fence.
+    /// The session's fence (0 when there is no session).
     pub fn fence(&self) -> i64 {
-        self.0.info().fence
+        self.0.session().map_or(0, |s| s.info().fence)
+    }
+
+    /// Whether the uid held a tombstone.
+    pub fn is_deleted(&self) -> bool {
+        self.0.tombstone().is_some()
     }
 
     /// The session's row, with `last_seq` derived from the records.
-    pub fn row(&self) -> SessionRow {
-        row_of_stored(self.0.info())
+    pub fn row(&self) -> Option<SessionRow> {
+        self.0.session().map(|s| row_of_stored(s.info()))
     }
 }

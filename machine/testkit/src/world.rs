@@ -79,6 +79,20 @@ pub struct Executor {
     pub lose_next: Option<String>,
 }
 
+impl Executor {
+    /// Drops every remembered result of `session`.
+    pub fn forget(&mut self, session: &str) {
+        self.done.retain(|(s, _), _| s != session);
+    }
+
+    /// Sessions with remembered results.
+    pub fn sessions(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.done.keys().map(|(s, _)| s.clone()).collect();
+        out.dedup();
+        out
+    }
+}
+
 /// One-shot failures injected into effects the world performs. Each knob
 /// fires once and then clears, so a retry sees a healthy world.
 #[derive(Debug, Default)]
@@ -493,6 +507,7 @@ impl World {
             Effect::Model(call) => self.perform_model(call),
             Effect::Tool(call) => self.perform_tool(call),
             Effect::Client(effect) => self.perform_client(effect),
+            Effect::ForgetTools { session } => self.executor.forget(&session),
         }
     }
 

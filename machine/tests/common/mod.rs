@@ -335,6 +335,7 @@ fn response_name(r: &Response) -> &'static str {
         Response::Registered(_) => "Registered",
         Response::Harnesses(_) => "Harnesses",
         Response::Booted(_) => "Booted",
+        Response::Retained(_) => "Retained",
     }
 }
 

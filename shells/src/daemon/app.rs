@@ -15,7 +15,9 @@ use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort
 use super::grpc::{RegistryService, SessionsService};
 use super::harness_client::parse_address;
 use super::inproc::{Harnesses, InProcess};
+use super::retention;
 use super::runtime::Runtimes;
+use crate::journal::JournalStore as _;
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 
 use crate::model::{EchoModel, ModelClient};
@@ -49,7 +51,15 @@ pub struct DaemonConfig {
     /// Most client calls in flight; past it a call is RESOURCE_EXHAUSTED
     /// before it touches the journal (`HostConfig::max_in_flight`).
     pub max_in_flight: usize,
+    /// Delete sessions last written longer ago than this, with nothing in
+    /// flight or pending (`None`: keep everything).
+    pub retain_completed: Option<std::time::Duration>,
+    /// Pause between retention passes over the whole table.
+    pub retention_interval: std::time::Duration,
 }
+
+/// Default [`DaemonConfig::retention_interval`].
+pub const DEFAULT_RETENTION_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// How long a harness may take to answer, so a silent peer ends a turn as
 /// unavailable instead of holding its session until the client gives up.
@@ -116,6 +126,17 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
         describe_timeout_ms: millis(config.harness_timeouts.describe)?,
         connect_timeout_ms: millis(config.harness_timeouts.connect)?,
         max_in_flight: config.max_in_flight,
+        retain_completed: match config.retain_completed {
+            None => None,
+            Some(d) => match i64::try_from(d.as_nanos()) {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    return Err(StartError::Config(format!(
+                        "--retain-completed {d:?}: want more than zero and under 292 years"
+                    )));
+                }
+            },
+        },
         ..HostConfig::default()
     };
     host.harnesses.clear();
@@ -237,6 +258,15 @@ impl ToolPort for Tools {
                 .map_err(|e| e.to_outcome_string())
         })
     }
+
+    fn forget(&self, session: String) -> PortFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .forget(&session)
+                .await
+                .map_err(|e| e.to_outcome_string())
+        })
+    }
 }
 
 fn model_client(config: &DaemonConfig) -> Result<Arc<dyn ModelClient>, StartError> {
@@ -299,6 +329,7 @@ impl Daemon {
             .parent()
             .map(|p| p.join("notes"))
             .unwrap_or_else(|| PathBuf::from("notes"));
+        forget_deleted_tools(&ledger, &store).await?;
         let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
         // Built-in harnesses run in this process (see `inproc`).
         let local = Arc::new(InProcess::default());
@@ -328,6 +359,13 @@ impl Daemon {
 
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
+        if config.retain_completed.is_some() {
+            servers.push(tokio::spawn(retention::run(
+                handle.clone(),
+                config.retention_interval,
+                stop.subscribe(),
+            )));
+        }
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|e| StartError::Listen {
@@ -377,6 +415,31 @@ impl Daemon {
         self.driver.drain().await;
         self.drive_loop.finished().await;
     }
+}
+
+/// A deletion commits in the journal before its tool-ledger entries are
+/// purged (two files, no shared transaction); a crash in between leaves
+/// entries of a deleted session, which this start-up pass removes.
+async fn forget_deleted_tools(
+    ledger: &ToolLedger,
+    store: &SqliteJournal,
+) -> Result<(), StartError> {
+    let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
+    let mut purged = 0usize;
+    for session in ledger.sessions().map_err(|e| fail(e.to_string()))? {
+        if store
+            .tombstone(&session)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .is_some()
+        {
+            purged += ledger.forget(&session).map_err(|e| fail(e.to_string()))?;
+        }
+    }
+    if purged > 0 {
+        tracing::info!(purged, "tool ledger: dropped entries of deleted sessions");
+    }
+    Ok(())
 }
 
 async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {

@@ -145,7 +145,21 @@ pub fn append_error_of(e: store::AppendError) -> m::AppendError {
     match e {
         store::AppendError::Conflict { head } => m::AppendError::Conflict { head },
         store::AppendError::Fenced { current } => m::AppendError::Fenced { current },
+        store::AppendError::Failed(store::StoreError::SessionDeleted { .. }) => {
+            m::AppendError::Deleted
+        }
         store::AppendError::Failed(e) => m::AppendError::Failed(e.to_string()),
+    }
+}
+
+/// The machine's view of a refused delete.
+pub fn delete_error_of(e: store::DeleteError) -> m::DeleteRefusal {
+    match e {
+        store::DeleteError::Conflict { head } => m::DeleteRefusal::Conflict { head },
+        store::DeleteError::Failed(
+            store::StoreError::SessionNotFound { .. } | store::StoreError::SessionDeleted { .. },
+        ) => m::DeleteRefusal::NotFound,
+        store::DeleteError::Failed(e) => m::DeleteRefusal::Failed(e.to_string()),
     }
 }
 

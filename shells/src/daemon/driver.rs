@@ -103,6 +103,11 @@ pub trait ToolPort: Send + Sync + 'static {
         session: String,
         call: ToolCall,
     ) -> PortFuture<'_, Result<ToolResult, String>>;
+
+    /// Forgets the ledger entries of a deleted session.
+    fn forget(&self, _session: String) -> PortFuture<'_, Result<(), String>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Where a client call's frames and reply go.
@@ -663,6 +668,16 @@ impl<S: JournalStore + 'static> Driver<S> {
                     let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
                 });
             }
+            // Fire and forget: the journal's tombstone is the deletion; a
+            // purge lost to a crash is redone when the daemon starts.
+            Effect::ForgetTools { session } => {
+                let ports = self.ports.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = ports.tools.forget(session.clone()).await {
+                        tracing::warn!(session, error = %e, "tool ledger purge failed");
+                    }
+                });
+            }
             Effect::Client(ClientEffect::Stream { request, item }) => {
                 if let Some((sink, _)) = self.clients.get(&request) {
                     sink.stream(item);
@@ -731,7 +746,23 @@ impl<S: JournalStore + 'static> Driver<S> {
             | StoreEffect::ListHarnessRows { .. }
             | StoreEffect::RegisterHarnessRow { .. }
             | StoreEffect::RetireHarnessRow { .. }
-            | StoreEffect::ReserveHarnessNames { .. }) => self.start_store(other),
+            | StoreEffect::ReserveHarnessNames { .. }
+            | StoreEffect::StaleSessions { .. }) => self.start_store(other),
+            // The cached records of a deleted session must not outlive it.
+            StoreEffect::DeleteSession {
+                id,
+                session,
+                expected_last_seq,
+                now,
+            } => {
+                self.log_cache.forget(&session);
+                self.start_store(StoreEffect::DeleteSession {
+                    id,
+                    session,
+                    expected_last_seq,
+                    now,
+                });
+            }
         }
     }
 

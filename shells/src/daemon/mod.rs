@@ -20,6 +20,7 @@ pub mod log_cache;
 pub mod memory;
 pub mod observe;
 pub mod remote;
+pub mod retention;
 #[cfg(not(madsim))]
 pub mod runtime;
 pub mod store_effects;

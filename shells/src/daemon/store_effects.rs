@@ -9,8 +9,12 @@ use agentsessions_machine::host::{
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
-use super::convert::{append_error_of, harness_row_of, meta_of, put_error_of, row_of};
-use crate::journal::{AppendBatch, JournalStore, ListHarnesses, ListSessions, StoreError};
+use super::convert::{
+    append_error_of, delete_error_of, harness_row_of, meta_of, put_error_of, row_of,
+};
+use crate::journal::{
+    AppendBatch, DeleteSession, JournalStore, ListHarnesses, ListSessions, StaleScan, StoreError,
+};
 
 pub(super) fn text(e: StoreError) -> String {
     e.to_string()
@@ -93,6 +97,42 @@ pub async fn perform_store<S: JournalStore>(
         } => {
             let page = list_sessions(store, project, page_size, after).await;
             (id, StoreOutcome::SessionPage(page))
+        }
+        StoreEffect::DeleteSession {
+            id,
+            session,
+            expected_last_seq,
+            now,
+        } => {
+            let req = DeleteSession {
+                uid: session,
+                expected_last_seq,
+                // No authentication yet: the tombstone names no principal.
+                principal: String::new(),
+                now_unix_nanos: now,
+            };
+            let r = store.delete_session(req).await;
+            (
+                id,
+                StoreOutcome::Deleted(r.map(|t| t.records).map_err(delete_error_of)),
+            )
+        }
+        StoreEffect::StaleSessions {
+            id,
+            after,
+            before,
+            scan,
+        } => {
+            let scan = StaleScan {
+                after,
+                before,
+                scan: scan.max(1),
+            };
+            let page = store.stale_sessions(scan).await;
+            (
+                id,
+                StoreOutcome::Stale(page.map(|p| (p.stale, p.next)).map_err(text)),
+            )
         }
         StoreEffect::GetHarnessRow { id, name } => (
             id,

@@ -44,6 +44,9 @@ pub enum StoreError {
     /// `session_info` of an unknown uid.
     #[error("session {uid} not found")]
     SessionNotFound { uid: String },
+    /// A write to a deleted session: its uid is never used again.
+    #[error("session {uid} was deleted")]
+    SessionDeleted { uid: String },
     /// A `list_sessions` token that we did not produce.
     #[error("invalid page token")]
     InvalidPageToken,
@@ -67,6 +70,16 @@ pub enum AppendError {
     /// The caller's fence is older than the session's current fence.
     #[error("stale fence, current is {current}")]
     Fenced { current: i64 },
+    #[error(transparent)]
+    Failed(#[from] StoreError),
+}
+
+/// Failures of [`crate::journal::JournalStore::delete_session`].
+#[derive(Debug, thiserror::Error)]
+pub enum DeleteError {
+    /// The session moved past the head the deleter decided from.
+    #[error("seq conflict, head is {head}")]
+    Conflict { head: i64 },
     #[error(transparent)]
     Failed(#[from] StoreError),
 }
@@ -119,6 +132,13 @@ impl From<rusqlite::Error> for StoreError {
 impl From<rusqlite::Error> for AppendError {
     fn from(e: rusqlite::Error) -> Self {
         AppendError::Failed(e.into())
+    }
+}
+
+#[cfg(not(madsim))]
+impl From<rusqlite::Error> for DeleteError {
+    fn from(e: rusqlite::Error) -> Self {
+        DeleteError::Failed(e.into())
     }
 }
 

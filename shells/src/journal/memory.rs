@@ -34,9 +34,10 @@ use agentsessions_proto::v1::LogRecord;
 use tokio::sync::Notify;
 
 use super::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, HarnessRegistration, HarnessRow, JournalStore,
-    ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta,
-    SessionPage, StoreError, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
+    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
 };
 
 mod instant;
@@ -45,7 +46,7 @@ mod tables;
 mod tests;
 
 pub use instant::InstantStore;
-pub use tables::{Session as StoredSession, Tables};
+pub use tables::{Session as StoredSession, SessionImage, Tables};
 
 /// True when the simulator armed the planted bug `$fault` (feature
 /// `faults`); a constant false otherwise.
@@ -84,6 +85,7 @@ enum WriteOp {
     Register(HarnessRegistration, i64),
     Retire(String, String, i64),
     Reserve(Vec<String>),
+    Delete(DeleteSession),
 }
 
 impl WriteOp {
@@ -107,6 +109,7 @@ impl WriteOp {
                 .map(drop)
                 .map_err(|e| text(&e)),
             Self::Reserve(names) => t.reserve_harness_names(names).map_err(|e| text(&e)),
+            Self::Delete(req) => t.delete_session(req).map(drop).map_err(|e| text(&e)),
         }
     }
 }
@@ -191,6 +194,10 @@ impl DurableImage {
         self.0.records(session)
     }
     /// The durable row of `session`.
+    pub fn deleted(&self) -> Vec<String> {
+        self.0.deleted()
+    }
+
     pub fn info(&self, session: &str) -> Option<SessionInfo> {
         self.0.session_info(session).ok()
     }
@@ -539,6 +546,19 @@ impl JournalStore for MemoryJournal {
     ) -> Result<(), RegistryError> {
         let op = WriteOp::Reserve(names.clone());
         self.write(op, |t, _| t.reserve_harness_names(&names)).await
+    }
+
+    async fn delete_session(&self, req: DeleteSession) -> Result<Tombstone, DeleteError> {
+        let op = WriteOp::Delete(req.clone());
+        self.write(op, |t, _| t.delete_session(&req)).await
+    }
+
+    async fn tombstone(&self, uid: &str) -> Result<Option<Tombstone>, StoreError> {
+        self.durable_read(|t| Ok(t.tombstone(uid)))
+    }
+
+    async fn stale_sessions(&self, scan: StaleScan) -> Result<StalePage, StoreError> {
+        self.durable_read(|t| t.stale_sessions(&scan))
     }
 
     async fn put_session_on_active_harness(

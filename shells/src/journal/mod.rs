@@ -53,7 +53,7 @@ pub mod page_token;
 #[cfg(not(madsim))]
 pub mod sqlite;
 
-pub use error::{AppendError, BackendError, RegistryError, StoreError, VerifyError};
+pub use error::{AppendError, BackendError, DeleteError, RegistryError, StoreError, VerifyError};
 
 /// The project a session lands in when none is given.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -197,6 +197,53 @@ pub struct ListHarnesses {
     pub include_retired: bool,
 }
 
+/// A `delete_session` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteSession {
+    pub uid: String,
+    /// CAS: the head the deleter decided from; a session that moved since
+    /// is not deleted ([`DeleteError::Conflict`]).
+    pub expected_last_seq: i64,
+    /// Who asked ("" while the host has no authentication); kept in the
+    /// tombstone.
+    pub principal: String,
+    /// Stamped on the tombstone.
+    pub now_unix_nanos: i64,
+}
+
+/// What a deletion leaves behind: that it happened, never what was said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    pub uid: String,
+    /// Unix nanoseconds.
+    pub deleted_at: i64,
+    /// How many records were removed.
+    pub records: i64,
+    /// Who deleted it ("" = unauthenticated host).
+    pub principal: String,
+}
+
+/// A bounded step of a retention scan: the next `scan` session rows in uid
+/// order after `after`, and of those the ones last written before `before`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleScan {
+    /// Exclusive lower bound on uid ("" = from the start).
+    pub after: String,
+    /// Unix nanoseconds: rows with `updated_at < before` are stale.
+    pub before: i64,
+    /// Rows to look at (> 0); bounds the work of one step.
+    pub scan: usize,
+}
+
+/// What a [`StaleScan`] step found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StalePage {
+    /// Stale uids, in uid order.
+    pub stale: Vec<String>,
+    /// Where the next step starts ("" once the scan reached the end).
+    pub next: String,
+}
+
 /// The journal store contract. See the module docs for the guarantees.
 pub trait JournalStore: Send + Sync {
     /// Appends `batch.events` atomically as consecutive records after
@@ -303,6 +350,27 @@ pub trait JournalStore: Send + Sync {
         names: Vec<String>,
         now_unix_nanos: i64,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send;
+
+    /// Removes a session in one transaction: its records and row go, and a
+    /// [`Tombstone`] is written in their place. From then on the uid is
+    /// refused by every write (`StoreError::SessionDeleted`), so it can
+    /// never come back or be reused. An unknown uid is `SessionNotFound`.
+    fn delete_session(
+        &self,
+        req: DeleteSession,
+    ) -> impl Future<Output = Result<Tombstone, DeleteError>> + Send;
+
+    /// The tombstone of a deleted session (`None`: never deleted).
+    fn tombstone(
+        &self,
+        uid: &str,
+    ) -> impl Future<Output = Result<Option<Tombstone>, StoreError>> + Send;
+
+    /// One bounded step of a retention scan; see [`StaleScan`].
+    fn stale_sessions(
+        &self,
+        scan: StaleScan,
+    ) -> impl Future<Output = Result<StalePage, StoreError>> + Send;
 
     /// Checks the session's harness and upserts the session in one
     /// transaction. `registered`: the name must be an active registration;

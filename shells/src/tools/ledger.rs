@@ -171,6 +171,26 @@ impl ToolLedger {
     }
 }
 
+impl ToolLedger {
+    /// Forgets every key of `session` (a deleted session); returns how many
+    /// entries went. Repeating it is harmless.
+    pub fn forget(&self, session: &str) -> Result<usize, ToolError> {
+        self.conn()
+            .execute("DELETE FROM tool_ledger WHERE session = ?1", [session])
+            .map_err(ledger_err)
+    }
+
+    /// Sessions with at least one entry, in uid order.
+    pub fn sessions(&self) -> Result<Vec<String>, ToolError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare("SELECT DISTINCT session FROM tool_ledger ORDER BY session")
+            .map_err(ledger_err)?;
+        let rows = stmt.query_map([], |r| r.get(0)).map_err(ledger_err)?;
+        rows.collect::<Result<_, _>>().map_err(ledger_err)
+    }
+}
+
 fn ledger_err(e: rusqlite::Error) -> ToolError {
     // Driver messages name tables and constraints, never bound values, so
     // no args or keys leak through them.

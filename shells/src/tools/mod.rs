@@ -108,6 +108,12 @@ pub trait ToolExecutor: Send + Sync {
         session: &'a str,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
+
+    /// Forgets what the executor keeps for `session`, which was deleted.
+    /// Executors that keep nothing have nothing to do.
+    fn forget<'a>(&'a self, _session: &'a str) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// What a tool is told besides the call.
@@ -337,5 +343,12 @@ impl ToolExecutor for LedgerExecutor {
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
         Box::pin(self.run(session, call))
+    }
+
+    fn forget<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<(), ToolError>> {
+        Box::pin(async move {
+            self.blocking(session, "", |l, s, _| l.forget(s).map(drop))
+                .await
+        })
     }
 }

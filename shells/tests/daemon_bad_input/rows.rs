@@ -78,16 +78,28 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
                 ..Default::default()
             }),
         ),
-        // DeleteSession is declared but not implemented.
-        row(
-            "delete: existing session",
-            Unimplemented,
-            Call::Delete(DeleteSessionRequest { uid: e.into() }),
-        ),
+        // DeleteSession
         row(
             "delete: empty uid",
-            Unimplemented,
+            InvalidArgument,
             Call::Delete(DeleteSessionRequest { uid: String::new() }),
+        ),
+        row(
+            "delete: unknown uid",
+            NotFound,
+            Call::Delete(DeleteSessionRequest {
+                uid: unknown.into(),
+            }),
+        ),
+        row(
+            "delete: a running turn",
+            FailedPrecondition,
+            Call::Delete(DeleteSessionRequest { uid: h.into() }),
+        ),
+        row(
+            "delete: a turn parked on an approval",
+            FailedPrecondition,
+            Call::Delete(DeleteSessionRequest { uid: p.into() }),
         ),
         // Cancel
         row(

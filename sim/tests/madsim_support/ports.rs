@@ -22,9 +22,9 @@ use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
 use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, HarnessRegistration, HarnessRow, JournalStore, ListHarnesses,
-    ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage,
-    StoreError, VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
+    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
+    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
 };
 use agentsessions_shells::model::EchoModel;
 use agentsessions_sim::digest::Fnv;
@@ -69,6 +69,9 @@ impl JournalView for View {
     }
     fn fence(&self, session: &str) -> i64 {
         self.0.info(session).map_or(0, |i| i.fence)
+    }
+    fn deleted(&self) -> Vec<String> {
+        self.0.deleted()
     }
 }
 
@@ -243,6 +246,18 @@ impl JournalStore for ObservedStore {
         self.inner.reserve_harness_names(names, now).await
     }
 
+    async fn delete_session(&self, req: DeleteSession) -> Result<Tombstone, DeleteError> {
+        self.inner.delete_session(req).await
+    }
+
+    async fn tombstone(&self, uid: &str) -> Result<Option<Tombstone>, StoreError> {
+        self.inner.tombstone(uid).await
+    }
+
+    async fn stale_sessions(&self, scan: StaleScan) -> Result<StalePage, StoreError> {
+        self.inner.stale_sessions(scan).await
+    }
+
     async fn put_session_on_active_harness(
         &self,
         meta: SessionMeta,
@@ -264,6 +279,7 @@ fn map_err(
         Ok(v) => Ok(v.clone()),
         Err(AppendError::Conflict { head }) => Err(M::Conflict { head: *head }),
         Err(AppendError::Fenced { current }) => Err(M::Fenced { current: *current }),
+        Err(AppendError::Failed(StoreError::SessionDeleted { .. })) => Err(M::Deleted),
         Err(AppendError::Failed(e)) => Err(M::Failed(e.to_string())),
     }
 }

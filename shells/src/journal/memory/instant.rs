@@ -14,9 +14,9 @@ use agentsessions_proto::v1::LogRecord;
 
 use super::tables::Tables;
 use crate::journal::{
-    AppendBatch, AppendError, HarnessRegistration, HarnessRow, JournalStore, ListHarnesses,
-    ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage,
-    StoreError, VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
+    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
+    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
 };
 
 /// Tables owned for the length of a few calls; see the module docs.
@@ -116,6 +116,18 @@ impl JournalStore for InstantStore {
         _now_unix_nanos: i64,
     ) -> Result<(), RegistryError> {
         self.lock().reserve_harness_names(&names)
+    }
+
+    async fn delete_session(&self, req: DeleteSession) -> Result<Tombstone, DeleteError> {
+        self.lock().delete_session(&req)
+    }
+
+    async fn tombstone(&self, uid: &str) -> Result<Option<Tombstone>, StoreError> {
+        Ok(self.lock().tombstone(uid))
+    }
+
+    async fn stale_sessions(&self, scan: StaleScan) -> Result<StalePage, StoreError> {
+        self.lock().stale_sessions(&scan)
     }
 
     async fn put_session_on_active_harness(

@@ -12,9 +12,10 @@ use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
 use crate::journal::{
-    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, HarnessRegistration, HarnessRow, HarnessState,
-    ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StoreError, VerifyError, page_token,
+    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, DeleteError, DeleteSession, HarnessRegistration,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError, page_token,
 };
 
 /// One `sessions` row plus its `events`.
@@ -74,12 +75,34 @@ impl Session {
     }
 }
 
-/// The whole database: sessions with their events, and the registry.
+/// The whole database: sessions with their events, the tombstones of
+/// deleted ones, and the registry.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tables {
     sessions: BTreeMap<String, Session>,
+    tombstones: BTreeMap<String, Tombstone>,
     harnesses: BTreeMap<String, HarnessRow>,
     reserved: BTreeSet<String>,
+}
+
+/// Everything stored under one uid: its session (row and records) or its
+/// tombstone, so a rolled-back delete can be undone like any write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionImage {
+    session: Option<Session>,
+    tombstone: Option<Tombstone>,
+}
+
+impl SessionImage {
+    /// The session as stored (`None`: no row).
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_ref()
+    }
+
+    /// The tombstone (`None`: not deleted).
+    pub fn tombstone(&self) -> Option<&Tombstone> {
+        self.tombstone.as_ref()
+    }
 }
 
 fn required(what: &str, v: &str) -> Result<(), StoreError> {
@@ -93,21 +116,32 @@ fn required(what: &str, v: &str) -> Result<(), StoreError> {
 impl Tables {
     // ---- whole sessions (for stores that roll writes back) ------------
 
-    /// A copy of `session` as stored (`None`: no row).
-    pub fn image(&self, session: &str) -> Option<Session> {
-        self.sessions.get(session).cloned()
+    /// A copy of everything stored under `session`.
+    pub fn image(&self, session: &str) -> SessionImage {
+        SessionImage {
+            session: self.sessions.get(session).cloned(),
+            tombstone: self.tombstones.get(session).cloned(),
+        }
     }
 
-    /// Puts `session` back to `image` (`None` removes it), as rolling back
-    /// every write since the image was taken would.
-    pub fn restore(&mut self, session: &str, image: Option<Session>) {
-        match image {
+    /// Puts `session` back to `image`, as rolling back every write since
+    /// the image was taken would.
+    pub fn restore(&mut self, session: &str, image: SessionImage) {
+        match image.session {
             Some(s) => {
                 assert_eq!(s.meta.uid, session, "an image restores its own session");
                 self.sessions.insert(session.to_owned(), s);
             }
             None => {
                 self.sessions.remove(session);
+            }
+        }
+        match image.tombstone {
+            Some(t) => {
+                self.tombstones.insert(session.to_owned(), t);
+            }
+            None => {
+                self.tombstones.remove(session);
             }
         }
     }
@@ -185,6 +219,41 @@ impl Tables {
             })?;
         }
         Ok(())
+    }
+
+    pub fn tombstone(&self, uid: &str) -> Option<Tombstone> {
+        self.tombstones.get(uid).cloned()
+    }
+
+    /// Uids of deleted sessions.
+    pub fn deleted(&self) -> Vec<String> {
+        self.tombstones.keys().cloned().collect()
+    }
+
+    /// One bounded retention step, as the SQLite store's.
+    pub fn stale_sessions(&self, scan: &StaleScan) -> Result<StalePage, StoreError> {
+        if scan.scan == 0 {
+            return Err(StoreError::InvalidArgument("scan must be positive".into()));
+        }
+        let mut page = StalePage::default();
+        let window: Vec<&Session> = self
+            .sessions
+            .range::<str, _>((
+                std::ops::Bound::Excluded(scan.after.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(_, s)| s)
+            .take(scan.scan)
+            .collect();
+        page.stale = window
+            .iter()
+            .filter(|s| s.meta.updated_at < scan.before)
+            .map(|s| s.meta.uid.clone())
+            .collect();
+        if window.len() == scan.scan {
+            page.next = window.last().expect("scan > 0").meta.uid.clone();
+        }
+        Ok(page)
     }
 
     pub fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
@@ -284,6 +353,9 @@ impl Tables {
             );
         }
         let existing = self.sessions.get(&batch.session);
+        if existing.is_none() {
+            self.refuse_deleted(&batch.session)?;
+        }
         let head = existing.map_or(0, Session::head);
         let current = existing.map_or(0, |s| s.fence);
         if batch.expected_last_seq != head && !crate::journal::memory::planted!(DropCas) {
@@ -335,6 +407,7 @@ impl Tables {
         default_project: &str,
     ) -> Result<i64, StoreError> {
         required("session", session)?;
+        self.refuse_deleted(session)?;
         let s = self
             .sessions
             .entry(session.to_owned())
@@ -352,6 +425,7 @@ impl Tables {
         default_project: &str,
     ) -> Result<(), StoreError> {
         required("session uid", &meta.uid)?;
+        self.refuse_deleted(&meta.uid)?;
         let project = if meta.project.is_empty() {
             default_project
         } else {
@@ -375,6 +449,44 @@ impl Tables {
             ..meta.clone()
         };
         Ok(())
+    }
+
+    fn refuse_deleted(&self, uid: &str) -> Result<(), StoreError> {
+        if self.tombstones.contains_key(uid) && !crate::journal::memory::planted!(IgnoreTombstone) {
+            return Err(StoreError::SessionDeleted {
+                uid: uid.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes the session's row and records and leaves its tombstone.
+    pub fn delete_session(&mut self, req: &DeleteSession) -> Result<Tombstone, DeleteError> {
+        required("session uid", &req.uid)?;
+        self.refuse_deleted(&req.uid)?;
+        let Some(session) = self.sessions.get(&req.uid) else {
+            return Err(StoreError::SessionNotFound {
+                uid: req.uid.clone(),
+            }
+            .into());
+        };
+        let head = session.head();
+        if req.expected_last_seq != head {
+            return Err(DeleteError::Conflict { head });
+        }
+        let records = i64::try_from(session.records.len()).expect("fits i64");
+        // The planted bug: the tombstone is written but the session stays.
+        if !crate::journal::memory::planted!(DeleteKeepsRecords) {
+            self.sessions.remove(&req.uid);
+        }
+        let tombstone = Tombstone {
+            uid: req.uid.clone(),
+            deleted_at: req.now_unix_nanos,
+            records,
+            principal: req.principal.clone(),
+        };
+        self.tombstones.insert(req.uid.clone(), tombstone.clone());
+        Ok(tombstone)
     }
 
     pub fn register_harness(

@@ -32,9 +32,10 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use super::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, HarnessRegistration, HarnessRow, JournalStore,
-    ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo, SessionMeta,
-    SessionPage, StoreError, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
+    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
 };
 
 mod read_ops;
@@ -182,6 +183,7 @@ impl SqliteJournal {
         schema::enable_wal(&conn)?;
         schema::enable_full_sync(&conn)?;
         schema::migrate(&conn, (options.clock)())?;
+        conn.execute_batch(schema::DELETED_SESSIONS)?;
 
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -696,6 +698,28 @@ impl JournalStore for SqliteJournal {
         self.submit_write(move |conn| {
             write_ops::reserve_harness_names(conn, &names, now_unix_nanos)
         })
+    }
+
+    fn delete_session(
+        &self,
+        req: DeleteSession,
+    ) -> impl Future<Output = Result<Tombstone, DeleteError>> + Send {
+        self.submit_write(move |conn| write_ops::delete_session(conn, &req))
+    }
+
+    fn tombstone(
+        &self,
+        uid: &str,
+    ) -> impl Future<Output = Result<Option<Tombstone>, StoreError>> + Send {
+        let uid = uid.to_owned();
+        self.submit_read(move |conn| read_ops::tombstone(conn, &uid))
+    }
+
+    fn stale_sessions(
+        &self,
+        scan: StaleScan,
+    ) -> impl Future<Output = Result<StalePage, StoreError>> + Send {
+        self.submit_read(move |conn| read_ops::stale_sessions(conn, &scan))
     }
 
     fn put_session_on_active_harness(

@@ -9,7 +9,8 @@ use rusqlite::{Connection, OptionalExtension as _, Row, params};
 use crate::journal::compute_text::from_text;
 use crate::journal::{
     DEFAULT_PAGE_SIZE, HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE,
-    SessionInfo, SessionMeta, SessionPage, StoreError, VerifyError, page_token,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError, page_token,
 };
 
 pub fn head(conn: &Connection, session: &str) -> Result<i64, StoreError> {
@@ -306,4 +307,54 @@ mod tests {
         let stmt = conn.prepare_cached(READ_AT_MOST).unwrap();
         assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
     }
+}
+
+/// The tombstone of `uid`, if it was deleted.
+pub fn tombstone(conn: &Connection, uid: &str) -> Result<Option<Tombstone>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT deleted_at, records, principal FROM deleted_sessions WHERE session = ?1",
+        )?
+        .query_row([uid], |r| {
+            Ok(Tombstone {
+                uid: uid.to_owned(),
+                deleted_at: r.get(0)?,
+                records: r.get(1)?,
+                principal: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// One retention step: walks `scan.scan` rows of the primary key after
+/// `scan.after`, so its cost is bounded whatever the table holds, and
+/// keeps the ones last written before `scan.before`. `updated_at` has no
+/// index on purpose: every append rewrites it, and an index would make
+/// every append pay for the background scan.
+pub fn stale_sessions(conn: &Connection, scan: &StaleScan) -> Result<StalePage, StoreError> {
+    if scan.scan == 0 {
+        return Err(StoreError::InvalidArgument("scan must be positive".into()));
+    }
+    let limit = i64::try_from(scan.scan).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT session, updated_at FROM sessions WHERE session > ?1 ORDER BY session LIMIT ?2",
+    )?;
+    let mut rows = stmt.query(params![scan.after, limit])?;
+    let mut page = StalePage::default();
+    let mut seen = 0usize;
+    let mut last = String::new();
+    while let Some(row) = rows.next()? {
+        let uid: String = row.get(0)?;
+        let updated_at: i64 = row.get(1)?;
+        if updated_at < scan.before {
+            page.stale.push(uid.clone());
+        }
+        last = uid;
+        seen += 1;
+    }
+    debug_assert!(seen <= scan.scan, "a step looks at no more than it may");
+    if seen == scan.scan {
+        page.next = last;
+    }
+    Ok(page)
 }

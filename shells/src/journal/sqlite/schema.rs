@@ -70,6 +70,19 @@ CREATE TABLE IF NOT EXISTS reserved_harness_names (
 CREATE INDEX IF NOT EXISTS sessions_harness ON sessions(harness);
 ";
 
+/// Tombstones of deleted sessions: uid, when, how many records went and
+/// who asked, never any content. Not part of the Go host's schema: it is
+/// created on open, outside `user_version`, so a Go host still opens the
+/// file (it ignores the table, and so does not refuse deleted uids).
+pub const DELETED_SESSIONS: &str = "\
+CREATE TABLE IF NOT EXISTS deleted_sessions (
+    session    TEXT PRIMARY KEY,
+    deleted_at INTEGER NOT NULL,
+    records    INTEGER NOT NULL,
+    principal  TEXT NOT NULL DEFAULT ''
+);
+";
+
 /// How long a connection waits on another writer's lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 

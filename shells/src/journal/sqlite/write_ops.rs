@@ -13,8 +13,8 @@ use super::read_ops::harness_row;
 use crate::journal::compute_text::to_text;
 use crate::journal::encode::encode_event;
 use crate::journal::{
-    AppendBatch, AppendError, HarnessRegistration, HarnessRow, HarnessState, RegisterOutcome,
-    RegistryError, SessionMeta, StoreError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
+    HarnessState, RegisterOutcome, RegistryError, SessionMeta, StoreError, Tombstone,
 };
 
 fn head(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
@@ -77,6 +77,11 @@ pub fn append(
         head_hash.is_empty(),
         "a head row always has a hash"
     );
+    // Only a missing row can be a deleted session: the check costs nothing
+    // on the common path.
+    if row == SessionRow::Missing {
+        refuse_deleted(conn, &batch.session)?;
+    }
     if batch.expected_last_seq != head {
         return Err(AppendError::Conflict { head });
     }
@@ -187,6 +192,7 @@ pub fn mint_fence(
     if session.is_empty() {
         return Err(StoreError::InvalidArgument("session is required".into()));
     }
+    refuse_deleted(conn, session)?;
     let fence: i64 = conn
         .prepare_cached(
             "INSERT INTO sessions(session, fence, project, created_at, updated_at)
@@ -215,6 +221,7 @@ pub fn put_session(
             "session uid is required".into(),
         ));
     }
+    refuse_deleted(conn, &meta.uid)?;
     let project = if meta.project.is_empty() {
         default_project
     } else {
@@ -251,6 +258,64 @@ pub fn put_session(
         meta.identity,
     ])?;
     Ok(())
+}
+
+/// A deleted uid takes no write of any kind, so a zombie writer cannot
+/// bring its session back (and no generator can reuse the uid).
+fn refuse_deleted(conn: &Connection, uid: &str) -> Result<(), StoreError> {
+    let deleted = conn
+        .prepare_cached("SELECT 1 FROM deleted_sessions WHERE session = ?1")?
+        .query_row([uid], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if deleted {
+        return Err(StoreError::SessionDeleted {
+            uid: uid.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Records, row and tombstone in the one transaction the job runs in: a
+/// crash leaves either the whole session or only its tombstone.
+pub fn delete_session(conn: &Connection, req: &DeleteSession) -> Result<Tombstone, DeleteError> {
+    if req.uid.is_empty() {
+        return Err(StoreError::InvalidArgument("session uid is required".into()).into());
+    }
+    refuse_deleted(conn, &req.uid)?;
+    let head = head(conn, &req.uid)?;
+    let has_row = conn
+        .prepare_cached("SELECT 1 FROM sessions WHERE session = ?1")?
+        .query_row([&req.uid], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if !has_row && head == 0 {
+        return Err(StoreError::SessionNotFound {
+            uid: req.uid.clone(),
+        }
+        .into());
+    }
+    if req.expected_last_seq != head {
+        return Err(DeleteError::Conflict { head });
+    }
+    let records = conn
+        .prepare_cached("DELETE FROM events WHERE session = ?1")?
+        .execute([&req.uid])?;
+    let records = i64::try_from(records).expect("a row count fits i64");
+    assert!(records >= head, "seqs are 1..=head, all removed");
+    conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")?
+        .execute([&req.uid])?;
+    conn.prepare_cached(
+        "INSERT INTO deleted_sessions(session, deleted_at, records, principal)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![req.uid, req.now_unix_nanos, records, req.principal])?;
+    Ok(Tombstone {
+        uid: req.uid.clone(),
+        deleted_at: req.now_unix_nanos,
+        records,
+        principal: req.principal.clone(),
+    })
 }
 
 fn is_reserved(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
