@@ -407,3 +407,24 @@ fn a_cancel_naming_an_earlier_or_an_unknown_execution_says_which() {
         "{unknown:?}"
     );
 }
+
+/// Found by madsim (seed 39 of the teeth runs): a turn torn after its
+/// START (its INPUT never durable) was canceled, and the END over it left
+/// a completed execution short of its declared inputs, which no later
+/// projection accepts. Such a turn never started and cannot be resumed:
+/// a Cancel finds nothing in flight and writes nothing; a new Exec and a
+/// DeleteSession both go ahead.
+#[test]
+fn cancel_of_a_turn_cut_before_its_inputs_finds_nothing_in_flight() {
+    let mut world = World::default();
+    let sid = crashed_turn(&mut world, "", 1);
+    assert_eq!(kinds(&world, &sid), vec![EventExecutionStart]);
+    let before = world.store.records(&sid).to_vec();
+    let call = world.call(cancel(&sid, "", "stop"));
+    assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
+    assert_eq!(world.store.records(&sid), &before[..], "nothing written");
+    agentsessions_machine::journal::executions::project(world.store.records(&sid))
+        .expect("the journal still projects");
+    assert_eq!(world.call(exec(&sid, "", "again")).code(), Code::Ok);
+    verify(&world, &sid);
+}

@@ -39,9 +39,9 @@ use agentsessions_machine::host::{
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use agentsessions_proto::v1::{
-    ApproveRequest, CancelRequest, CreateSessionRequest, ExecRequest, ForkRequest,
-    GetSessionRequest, LogRecord, Message, Part, ReplayRequest, ResumeRequest, Session,
-    SuspendRequest, TextPart, exec_update::Update, part,
+    ApproveRequest, CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest,
+    ForkRequest, GetSessionRequest, LogRecord, Message, Part, ReplayRequest, ResumeRequest,
+    Session, SuspendRequest, TextPart, exec_update::Update, part,
 };
 use agentsessions_shells::daemon::driver::{Driver, Ports};
 use agentsessions_shells::daemon::grpc::SessionsService;
@@ -434,6 +434,11 @@ async fn client_program(
                 sessions.lock().unwrap().extend(children);
             }
             format!("fork {sid}@{at} {}", code(&r))
+        } else if pick < 97 {
+            // Usually refused (something in flight) or racing a turn on
+            // another host; a deleted uid must stay gone.
+            let r = bounded(c.delete_session(DeleteSessionRequest { uid: sid.clone() })).await;
+            format!("delete {sid} {}", code(&r))
         } else {
             let r = replay(&shared, &mut c, &sid).await;
             format!("replay {sid} {}", code(&r))
@@ -801,6 +806,19 @@ async fn settle_and_check(shared: Arc<Shared>) {
             Ok(Err(status)) => shared.log(format!("harness replay {sid}: {:?}", status.code)),
             Err(_) => shared.log(format!("harness replay {sid}: timed out")),
         }
+    }
+    for sid in agentsessions_sim::oracle::JournalView::deleted(&shared.view()) {
+        if let Err(status) = get(&mut c, &sid).await.map(drop)
+            && status.code() == tonic::Code::NotFound
+        {
+            continue;
+        }
+        shared.check(|_, _| {
+            Err(agentsessions_sim::oracle::violation(
+                agentsessions_sim::oracle::Rule::Deleted,
+                format!("{sid}: deleted, but GetSession still finds it"),
+            ))
+        });
     }
     shared.check(|o, v| o.check_journal(v));
     shared.check(|o, v| o.on_crash(v));

@@ -90,6 +90,21 @@ impl CancelOp {
                 last.id
             ))),
             (false, true) => Ok(Some(vec![end])),
+            // A turn cut before all its inputs were durable never reached
+            // a harness and can never be resumed (the remedy is a new
+            // Exec): nothing is in flight, and an END over it would leave
+            // a completed execution short of its declared inputs.
+            (false, false)
+                if matches!(
+                    executions::validate_inputs(last),
+                    Err(crate::error::LogError::IncompleteInvocation(_))
+                ) =>
+            {
+                Err(Status::failed_precondition(format!(
+                    "cancel: execution {:?} never started (a crash cut its inputs); nothing is in flight",
+                    last.id
+                )))
+            }
             (false, false) => {
                 let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, &self.req.reason);
                 Ok(Some(vec![marker, end]))

@@ -11,6 +11,8 @@
 //! writer cannot bring the session back. Fork children are untouched: they
 //! hold their own copy of the prefix.
 
+use std::collections::BTreeMap;
+
 use agentsessions_proto::v1::{LogRecord, Session};
 
 use super::load::{Load, Loaded};
@@ -66,6 +68,15 @@ impl Deletion {
             uid: uid.to_owned(),
             stale_before,
             stage: Stage::Load(Load::start_guarded(cx, uid)),
+        }
+    }
+
+    /// The effect this deletion waits for.
+    fn waits_on(&self) -> EffectId {
+        match &self.stage {
+            Stage::Load(load) => load.waits_on(),
+            Stage::Delete(id, _) => *id,
+            Stage::Over => unreachable!("a finished deletion waits for nothing"),
         }
     }
 
@@ -202,18 +213,18 @@ impl DeleteOp {
     }
 }
 
-enum RetainStage {
-    Scan(EffectId, Nanos),
-    Delete(Deletion, Vec<String>, Nanos),
-}
-
-/// One retention step: a bounded scan, then the stale sessions deleted one
-/// at a time (each a small transaction, so appends interleave freely).
+/// One retention step: a bounded scan, then the stale sessions it found
+/// deleted side by side (at most [`RETENTION_SCAN`], each under its own
+/// guard), so their small transactions share group commits with whatever
+/// appends are queued instead of paying an fsync each.
 pub(crate) struct RetainOp {
     request: RequestId,
     after: String,
     report: RetentionReport,
-    stage: Option<RetainStage>,
+    scan: Option<EffectId>,
+    before: Nanos,
+    /// Deletions in flight, by the effect each waits for.
+    deleting: BTreeMap<EffectId, Deletion>,
 }
 
 impl RetainOp {
@@ -222,7 +233,9 @@ impl RetainOp {
             request,
             after,
             report: RetentionReport::default(),
-            stage: None,
+            scan: None,
+            before: 0,
+            deleting: BTreeMap::new(),
         }
     }
 
@@ -233,71 +246,63 @@ impl RetainOp {
             return Flow::Done;
         };
         assert!(retain > 0, "a retention period is positive");
-        let before = cx.now().saturating_sub(retain);
-        let after = self.after.clone();
-        let scan = cx.request(|id| {
+        self.before = cx.now().saturating_sub(retain);
+        let (after, before) = (self.after.clone(), self.before);
+        self.scan = Some(cx.request(|id| {
             Effect::Store(StoreEffect::StaleSessions {
                 id,
                 after,
                 before,
                 scan: RETENTION_SCAN,
             })
-        });
-        self.stage = Some(RetainStage::Scan(scan, before));
+        }));
         Flow::Continue
     }
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
-        match (self.stage.take().expect("a running step"), outcome) {
-            (RetainStage::Scan(want, before), Outcome::Store(StoreOutcome::Stale(r))) => {
-                assert_eq!(want, id, "a step waits for its own scan");
-                match r {
-                    Ok((mut stale, next)) => {
-                        assert!(stale.len() <= RETENTION_SCAN, "a bounded step");
-                        self.report.next = next;
-                        stale.reverse();
-                        self.next_deletion(cx, stale, before)
+        if self.scan == Some(id) {
+            self.scan = None;
+            let Outcome::Store(StoreOutcome::Stale(r)) = outcome else {
+                unexpected("retain", &outcome)
+            };
+            match r {
+                Ok((stale, next)) => {
+                    assert!(stale.len() <= RETENTION_SCAN, "a bounded step");
+                    self.report.next = next;
+                    for uid in stale {
+                        let deletion = Deletion::start(cx, &uid, Some(self.before));
+                        let waits = deletion.waits_on();
+                        assert!(self.deleting.insert(waits, deletion).is_none());
                     }
-                    Err(e) => {
-                        cx.reply(self.request, Err(Status::internal(format!("retain: {e}"))));
-                        Flow::Done
+                }
+                Err(e) => {
+                    cx.reply(self.request, Err(Status::internal(format!("retain: {e}"))));
+                    return Flow::Done;
+                }
+            }
+        } else {
+            let deletion = self.deleting.remove(&id).expect("an outcome of a deletion");
+            match deletion.on_outcome(cx, id, outcome) {
+                Deleted::Pending(d) => {
+                    let waits = d.waits_on();
+                    assert!(self.deleting.insert(waits, d).is_none());
+                }
+                Deleted::Done(uid, _, records) => self.report.deleted.push((uid, records)),
+                // Gone already, busy, in flight, written again: kept for a
+                // later pass (a storage failure too: the next pass retries).
+                Deleted::Refused(status) => {
+                    if status.code != Code::NotFound {
+                        self.report.kept += 1;
                     }
                 }
             }
-            (RetainStage::Delete(deletion, rest, before), outcome) => {
-                match deletion.on_outcome(cx, id, outcome) {
-                    Deleted::Pending(d) => {
-                        self.stage = Some(RetainStage::Delete(d, rest, before));
-                        return Flow::Continue;
-                    }
-                    Deleted::Done(uid, _, records) => {
-                        self.report.deleted.push((uid, records));
-                    }
-                    // Gone already, busy, in flight, written again: kept
-                    // for a later pass (a storage failure too: the next
-                    // pass retries it).
-                    Deleted::Refused(status) => {
-                        if status.code != Code::NotFound {
-                            self.report.kept += 1;
-                        }
-                    }
-                }
-                self.next_deletion(cx, rest, before)
-            }
-            (RetainStage::Scan(..), other) => unexpected("retain", &other),
         }
-    }
-
-    /// Starts on the next stale uid (`stale` is in reverse order), or
-    /// replies once none is left.
-    fn next_deletion(&mut self, cx: &mut Cx<'_>, mut stale: Vec<String>, before: Nanos) -> Flow {
-        let Some(uid) = stale.pop() else {
-            let report = std::mem::take(&mut self.report);
+        if self.scan.is_none() && self.deleting.is_empty() {
+            let mut report = std::mem::take(&mut self.report);
+            report.deleted.sort();
             cx.reply(self.request, Ok(Response::Retained(report)));
             return Flow::Done;
-        };
-        let deletion = Deletion::start(cx, &uid, Some(before));
-        self.stage = Some(RetainStage::Delete(deletion, stale, before));
+        }
         Flow::Continue
     }
 }

@@ -54,6 +54,13 @@ impl Load {
         }
     }
 
+    /// The effect this load waits for.
+    pub(crate) fn waits_on(&self) -> EffectId {
+        match &self.step {
+            Step::Row(id) | Step::Log(id, _) => *id,
+        }
+    }
+
     /// Advances on the outcome of this load's effect.
     pub(crate) fn on_outcome(self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Loaded {
         match (self.step, outcome) {
