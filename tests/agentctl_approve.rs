@@ -410,3 +410,31 @@ fn cancel_resolves_a_parked_turn_and_a_later_approve_is_refused() {
     let o = agentctl(d, &["verify", "--session", &sid]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+/// `agentctl delete`: refused (exit 10 + FAILED_PRECONDITION) while the
+/// turn is parked, then, after a cancel, the session is gone: `get` is
+/// NOT_FOUND, `list` omits it, and the journal file keeps only its
+/// tombstone.
+#[test]
+fn delete_refuses_a_parked_session_and_removes_it_once_canceled() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = parked(d, "remember eggs");
+    let o = agentctl(d, &["delete", "--session", &sid]);
+    assert_eq!(o.status.code(), Some(19), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cancel it first"), "{}", stderr(&o));
+    lines(&agentctl(d, &["cancel", "--session", &sid]));
+    let out = lines(&agentctl(d, &["delete", "--session", &sid]));
+    assert_eq!(
+        out,
+        [format!(
+            "session {sid} deleted compute=COMPUTE_COLD last_seq=7"
+        )]
+    );
+    let o = agentctl(d, &["get", "--session", &sid]);
+    assert_eq!(o.status.code(), Some(15), "{}", stderr(&o));
+    let listed = stdout(&agentctl(d, &["list"]));
+    assert!(!listed.contains(&sid), "{listed}");
+    let o = agentctl(d, &["delete", "--session", &sid]);
+    assert_eq!(o.status.code(), Some(15), "a second delete: {}", stderr(&o));
+}

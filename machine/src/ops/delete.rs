@@ -20,7 +20,7 @@ use super::{Flow, unexpected};
 use crate::journal::executions;
 use crate::ops::cx::Cx;
 use crate::ops::render;
-use crate::vocab::config::RETENTION_SCAN;
+use crate::vocab::config::{RETENTION_PARALLEL, RETENTION_SCAN};
 use crate::vocab::{
     Code, DeleteRefusal, Effect, EffectId, Nanos, Outcome, RequestId, Response, RetentionReport,
     SessionRow, Status, StoreEffect, StoreOutcome,
@@ -214,9 +214,10 @@ impl DeleteOp {
 }
 
 /// One retention step: a bounded scan, then the stale sessions it found
-/// deleted side by side (at most [`RETENTION_SCAN`], each under its own
-/// guard), so their small transactions share group commits with whatever
-/// appends are queued instead of paying an fsync each.
+/// deleted a few side by side (at most [`RETENTION_PARALLEL`], each under
+/// its own guard): enough that their small transactions share group
+/// commits instead of paying an fsync each, few enough that an append
+/// queued behind them waits for a small batch only.
 pub(crate) struct RetainOp {
     request: RequestId,
     after: String,
@@ -225,6 +226,8 @@ pub(crate) struct RetainOp {
     before: Nanos,
     /// Deletions in flight, by the effect each waits for.
     deleting: BTreeMap<EffectId, Deletion>,
+    /// Stale uids not started yet, last first.
+    queued: Vec<String>,
 }
 
 impl RetainOp {
@@ -236,6 +239,7 @@ impl RetainOp {
             scan: None,
             before: 0,
             deleting: BTreeMap::new(),
+            queued: Vec::new(),
         }
     }
 
@@ -266,14 +270,11 @@ impl RetainOp {
                 unexpected("retain", &outcome)
             };
             match r {
-                Ok((stale, next)) => {
+                Ok((mut stale, next)) => {
                     assert!(stale.len() <= RETENTION_SCAN, "a bounded step");
                     self.report.next = next;
-                    for uid in stale {
-                        let deletion = Deletion::start(cx, &uid, Some(self.before));
-                        let waits = deletion.waits_on();
-                        assert!(self.deleting.insert(waits, deletion).is_none());
-                    }
+                    stale.reverse();
+                    self.queued = stale;
                 }
                 Err(e) => {
                     cx.reply(self.request, Err(Status::internal(format!("retain: {e}"))));
@@ -296,6 +297,13 @@ impl RetainOp {
                     }
                 }
             }
+        }
+        while self.deleting.len() < RETENTION_PARALLEL
+            && let Some(uid) = self.queued.pop()
+        {
+            let deletion = Deletion::start(cx, &uid, Some(self.before));
+            let waits = deletion.waits_on();
+            assert!(self.deleting.insert(waits, deletion).is_none());
         }
         if self.scan.is_none() && self.deleting.is_empty() {
             let mut report = std::mem::take(&mut self.report);

@@ -129,5 +129,7 @@ pub const DEFAULT_PAGE_SIZE: usize = 50;
 pub const MAX_PAGE_SIZE: usize = 500;
 /// Session rows one retention step looks at.
 pub const RETENTION_SCAN: usize = 256;
+/// Deletions one retention step has in flight at once.
+pub const RETENTION_PARALLEL: usize = 16;
 /// Records read per ReadLog effect when streaming a Replay.
 pub const REPLAY_PAGE: i64 = 1024;
