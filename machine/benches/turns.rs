@@ -182,7 +182,9 @@ impl Driver {
                 id,
                 Outcome::Tool(Err("the echo bench runs no tools".into())),
             ),
-            Effect::Client(ClientEffect::Stream { .. }) | Effect::ForgetTools { .. } => return,
+            Effect::Client(ClientEffect::Stream { .. })
+            | Effect::ForgetTools { .. }
+            | Effect::AbandonModel { .. } => return,
             Effect::Client(ClientEffect::Reply { result, .. }) => {
                 result.expect("the call succeeded");
                 self.replies += 1;

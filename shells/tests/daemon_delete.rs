@@ -165,7 +165,7 @@ async fn a_deleted_session_is_gone_from_every_rpc_the_file_and_the_tool_ledger()
         .iter()
         .map(|s| s.metadata.as_ref().unwrap().uid.clone())
         .collect();
-    assert_eq!(uids, [other.clone()], "the listing omits it");
+    assert_eq!(uids, std::slice::from_ref(&other), "the listing omits it");
     for again in [
         code_of(c.delete_session(DeleteSessionRequest { uid: sid.clone() })).await,
         exec_code(&mut c, exec(&sid, "again")).await,

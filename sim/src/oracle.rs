@@ -705,7 +705,7 @@ impl Oracle {
     fn check_fork_prefix(&self, view: &dyn JournalView, s: &str, row: &SessionRow) -> Check {
         // A child outlives its deleted parent on its own copy of the
         // prefix; its chain was verified above.
-        if view.deleted().iter().any(|d| *d == row.parent_uid) {
+        if view.deleted().contains(&row.parent_uid) {
             return Ok(());
         }
         let child = view.records(s);

@@ -585,6 +585,8 @@ impl Sim {
             // The simulated executor's results are keyed by session; a
             // deleted session runs nothing more, so there is nothing to drop.
             Effect::ForgetTools { .. } => return Ok(()),
+            // The simulated provider answers at once; the host drops it.
+            Effect::AbandonModel { .. } => return Ok(()),
         };
         self.push(host, What::Outcome(id, outcome, None, None));
         Ok(())

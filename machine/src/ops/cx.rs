@@ -302,10 +302,11 @@ impl Cx<'_> {
         }
     }
 
-    /// Stops routing `effect`'s outcome and chunks to this operation, which
-    /// goes on without it (a canceled run's model call): the outcome is
-    /// dropped on arrival, as for a finished operation.
-    pub(crate) fn abandon(&mut self, effect: EffectId) {
+    /// Stops routing model call `effect`'s outcome and chunks to this
+    /// operation, which goes on without it (a canceled run), and tells the
+    /// provider to stop it: its outcome is dropped on arrival, as for a
+    /// finished operation.
+    pub(crate) fn abandon_model(&mut self, effect: EffectId) {
         let waiter = self
             .core
             .waiting
@@ -317,6 +318,9 @@ impl Cx<'_> {
         );
         *waiter = OpId::NOBODY;
         self.core.chunks.remove(&effect);
+        self.core
+            .effects
+            .push_back(Effect::AbandonModel { id: effect });
     }
 
     /// Routes streamed model chunks of `effect` to this operation.

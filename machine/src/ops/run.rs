@@ -100,7 +100,7 @@ impl Run {
         // run invokes nothing.
         if let Some((id, Pending::Model)) = self.pending {
             self.pending = None;
-            cx.abandon(id);
+            cx.abandon_model(id);
         }
         self.apply(cx, out);
         Ok(())

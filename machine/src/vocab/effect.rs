@@ -59,6 +59,13 @@ pub enum Effect {
     Runtime(RuntimeCall),
     /// The model provider.
     Model(InvokeModel),
+    /// The model provider: stop the call `id` (a canceled run abandoned
+    /// it). Its outcome is still delivered once, early or late; the host
+    /// drops it on arrival.
+    AbandonModel {
+        /// The `InvokeModel` to stop.
+        id: EffectId,
+    },
     /// The tool executor.
     Tool(ExecuteTool),
     /// The client of a call (the gRPC server).
@@ -331,7 +338,7 @@ impl Effect {
             Self::Runtime(e) => Some(e.id),
             Self::Model(e) => Some(e.id),
             Self::Tool(e) => Some(e.id),
-            Self::Client(_) | Self::ForgetTools { .. } => None,
+            Self::Client(_) | Self::ForgetTools { .. } | Self::AbandonModel { .. } => None,
         }
     }
 
@@ -346,6 +353,7 @@ impl Effect {
             Self::Client(ClientEffect::Stream { .. }) => "Stream",
             Self::Client(ClientEffect::Reply { .. }) => "Reply",
             Self::ForgetTools { .. } => "ForgetTools",
+            Self::AbandonModel { .. } => "AbandonModel",
         }
     }
 }

@@ -508,6 +508,8 @@ impl World {
             Effect::Tool(call) => self.perform_tool(call),
             Effect::Client(effect) => self.perform_client(effect),
             Effect::ForgetTools { session } => self.executor.forget(&session),
+            // The held answer is still delivered (and dropped by the host).
+            Effect::AbandonModel { .. } => {}
         }
     }
 

@@ -668,6 +668,15 @@ impl<S: JournalStore + 'static> Driver<S> {
                     let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
                 });
             }
+            // Dropping the call's stream drops its future, which aborts the
+            // provider's HTTP request; the answer the host still expects is
+            // this refusal (a call that already finished answered itself).
+            Effect::AbandonModel { id } => {
+                if self.models.remove(&id).is_some() {
+                    let abandoned = Outcome::Model(Err("abandoned by a cancel".into()));
+                    self.start(std::future::ready(Input::Outcome(id, abandoned)));
+                }
+            }
             // Fire and forget: the journal's tombstone is the deletion; a
             // purge lost to a crash is redone when the daemon starts.
             Effect::ForgetTools { session } => {

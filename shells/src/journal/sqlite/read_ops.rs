@@ -288,27 +288,6 @@ pub fn list_harnesses(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rusqlite::StatementStatus;
-
-    #[test]
-    fn a_tail_read_reuses_its_prepared_plan_whatever_the_bounds() {
-        let conn = Connection::open_in_memory().unwrap();
-        super::super::schema::configure(&conn).unwrap();
-        super::super::schema::migrate(&conn, 1).unwrap();
-        for (from, limit) in [(1, 64), (2, 64), (5, 8), (9, 64)] {
-            assert_eq!(
-                read_at_most(&conn, "s", from, 0, limit).unwrap(),
-                Some(vec![])
-            );
-        }
-        let stmt = conn.prepare_cached(READ_AT_MOST).unwrap();
-        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
-    }
-}
-
 /// The tombstone of `uid`, if it was deleted.
 pub fn tombstone(conn: &Connection, uid: &str) -> Result<Option<Tombstone>, StoreError> {
     Ok(conn
@@ -357,4 +336,25 @@ pub fn stale_sessions(conn: &Connection, scan: &StaleScan) -> Result<StalePage, 
         page.next = last;
     }
     Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    #[test]
+    fn a_tail_read_reuses_its_prepared_plan_whatever_the_bounds() {
+        let conn = Connection::open_in_memory().unwrap();
+        super::super::schema::configure(&conn).unwrap();
+        super::super::schema::migrate(&conn, 1).unwrap();
+        for (from, limit) in [(1, 64), (2, 64), (5, 8), (9, 64)] {
+            assert_eq!(
+                read_at_most(&conn, "s", from, 0, limit).unwrap(),
+                Some(vec![])
+            );
+        }
+        let stmt = conn.prepare_cached(READ_AT_MOST).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+    }
 }
