@@ -428,3 +428,21 @@ fn cancel_of_a_turn_cut_before_its_inputs_finds_nothing_in_flight() {
     assert_eq!(world.call(exec(&sid, "", "again")).code(), Code::Ok);
     verify(&world, &sid);
 }
+
+/// The same short turn with a torn Cancel's marker already on it (a store
+/// that tears batches): the next Cancel has nothing to finish and writes
+/// no END over it.
+#[test]
+fn cancel_of_a_short_turn_already_marked_writes_nothing() {
+    let mut world = World::default();
+    let sid = crashed_turn(&mut world, "", 1);
+    let fence = world.store.fence(&sid);
+    let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, "torn");
+    world.store.append(&sid, 1, fence, &[marker], 0).unwrap();
+    let before = world.store.records(&sid).to_vec();
+    let call = world.call(cancel(&sid, "", "again"));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    assert_eq!(world.store.records(&sid), &before[..], "nothing written");
+    agentsessions_machine::journal::executions::project(world.store.records(&sid))
+        .expect("the journal still projects");
+}

@@ -83,23 +83,24 @@ impl CancelOp {
             return Err(Status::failed_precondition(msg));
         }
         let end = events::end_canceled(&last.id);
+        let short = matches!(
+            executions::validate_inputs(last),
+            Err(crate::error::LogError::IncompleteInvocation(_))
+        );
         match (last.completed, last.canceled) {
             (true, true) => Ok(None),
             (true, false) => Err(Status::failed_precondition(format!(
                 "cancel: execution {:?} already ended",
                 last.id
             ))),
-            (false, true) => Ok(Some(vec![end])),
             // A turn cut before all its inputs were durable never reached
             // a harness and can never be resumed (the remedy is a new
             // Exec): nothing is in flight, and an END over it would leave
-            // a completed execution short of its declared inputs.
-            (false, false)
-                if matches!(
-                    executions::validate_inputs(last),
-                    Err(crate::error::LogError::IncompleteInvocation(_))
-                ) =>
-            {
+            // a completed execution short of its declared inputs. One a
+            // torn Cancel already marked needs nothing more either.
+            (false, true) if short => Ok(None),
+            (false, true) => Ok(Some(vec![end])),
+            (false, false) if short => {
                 Err(Status::failed_precondition(format!(
                     "cancel: execution {:?} never started (a crash cut its inputs); nothing is in flight",
                     last.id
