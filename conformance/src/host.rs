@@ -130,6 +130,7 @@ impl Launcher for InProcess {
                 harness_timeouts: Default::default(),
                 max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
                 retain_completed: None,
+                ledger: None,
                 retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
             };
             let (ready_tx, ready_rx) = oneshot::channel();

@@ -2,9 +2,9 @@
 //!
 //! Each check is written once, generic over [`JournalStore`], and the
 //! `backends!` macro runs it against each store: SQLite (a file in a temp
-//! dir) and the in-memory journal the madsim runs use. A new backend
-//! (PostgreSQL) is done when it is added to the macro and every check
-//! passes. The checks cover what the machine relies on: CAS on the head,
+//! dir), the in-memory journal the madsim runs use, and PostgreSQL (a
+//! throwaway cluster started by `scripts/pg-cluster.sh`; see
+//! `support/pg.rs`). The checks cover what the machine relies on: CAS on the head,
 //! fences, the hash chain, ranged reads, the compute_state the append
 //! carries, session metadata and keyset paging, registry rows and
 //! reservations, and the session/registry check.
@@ -15,6 +15,9 @@
 //! `tests/crash_kill.rs`.
 
 use std::time::Duration;
+
+#[path = "support/pg.rs"]
+mod pg;
 
 use agentsessions_machine::chain;
 use agentsessions_machine::events;
@@ -428,6 +431,25 @@ async fn a_stale_scan_walks_the_table_in_bounded_steps<J: JournalStore>(j: &J) {
     assert_eq!(steps, 3, "five rows, two per step");
 }
 
+async fn concurrent_appends_at_one_head_commit_exactly_one<J: JournalStore>(j: &J) {
+    let fence = j.mint_fence(S, 1).await.unwrap();
+    j.append(batch(0, fence, vec![input("a")])).await.unwrap();
+    let racers = (0..8).map(|i| j.append(batch(1, fence, vec![input(&format!("r{i}"))])));
+    let results = futures_util::future::join_all(racers).await;
+    let won = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(won, 1, "{results:?}");
+    for r in &results {
+        assert!(
+            matches!(r, Ok(_) | Err(AppendError::Conflict { head: 2 })),
+            "a loser sees the winner's head: {r:?}"
+        );
+    }
+    let records = j.read(S, 1, 0).await.unwrap();
+    assert_eq!(records.len(), 2);
+    chain::verify(&records).unwrap();
+    j.verify(S).await.unwrap();
+}
+
 macro_rules! backends {
     ($($check:ident),* $(,)?) => {
         mod sqlite {
@@ -454,6 +476,20 @@ macro_rules! backends {
                 }
             )*
         }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let Some(url) = super::pg::fresh_database().await else {
+                        return;
+                    };
+                    let j = agentsessions_pg::PgJournal::open(&url, Default::default())
+                        .await
+                        .unwrap();
+                    super::$check(&j).await;
+                }
+            )*
+        }
     };
 }
 
@@ -470,4 +506,5 @@ backends!(
     a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes,
     a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing,
     a_stale_scan_walks_the_table_in_bounded_steps,
+    concurrent_appends_at_one_head_commit_exactly_one,
 );

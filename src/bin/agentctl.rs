@@ -179,6 +179,7 @@ impl Link {
             harness_timeouts: Default::default(),
             max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
             retain_completed: None,
+            ledger: None,
             retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
         };
         let daemon = Daemon::start(config)

@@ -25,9 +25,14 @@ struct Args {
     /// Sessions API listen address.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: SocketAddr,
-    /// SQLite journal file (created if missing).
+    /// The journal: a SQLite file (created if missing), or a PostgreSQL
+    /// database, `postgres://user@host:port/db` (schema created if missing).
     #[arg(long, default_value = "agentsessions.db")]
-    journal: PathBuf,
+    journal: String,
+    /// The tool ledger file (default: `<journal>.tools.db` beside a SQLite
+    /// journal, `agentsessions.tools.db` with a PostgreSQL one).
+    #[arg(long)]
+    tools_ledger: Option<PathBuf>,
     /// Project for sessions created without one.
     #[arg(long, default_value = "default")]
     project: String,
@@ -117,10 +122,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .ok()
         .or_else(|| std::env::var("OPENAI_API_KEY").ok())
         .filter(|k| !k.is_empty());
+    let postgres =
+        args.journal.starts_with("postgres://") || args.journal.starts_with("postgresql://");
+    let ledger = match (&args.tools_ledger, postgres) {
+        (Some(path), _) => Some(path.clone()),
+        (None, true) => Some(PathBuf::from("agentsessions.tools.db")),
+        (None, false) => None,
+    };
     let config = DaemonConfig {
         addr: args.addr,
         registry_addr: args.registry_addr,
-        journal: args.journal,
+        journal: if postgres {
+            PathBuf::from("agentsessions.db")
+        } else {
+            PathBuf::from(&args.journal)
+        },
+        ledger,
         project: args.project,
         model: args.model,
         model_base_url: args.model_base_url,
@@ -136,7 +153,22 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         retain_completed: args.retain_completed,
         retention_interval: args.retention_interval,
     };
-    let daemon = Daemon::start(config).await.context("agentsessionsd")?;
+    let daemon = if postgres {
+        let store = agentsessions_pg::PgJournal::open(
+            &args.journal,
+            agentsessions_pg::PgOptions {
+                default_project: config.project.clone(),
+                ..Default::default()
+            },
+        )
+        .await
+        .context("agentsessionsd: open the PostgreSQL journal")?;
+        Daemon::start_on(config, std::sync::Arc::new(store))
+            .await
+            .context("agentsessionsd")?
+    } else {
+        Daemon::start(config).await.context("agentsessionsd")?
+    };
     println!("agentsessionsd listening on {}", daemon.addr);
     if let Some(r) = daemon.registry_addr {
         println!("harness registry listening on {r}");

@@ -38,10 +38,16 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(journal: &Path) -> Self {
+        Self::start_with(journal.as_os_str(), &[])
+    }
+
+    /// A daemon on `journal` (a file or a database URL) with `extra` flags.
+    pub fn start_with(journal: &std::ffi::OsStr, extra: &[&str]) -> Self {
         let mut child = Command::new(DAEMON)
             .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
             .arg("--journal")
             .arg(journal)
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

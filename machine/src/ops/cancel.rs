@@ -100,12 +100,10 @@ impl CancelOp {
             // torn Cancel already marked needs nothing more either.
             (false, true) if short => Ok(None),
             (false, true) => Ok(Some(vec![end])),
-            (false, false) if short => {
-                Err(Status::failed_precondition(format!(
-                    "cancel: execution {:?} never started (a crash cut its inputs); nothing is in flight",
-                    last.id
-                )))
-            }
+            (false, false) if short => Err(Status::failed_precondition(format!(
+                "cancel: execution {:?} never started (a crash cut its inputs); nothing is in flight",
+                last.id
+            ))),
             (false, false) => {
                 let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, &self.req.reason);
                 Ok(Some(vec![marker, end]))

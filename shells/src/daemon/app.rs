@@ -17,7 +17,7 @@ use super::harness_client::parse_address;
 use super::inproc::{Harnesses, InProcess};
 use super::retention;
 use super::runtime::Runtimes;
-use crate::journal::JournalStore as _;
+use crate::journal::JournalStore;
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 
 use crate::model::{EchoModel, ModelClient};
@@ -30,8 +30,11 @@ pub struct DaemonConfig {
     pub addr: SocketAddr,
     /// HarnessRegistry listen address (literal loopback only), if served.
     pub registry_addr: Option<SocketAddr>,
-    /// The SQLite journal file.
+    /// The SQLite journal file (for a store opened by the caller, see
+    /// [`Daemon::start_on`], only where the ledger goes by default).
     pub journal: PathBuf,
+    /// The tool ledger file; `None`: `<journal>.tools.db`.
+    pub ledger: Option<PathBuf>,
     /// Default project.
     pub project: String,
     /// Model id; empty selects the built-in echo model.
@@ -298,15 +301,29 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The bound registry address, if served.
     pub registry_addr: Option<SocketAddr>,
-    journal: Arc<SqliteJournal>,
+    journal: Option<Arc<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     drive_loop: DriveLoop,
 }
 
 impl Daemon {
-    /// Opens the journal, loads the registry and starts serving.
+    /// Opens the SQLite journal, loads the registry and starts serving.
     pub async fn start(config: DaemonConfig) -> Result<Self, StartError> {
+        let journal = SqliteJournal::open(&config.journal, SqliteOptions::default())
+            .map_err(|e| StartError::Journal(e.to_string()))?;
+        let journal = Arc::new(journal);
+        let mut daemon = Self::start_on(config, journal.clone()).await?;
+        daemon.journal = Some(journal);
+        Ok(daemon)
+    }
+
+    /// Starts serving on a journal store the caller opened (PostgreSQL);
+    /// the tool ledger stays a local file ([`DaemonConfig::ledger`]).
+    pub async fn start_on<S: JournalStore + 'static>(
+        config: DaemonConfig,
+        store: Arc<S>,
+    ) -> Result<Self, StartError> {
         let host_config = host_config(&config)?;
         if let Some(addr) = config.registry_addr
             && !addr.ip().is_loopback()
@@ -315,21 +332,19 @@ impl Daemon {
                 "--registry-addr {addr}: the registry is served on loopback only"
             )));
         }
-        let journal = SqliteJournal::open(&config.journal, SqliteOptions::default())
-            .map_err(|e| StartError::Journal(e.to_string()))?;
-        let store = Arc::new(journal);
-
         let host = Host::new(host_config, Box::new(RandomIds));
 
-        let tools_path = ToolLedger::path_for_journal(&config.journal);
+        let tools_path = config
+            .ledger
+            .clone()
+            .unwrap_or_else(|| ToolLedger::path_for_journal(&config.journal));
         let ledger =
             ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?;
-        let notes = config
-            .journal
+        let notes = tools_path
             .parent()
             .map(|p| p.join("notes"))
             .unwrap_or_else(|| PathBuf::from("notes"));
-        forget_deleted_tools(&ledger, &store).await?;
+        forget_deleted_tools(&ledger, &*store).await?;
         let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
         // Built-in harnesses run in this process (see `inproc`).
         let local = Arc::new(InProcess::default());
@@ -393,7 +408,7 @@ impl Daemon {
             driver: handle,
             addr,
             registry_addr,
-            journal: store,
+            journal: None,
             servers,
             stop,
             drive_loop,
@@ -403,7 +418,9 @@ impl Daemon {
     /// The journal the daemon writes (benchmarks time appends and read
     /// writer counters through it).
     pub fn journal(&self) -> &SqliteJournal {
-        &self.journal
+        self.journal
+            .as_deref()
+            .expect("a daemon started on its SQLite journal")
     }
 
     /// Stops accepting calls, lets the calls in flight finish, and exits.
@@ -420,9 +437,9 @@ impl Daemon {
 /// A deletion commits in the journal before its tool-ledger entries are
 /// purged (two files, no shared transaction); a crash in between leaves
 /// entries of a deleted session, which this start-up pass removes.
-async fn forget_deleted_tools(
+async fn forget_deleted_tools<S: JournalStore>(
     ledger: &ToolLedger,
-    store: &SqliteJournal,
+    store: &S,
 ) -> Result<(), StartError> {
     let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
     let mut purged = 0usize;

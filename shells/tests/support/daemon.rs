@@ -25,6 +25,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         harness_timeouts: Default::default(),
         max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
         retain_completed: None,
+        ledger: None,
         retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
     }
 }

@@ -1,0 +1,284 @@
+//! `PgJournal`: the journal store on PostgreSQL.
+//!
+//! Invariant: an append commits only if, inside its transaction, the
+//! session's head is still `expected_last_seq` and its fence is not newer
+//! than the writer's, checked after the session row is locked. Every writer
+//! locks the row first (`SELECT … FOR UPDATE`, a row lock, not an advisory
+//! one), so two appends to one session are serialized by the database and
+//! the second sees the first's records. No advisory locks and no
+//! LISTEN/NOTIFY are used, so the same SQL can later run on the
+//! PostgreSQL-compatible distributed databases.
+//!
+//! The contract is the one every store keeps (`agentsessions_shells::journal`,
+//! checked by `shells/tests/store_contract.rs`, which runs against this store
+//! on a throwaway cluster). A COMMIT whose outcome the client cannot know (the
+//! connection broke during it) is reported as `CommitFailed`, never guessed.
+
+mod ops;
+pub mod schema;
+
+use agentsessions_proto::v1::LogRecord;
+use agentsessions_shells::journal::{
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
+    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
+};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+/// How a [`PgJournal`] is opened.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Project for session rows created implicitly (mint, append).
+    pub default_project: String,
+    /// Connections in the pool.
+    pub pool_size: usize,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            default_project: DEFAULT_PROJECT.to_owned(),
+            pool_size: 8,
+        }
+    }
+}
+
+/// The PostgreSQL journal. Cloning shares the pool.
+#[derive(Clone)]
+pub struct PgJournal {
+    pool: Pool,
+    default_project: String,
+}
+
+impl std::fmt::Debug for PgJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgJournal")
+            .field("default_project", &self.default_project)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A driver error as the store's backend error.
+pub(crate) fn backend(e: tokio_postgres::Error) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+/// The driver's client inside a pooled connection.
+fn client(o: &deadpool_postgres::Object) -> &tokio_postgres::Client {
+    o
+}
+
+fn client_mut(o: &mut deadpool_postgres::Object) -> &mut tokio_postgres::Client {
+    o
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Backend(Box::new(e))
+}
+
+impl PgJournal {
+    /// Connects to `url` (`postgres://user@host:port/db`) and migrates the
+    /// schema; a database with a newer schema is refused without writes.
+    pub async fn open(url: &str, options: PgOptions) -> Result<Self, StoreError> {
+        let config: tokio_postgres::Config = url
+            .parse()
+            .map_err(|e| StoreError::InvalidArgument(format!("journal url: {e}")))?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .build()
+            .map_err(|e| StoreError::Backend(Box::new(e)))?;
+        let mut last = None;
+        // Two daemons creating the schema at once can collide in the
+        // catalog; the loser retries and finds it done.
+        for _ in 0..3 {
+            let mut conn = pool.get().await.map_err(pool_error)?;
+            match schema::migrate(&mut conn).await {
+                Ok(()) => {
+                    last = None;
+                    break;
+                }
+                Err(e @ StoreError::UnsupportedSchema { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            return Err(e);
+        }
+        Ok(Self {
+            pool,
+            default_project: options.default_project,
+        })
+    }
+
+    async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+}
+
+impl JournalStore for PgJournal {
+    async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
+        let mut c = self.conn().await?;
+        ops::append(client_mut(&mut c), &batch, &self.default_project).await
+    }
+
+    async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {
+        let mut c = self.conn().await?;
+        ops::mint_fence(
+            client_mut(&mut c),
+            session,
+            now_unix_nanos,
+            &self.default_project,
+        )
+        .await
+    }
+
+    async fn head(&self, session: &str) -> Result<i64, StoreError> {
+        let c = self.conn().await?;
+        ops::head(client(&c), session).await
+    }
+
+    async fn read(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        let c = self.conn().await?;
+        ops::read(client(&c), session, from_seq, to_seq).await
+    }
+
+    async fn verify(&self, session: &str) -> Result<(), VerifyError> {
+        let c = self.conn().await?;
+        ops::verify(client(&c), session).await
+    }
+
+    async fn put_session(&self, meta: SessionMeta, now_unix_nanos: i64) -> Result<(), StoreError> {
+        let c = self.conn().await?;
+        ops::put_session(client(&c), &meta, now_unix_nanos, &self.default_project).await
+    }
+
+    async fn session_info(&self, uid: &str) -> Result<SessionInfo, StoreError> {
+        let c = self.conn().await?;
+        ops::session_info(client(&c), uid).await
+    }
+
+    async fn list_sessions(&self, req: ListSessions) -> Result<SessionPage, StoreError> {
+        let c = self.conn().await?;
+        ops::list_sessions(client(&c), &req, &self.default_project).await
+    }
+
+    async fn register_harness(
+        &self,
+        reg: HarnessRegistration,
+        now_unix_nanos: i64,
+    ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
+        let mut c = self.conn().await?;
+        ops::register_harness(client_mut(&mut c), &reg, now_unix_nanos).await
+    }
+
+    async fn retire_harness(
+        &self,
+        name: &str,
+        reason: &str,
+        now_unix_nanos: i64,
+    ) -> Result<HarnessRow, RegistryError> {
+        let c = self.conn().await?;
+        ops::retire_harness(client(&c), name, reason, now_unix_nanos).await
+    }
+
+    async fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
+        let c = self.conn().await?;
+        ops::harness_row(client(&c), name)
+            .await?
+            .ok_or_else(|| RegistryError::NotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    async fn list_harnesses(&self, req: ListHarnesses) -> Result<Vec<HarnessRow>, StoreError> {
+        let c = self.conn().await?;
+        ops::list_harnesses(client(&c), &req).await
+    }
+
+    async fn reserve_harness_names(
+        &self,
+        names: Vec<String>,
+        now_unix_nanos: i64,
+    ) -> Result<(), RegistryError> {
+        let mut c = self.conn().await?;
+        ops::reserve_harness_names(client_mut(&mut c), &names, now_unix_nanos).await
+    }
+
+    async fn put_session_on_active_harness(
+        &self,
+        meta: SessionMeta,
+        registered: bool,
+        now_unix_nanos: i64,
+    ) -> Result<(), RegistryError> {
+        let mut c = self.conn().await?;
+        ops::put_session_on_active_harness(
+            client_mut(&mut c),
+            &meta,
+            registered,
+            now_unix_nanos,
+            &self.default_project,
+        )
+        .await
+    }
+
+    async fn delete_session(&self, req: DeleteSession) -> Result<Tombstone, DeleteError> {
+        let mut c = self.conn().await?;
+        ops::delete_session(client_mut(&mut c), &req).await
+    }
+
+    async fn tombstone(&self, uid: &str) -> Result<Option<Tombstone>, StoreError> {
+        let c = self.conn().await?;
+        ops::tombstone(client(&c), uid).await
+    }
+
+    async fn stale_sessions(&self, scan: StaleScan) -> Result<StalePage, StoreError> {
+        let c = self.conn().await?;
+        ops::stale_sessions(client(&c), &scan).await
+    }
+}
+
+/// Creates database `name` through the server at `admin_url` (a role that
+/// may create databases) and returns the URL of the new database; for
+/// tests and first-time setup.
+pub async fn create_database(admin_url: &str, name: &str) -> Result<String, StoreError> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !valid {
+        return Err(StoreError::InvalidArgument(format!(
+            "database name {name:?}: use a-z, 0-9 and _"
+        )));
+    }
+    let (client, connection) = tokio_postgres::connect(admin_url, NoTls)
+        .await
+        .map_err(backend)?;
+    let driver = tokio::spawn(connection);
+    // The name was checked above: it cannot close the identifier.
+    let made = client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .map_err(backend);
+    drop(client);
+    let _ = driver.await;
+    made?;
+    let base = admin_url
+        .rsplit_once('/')
+        .map(|(b, _)| b)
+        .ok_or_else(|| StoreError::InvalidArgument("journal url has no database".into()))?;
+    Ok(format!("{base}/{name}"))
+}

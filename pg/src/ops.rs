@@ -1,0 +1,725 @@
+//! The statements behind [`crate::PgJournal`], one function per store call,
+//! mirroring `shells/src/journal/sqlite/{write_ops,read_ops}.rs` so both
+//! backends answer every call alike (the store contract suite checks it).
+
+use agentsessions_machine::canon;
+use agentsessions_machine::chain::ChainVerifier;
+use agentsessions_proto::v1::{Event, LogRecord};
+use agentsessions_shells::journal::compute_text::{from_text, to_text};
+use agentsessions_shells::journal::encode::encode_event;
+use agentsessions_shells::journal::{
+    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, DeleteError, DeleteSession, HarnessRegistration,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError, page_token,
+};
+use prost::Message as _;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, GenericClient, Row, Transaction};
+
+use crate::backend;
+
+fn required(what: &str, v: &str) -> Result<(), StoreError> {
+    if v.is_empty() {
+        Err(StoreError::InvalidArgument(format!("{what} is required")))
+    } else {
+        Ok(())
+    }
+}
+
+/// COMMIT: a failure here leaves the outcome unknown to us.
+pub(crate) async fn commit(tx: Transaction<'_>) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| StoreError::CommitFailed {
+        reason: e.to_string(),
+    })
+}
+
+async fn refuse_deleted<C: GenericClient>(c: &C, uid: &str) -> Result<(), StoreError> {
+    let row = c
+        .query_opt("SELECT 1 FROM deleted_sessions WHERE session = $1", &[&uid])
+        .await
+        .map_err(backend)?;
+    match row {
+        Some(_) => Err(StoreError::SessionDeleted {
+            uid: uid.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+pub(crate) async fn head<C: GenericClient>(c: &C, session: &str) -> Result<i64, StoreError> {
+    Ok(c.query_one(
+        "SELECT COALESCE(MAX(seq), 0)::bigint FROM events WHERE session = $1",
+        &[&session],
+    )
+    .await
+    .map_err(backend)?
+    .get(0))
+}
+
+/// The CAS + fence checked append of one batch, in one transaction.
+pub(crate) async fn append(
+    c: &mut Client,
+    batch: &AppendBatch,
+    default_project: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    required("session", &batch.session)?;
+    if batch.events.is_empty() {
+        return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
+    }
+    let tx = c.transaction().await.map_err(backend)?;
+    // Lock the row first, so a concurrent append of the same session waits
+    // here and then reads the head this one leaves.
+    let row = tx
+        .query_opt(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
+            &[&batch.session],
+        )
+        .await
+        .map_err(backend)?;
+    let (current, missing, incomplete) = match &row {
+        Some(r) => (r.get::<_, i64>(0), false, r.get::<_, bool>(1)),
+        None => (0, true, false),
+    };
+    if missing {
+        refuse_deleted(&tx, &batch.session).await?;
+    }
+    let head_row = tx
+        .query_opt(
+            "SELECT seq, hash FROM events WHERE session = $1 ORDER BY seq DESC LIMIT 1",
+            &[&batch.session],
+        )
+        .await
+        .map_err(backend)?;
+    let (head, mut prev) = head_row
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
+        .unwrap_or_default();
+    if batch.expected_last_seq != head {
+        return Err(AppendError::Conflict { head });
+    }
+    if batch.fence < current {
+        return Err(AppendError::Fenced { current });
+    }
+    let insert = tx
+        .prepare(
+            "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .await
+        .map_err(backend)?;
+    let mut records = Vec::with_capacity(batch.events.len());
+    for (i, ev) in batch.events.iter().enumerate() {
+        let seq = head + 1 + i as i64;
+        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
+            seq,
+            reason: e.to_string(),
+        })?;
+        let blob = encode_event(ev);
+        match tx
+            .execute(
+                &insert,
+                &[&batch.session, &seq, &prev, &hash, &batch.fence, &blob],
+            )
+            .await
+        {
+            Ok(n) => assert_eq!(n, 1, "one row per event"),
+            // A writer that created the session row concurrently: the
+            // head moved under us.
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                drop(tx);
+                let head = self::head(c, &batch.session).await?;
+                return Err(AppendError::Conflict { head });
+            }
+            Err(e) => return Err(backend(e).into()),
+        }
+        records.push(LogRecord {
+            seq,
+            prev_hash: std::mem::replace(&mut prev, hash.clone()),
+            content_hash: hash,
+            fence: batch.fence,
+            event: Some(ev.clone()),
+        });
+    }
+    let state = batch.compute_state.map(to_text);
+    let now = batch.now_unix_nanos;
+    let n = if missing {
+        tx.execute(
+            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
+             VALUES ($1, $2, $3, $3, COALESCE($4, ''))",
+            &[&batch.session, &default_project, &now, &state],
+        )
+        .await
+    } else if incomplete {
+        tx.execute(
+            "UPDATE sessions SET
+                project = CASE WHEN project = '' THEN $2 ELSE project END,
+                created_at = CASE WHEN created_at = 0 THEN $3 ELSE created_at END,
+                updated_at = $3, compute_state = COALESCE($4, compute_state)
+             WHERE session = $1",
+            &[&batch.session, &default_project, &now, &state],
+        )
+        .await
+    } else {
+        tx.execute(
+            "UPDATE sessions SET updated_at = $2, compute_state = COALESCE($3, compute_state)
+             WHERE session = $1",
+            &[&batch.session, &now, &state],
+        )
+        .await
+    };
+    match n {
+        Ok(n) => assert_eq!(n, 1, "exactly one session row is touched"),
+        Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+            drop(tx);
+            let head = self::head(c, &batch.session).await?;
+            return Err(AppendError::Conflict { head });
+        }
+        Err(e) => return Err(backend(e).into()),
+    }
+    commit(tx).await?;
+    Ok(records)
+}
+
+/// fence = fence + 1 (1 on first mint); creates the row if missing.
+pub(crate) async fn mint_fence(
+    c: &mut Client,
+    session: &str,
+    now: i64,
+    default_project: &str,
+) -> Result<i64, StoreError> {
+    required("session", session)?;
+    let tx = c.transaction().await.map_err(backend)?;
+    refuse_deleted(&tx, session).await?;
+    let fence: i64 = tx
+        .query_one(
+            "INSERT INTO sessions(session, fence, project, created_at, updated_at)
+             VALUES ($1, 1, $2, $3, $3)
+             ON CONFLICT (session) DO UPDATE SET
+                fence = sessions.fence + 1,
+                project = CASE WHEN sessions.project = '' THEN excluded.project ELSE sessions.project END,
+                created_at = CASE WHEN sessions.created_at = 0 THEN excluded.created_at ELSE sessions.created_at END,
+                updated_at = excluded.updated_at
+             RETURNING fence",
+            &[&session, &default_project, &now],
+        )
+        .await
+        .map_err(backend)?
+        .get(0);
+    commit(tx).await?;
+    assert!(fence >= 1, "a minted fence is positive");
+    Ok(fence)
+}
+
+fn decode_record(session: &str, row: &Row) -> Result<LogRecord, StoreError> {
+    let seq: i64 = row.get(0);
+    let blob: &[u8] = row.get(4);
+    let event = Event::decode(blob).map_err(|e| StoreError::Decode {
+        session: session.to_owned(),
+        seq,
+        reason: e.to_string(),
+    })?;
+    Ok(LogRecord {
+        seq,
+        prev_hash: row.get(1),
+        content_hash: row.get(2),
+        fence: row.get(3),
+        event: Some(event),
+    })
+}
+
+pub(crate) async fn read<C: GenericClient>(
+    c: &C,
+    session: &str,
+    from_seq: i64,
+    to_seq: i64,
+) -> Result<Vec<LogRecord>, StoreError> {
+    let to = if to_seq <= 0 { i64::MAX } else { to_seq };
+    let rows = c
+        .query(
+            "SELECT seq, prev_hash, hash, fence, event FROM events
+             WHERE session = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
+            &[&session, &from_seq, &to],
+        )
+        .await
+        .map_err(backend)?;
+    rows.iter().map(|r| decode_record(session, r)).collect()
+}
+
+pub(crate) async fn verify<C: GenericClient>(c: &C, session: &str) -> Result<(), VerifyError> {
+    let mut verifier = ChainVerifier::new();
+    for rec in read(c, session, 1, 0).await? {
+        verifier.push(&rec).map_err(|cause| {
+            if cause.is_tamper() {
+                VerifyError::Tampered {
+                    session: session.to_owned(),
+                    seq: cause.seq(),
+                    cause,
+                }
+            } else {
+                VerifyError::Failed(StoreError::Decode {
+                    session: session.to_owned(),
+                    seq: cause.seq(),
+                    reason: cause.to_string(),
+                })
+            }
+        })?;
+    }
+    Ok(())
+}
+
+/// The metadata upsert; never touches fence or compute_state. One
+/// statement, so the tombstone check and the write see the same snapshot.
+pub(crate) async fn put_session<C: GenericClient>(
+    c: &C,
+    meta: &SessionMeta,
+    now: i64,
+    default_project: &str,
+) -> Result<(), StoreError> {
+    required("session uid", &meta.uid)?;
+    let project = if meta.project.is_empty() {
+        default_project
+    } else {
+        meta.project.as_str()
+    };
+    let n = c
+        .execute(
+            "INSERT INTO sessions(session, fence, project, name, harness, model, parent_uid, fork_seq,
+                                  compute_state, created_at, updated_at, labels, annotations, origin, identity)
+             SELECT $1, 0, $2, $3, $4, $5, $6, $7, 'NONE',
+                    CASE WHEN $8::bigint = 0 THEN $9::bigint ELSE $8::bigint END, $9, $10, $11, $12, $13
+             WHERE NOT EXISTS (SELECT 1 FROM deleted_sessions WHERE session = $1)
+             ON CONFLICT (session) DO UPDATE SET
+                project = excluded.project, name = excluded.name, harness = excluded.harness,
+                model = excluded.model, parent_uid = excluded.parent_uid, fork_seq = excluded.fork_seq,
+                created_at = CASE WHEN $8::bigint <> 0 THEN $8::bigint
+                                  WHEN sessions.created_at = 0 THEN $9::bigint
+                                  ELSE sessions.created_at END,
+                updated_at = $9,
+                labels = excluded.labels, annotations = excluded.annotations,
+                origin = excluded.origin, identity = excluded.identity",
+            &[
+                &meta.uid,
+                &project,
+                &meta.name,
+                &meta.harness,
+                &meta.model,
+                &meta.parent_uid,
+                &meta.fork_seq,
+                &meta.created_at,
+                &now,
+                &meta.labels,
+                &meta.annotations,
+                &meta.origin,
+                &meta.identity,
+            ],
+        )
+        .await
+        .map_err(backend)?;
+    if n == 0 {
+        return Err(StoreError::SessionDeleted {
+            uid: meta.uid.clone(),
+        });
+    }
+    Ok(())
+}
+
+const SESSION_COLUMNS: &str = "s.session, s.project, s.name, s.harness, s.model, s.parent_uid, s.fork_seq,
+    s.created_at, s.updated_at, s.labels, s.annotations, s.origin, s.identity, s.compute_state, s.fence,
+    COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session = s.session), 0)::bigint";
+
+fn session_row(row: &Row) -> Result<SessionInfo, StoreError> {
+    let uid: String = row.get(0);
+    let state_text: String = row.get(13);
+    let compute_state = from_text(&state_text).ok_or_else(|| {
+        StoreError::Corrupt(format!("session {uid}: compute_state {state_text:?}"))
+    })?;
+    Ok(SessionInfo {
+        meta: SessionMeta {
+            uid,
+            project: row.get(1),
+            name: row.get(2),
+            harness: row.get(3),
+            model: row.get(4),
+            parent_uid: row.get(5),
+            fork_seq: row.get(6),
+            created_at: row.get(7),
+            updated_at: row.get(8),
+            labels: row.get(9),
+            annotations: row.get(10),
+            origin: row.get(11),
+            identity: row.get(12),
+        },
+        compute_state,
+        fence: row.get(14),
+        last_seq: row.get(15),
+    })
+}
+
+pub(crate) async fn session_info<C: GenericClient>(
+    c: &C,
+    uid: &str,
+) -> Result<SessionInfo, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.session = $1");
+    match c.query_opt(&sql, &[&uid]).await.map_err(backend)? {
+        Some(row) => session_row(&row),
+        None => Err(StoreError::SessionNotFound {
+            uid: uid.to_owned(),
+        }),
+    }
+}
+
+/// Keyset paging over (created_at DESC, session ASC), as the SQLite store.
+pub(crate) async fn list_sessions<C: GenericClient>(
+    c: &C,
+    req: &ListSessions,
+    default_project: &str,
+) -> Result<SessionPage, StoreError> {
+    let size = match req.page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        n => n.min(MAX_PAGE_SIZE),
+    };
+    let project = if req.project.is_empty() {
+        default_project
+    } else {
+        req.project.as_str()
+    };
+    let fetch = (size + 1) as i64;
+    let rows = if req.page_token.is_empty() {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = $1
+             ORDER BY s.created_at DESC, s.session ASC LIMIT $2"
+        );
+        c.query(&sql, &[&project, &fetch]).await
+    } else {
+        let (ts, uid) = page_token::decode(&req.page_token)?;
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s
+             WHERE s.project = $1 AND (s.created_at < $2 OR (s.created_at = $2 AND s.session > $3))
+             ORDER BY s.created_at DESC, s.session ASC LIMIT $4"
+        );
+        c.query(&sql, &[&project, &ts, &uid, &fetch]).await
+    }
+    .map_err(backend)?;
+    let mut sessions = rows
+        .iter()
+        .map(session_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut next_page_token = String::new();
+    if sessions.len() > size {
+        sessions.truncate(size);
+        let last = sessions.last().expect("size >= 1");
+        next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
+    }
+    Ok(SessionPage {
+        sessions,
+        next_page_token,
+    })
+}
+
+const HARNESS_COLUMNS: &str =
+    "name, uid, spec, spec_digest, state, retire_reason, retired_at, created_at, updated_at";
+
+fn harness_from_row(row: &Row) -> Result<HarnessRow, StoreError> {
+    let state: String = row.get(4);
+    let state = match state.as_str() {
+        "active" => HarnessState::Active,
+        "retired" => HarnessState::Retired,
+        other => return Err(StoreError::Corrupt(format!("harness state {other:?}"))),
+    };
+    Ok(HarnessRow {
+        name: row.get(0),
+        uid: row.get(1),
+        spec: row.get(2),
+        spec_digest: row.get(3),
+        state,
+        retire_reason: row.get(5),
+        retired_at: row.get(6),
+        created_at: row.get(7),
+        updated_at: row.get(8),
+    })
+}
+
+pub(crate) async fn harness_row<C: GenericClient>(
+    c: &C,
+    name: &str,
+) -> Result<Option<HarnessRow>, StoreError> {
+    let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = $1");
+    c.query_opt(&sql, &[&name])
+        .await
+        .map_err(backend)?
+        .map(|r| harness_from_row(&r))
+        .transpose()
+}
+
+pub(crate) async fn list_harnesses<C: GenericClient>(
+    c: &C,
+    req: &ListHarnesses,
+) -> Result<Vec<HarnessRow>, StoreError> {
+    if req.limit == 0 {
+        return Err(StoreError::InvalidArgument("limit must be positive".into()));
+    }
+    let sql = format!(
+        "SELECT {HARNESS_COLUMNS} FROM harnesses
+         WHERE name > $1 AND ($2 OR state = 'active') ORDER BY name LIMIT $3"
+    );
+    let limit = i64::try_from(req.limit).unwrap_or(i64::MAX);
+    c.query(&sql, &[&req.after, &req.include_retired, &limit])
+        .await
+        .map_err(backend)?
+        .iter()
+        .map(harness_from_row)
+        .collect()
+}
+
+async fn is_reserved<C: GenericClient>(c: &C, name: &str) -> Result<bool, StoreError> {
+    Ok(c.query_opt(
+        "SELECT 1 FROM reserved_harness_names WHERE name = $1",
+        &[&name],
+    )
+    .await
+    .map_err(backend)?
+    .is_some())
+}
+
+pub(crate) async fn register_harness(
+    c: &mut Client,
+    reg: &HarnessRegistration,
+    now: i64,
+) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
+    for (what, v) in [
+        ("name", &reg.name),
+        ("uid", &reg.uid),
+        ("spec", &reg.spec),
+        ("spec_digest", &reg.spec_digest),
+    ] {
+        if v.is_empty() {
+            return Err(StoreError::InvalidArgument(format!("harness {what} is required")).into());
+        }
+    }
+    let tx = c.transaction().await.map_err(backend)?;
+    if is_reserved(&tx, &reg.name).await? {
+        return Err(RegistryError::NameReserved {
+            name: reg.name.clone(),
+        });
+    }
+    // Insert-if-absent first, so two registrations of one name serialize
+    // on the row.
+    let inserted = tx
+        .execute(
+            "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, 'active', $5, $5) ON CONFLICT (name) DO NOTHING",
+            &[&reg.name, &reg.uid, &reg.spec, &reg.spec_digest, &now],
+        )
+        .await
+        .map_err(backend)?;
+    let outcome = if inserted == 1 {
+        RegisterOutcome::Created
+    } else {
+        let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = $1 FOR UPDATE");
+        let row = tx.query_one(&sql, &[&reg.name]).await.map_err(backend)?;
+        let row = harness_from_row(&row)?;
+        if row.spec_digest != reg.spec_digest {
+            return Err(RegistryError::SpecConflict {
+                name: reg.name.clone(),
+            });
+        }
+        if row.state == HarnessState::Active {
+            RegisterOutcome::Unchanged
+        } else {
+            tx.execute(
+                "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = $2
+                 WHERE name = $1",
+                &[&reg.name, &now],
+            )
+            .await
+            .map_err(backend)?;
+            RegisterOutcome::Reactivated
+        }
+    };
+    let row = harness_row(&tx, &reg.name)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("registered row vanished".into()))?;
+    commit(tx).await?;
+    debug_assert_eq!(row.state, HarnessState::Active);
+    Ok((row, outcome))
+}
+
+pub(crate) async fn retire_harness<C: GenericClient>(
+    c: &C,
+    name: &str,
+    reason: &str,
+    now: i64,
+) -> Result<HarnessRow, RegistryError> {
+    if name.is_empty() {
+        return Err(StoreError::InvalidArgument("harness name is required".into()).into());
+    }
+    // Only an active row changes, so a repeat keeps the first time and reason.
+    c.execute(
+        "UPDATE harnesses SET state = 'retired', retire_reason = $2, retired_at = $3, updated_at = $3
+         WHERE name = $1 AND state = 'active'",
+        &[&name, &reason, &now],
+    )
+    .await
+    .map_err(backend)?;
+    harness_row(c, name)
+        .await?
+        .ok_or_else(|| RegistryError::NotFound {
+            name: name.to_owned(),
+        })
+}
+
+pub(crate) async fn reserve_harness_names(
+    c: &mut Client,
+    names: &[String],
+    now: i64,
+) -> Result<(), RegistryError> {
+    let tx = c.transaction().await.map_err(backend)?;
+    for name in names {
+        if name.is_empty() {
+            return Err(
+                StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
+            );
+        }
+        if harness_row(&tx, name).await?.is_some() {
+            return Err(RegistryError::NameCollision { name: name.clone() });
+        }
+    }
+    for name in names {
+        tx.execute(
+            "INSERT INTO reserved_harness_names(name, reserved_at) VALUES ($1, $2)
+             ON CONFLICT (name) DO NOTHING",
+            &[name, &now],
+        )
+        .await
+        .map_err(backend)?;
+    }
+    commit(tx).await?;
+    Ok(())
+}
+
+pub(crate) async fn put_session_on_active_harness(
+    c: &mut Client,
+    meta: &SessionMeta,
+    registered: bool,
+    now: i64,
+    default_project: &str,
+) -> Result<(), RegistryError> {
+    let tx = c.transaction().await.map_err(backend)?;
+    let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = $1 FOR SHARE");
+    let row = tx
+        .query_opt(&sql, &[&meta.harness])
+        .await
+        .map_err(backend)?
+        .map(|r| harness_from_row(&r))
+        .transpose()?;
+    let name = || meta.harness.clone();
+    match (registered, row) {
+        (true, None) => return Err(RegistryError::NotFound { name: name() }),
+        (true, Some(r)) if r.state == HarnessState::Retired => {
+            return Err(RegistryError::Retired { name: name() });
+        }
+        (false, Some(_)) => return Err(RegistryError::NameCollision { name: name() }),
+        _ => {}
+    }
+    put_session(&tx, meta, now, default_project).await?;
+    commit(tx).await?;
+    Ok(())
+}
+
+/// Records, row and tombstone in one transaction.
+pub(crate) async fn delete_session(
+    c: &mut Client,
+    req: &DeleteSession,
+) -> Result<Tombstone, DeleteError> {
+    required("session uid", &req.uid)?;
+    let tx = c.transaction().await.map_err(backend)?;
+    refuse_deleted(&tx, &req.uid).await?;
+    // The row lock orders the delete with appends of the same session.
+    let has_row = tx
+        .query_opt(
+            "SELECT 1 FROM sessions WHERE session = $1 FOR UPDATE",
+            &[&req.uid],
+        )
+        .await
+        .map_err(backend)?
+        .is_some();
+    let head = head(&tx, &req.uid).await?;
+    if !has_row && head == 0 {
+        return Err(StoreError::SessionNotFound {
+            uid: req.uid.clone(),
+        }
+        .into());
+    }
+    if req.expected_last_seq != head {
+        return Err(DeleteError::Conflict { head });
+    }
+    let records = tx
+        .execute("DELETE FROM events WHERE session = $1", &[&req.uid])
+        .await
+        .map_err(backend)?;
+    let records = i64::try_from(records).expect("a row count fits i64");
+    assert!(records >= head, "seqs are 1..=head, all removed");
+    tx.execute("DELETE FROM sessions WHERE session = $1", &[&req.uid])
+        .await
+        .map_err(backend)?;
+    tx.execute(
+        "INSERT INTO deleted_sessions(session, deleted_at, records, principal) VALUES ($1, $2, $3, $4)",
+        &[&req.uid, &req.now_unix_nanos, &records, &req.principal],
+    )
+    .await
+    .map_err(backend)?;
+    commit(tx).await?;
+    Ok(Tombstone {
+        uid: req.uid.clone(),
+        deleted_at: req.now_unix_nanos,
+        records,
+        principal: req.principal.clone(),
+    })
+}
+
+pub(crate) async fn tombstone<C: GenericClient>(
+    c: &C,
+    uid: &str,
+) -> Result<Option<Tombstone>, StoreError> {
+    Ok(c.query_opt(
+        "SELECT deleted_at, records, principal FROM deleted_sessions WHERE session = $1",
+        &[&uid],
+    )
+    .await
+    .map_err(backend)?
+    .map(|r| Tombstone {
+        uid: uid.to_owned(),
+        deleted_at: r.get(0),
+        records: r.get(1),
+        principal: r.get(2),
+    }))
+}
+
+/// One retention step: `scan.scan` rows of the primary key after
+/// `scan.after`, keeping those last written before `scan.before`.
+pub(crate) async fn stale_sessions<C: GenericClient>(
+    c: &C,
+    scan: &StaleScan,
+) -> Result<StalePage, StoreError> {
+    if scan.scan == 0 {
+        return Err(StoreError::InvalidArgument("scan must be positive".into()));
+    }
+    let limit = i64::try_from(scan.scan).unwrap_or(i64::MAX);
+    let rows = c
+        .query(
+            "SELECT session, updated_at FROM sessions WHERE session > $1 ORDER BY session LIMIT $2",
+            &[&scan.after, &limit],
+        )
+        .await
+        .map_err(backend)?;
+    let mut page = StalePage::default();
+    for r in &rows {
+        let updated_at: i64 = r.get(1);
+        if updated_at < scan.before {
+            page.stale.push(r.get(0));
+        }
+    }
+    if rows.len() == scan.scan {
+        page.next = rows.last().expect("scan > 0").get(0);
+    }
+    Ok(page)
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL cluster for the tests, from Debian's postgresql
+# package.
+#
+#   pg-cluster.sh start DIR PORT [WATCH_PID]   prints the cluster's URL
+#   pg-cluster.sh stop DIR
+#
+# The cluster lives in DIR (created), listens on 127.0.0.1:PORT with trust
+# authentication for the role `agentsessions`, and keeps fsync on. As root,
+# it runs as the `postgres` user (initdb refuses root). With WATCH_PID, a
+# watcher stops the cluster and removes DIR once that process is gone, so a
+# test binary that exits (or is killed) leaves no server behind.
+set -euo pipefail
+
+cmd=${1:?start or stop}
+dir=${2:?cluster directory}
+
+bindir=""
+if command -v initdb >/dev/null 2>&1; then
+  bindir=$(dirname "$(command -v initdb)")
+else
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V); do bindir=$d; done
+fi
+if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+  echo "pg-cluster: initdb not found (install Debian's postgresql package)" >&2
+  exit 3
+fi
+
+as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+case "$cmd" in
+start)
+  port=${3:?port}
+  watch=${4:-}
+  mkdir -p "$dir"
+  if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
+  as_owner "$bindir/initdb" -D "$dir/data" -A trust -U agentsessions -E UTF8 \
+    --locale=C --no-sync >"$dir/initdb.log" 2>&1
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
+    start >/dev/null
+  if [ -n "$watch" ]; then
+    nohup bash -c '
+      while kill -0 "$1" 2>/dev/null; do sleep 1; done
+      if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$2/pg_ctl" -D "$3/data" -m immediate stop
+      else "$2/pg_ctl" -D "$3/data" -m immediate stop; fi
+      rm -rf "$3"' _ "$watch" "$bindir" "$dir" >/dev/null 2>&1 &
+  fi
+  echo "postgres://agentsessions@127.0.0.1:$port/postgres"
+  ;;
+stop)
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null
+  rm -rf "$dir"
+  ;;
+*)
+  echo "pg-cluster: unknown command $cmd" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,76 @@
+//! A throwaway PostgreSQL cluster for the tests that need one, started
+//! once per test binary by `scripts/pg-cluster.sh` and stopped by its
+//! watcher when the binary exits. Each caller gets a database of its own.
+//!
+//! Without PostgreSQL installed the callers are skipped with a loud
+//! SKIPPED line, except in CI (`CI=true`), where that is a failure.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static CLUSTER: OnceLock<Option<String>> = OnceLock::new();
+static NEXT_DB: AtomicUsize = AtomicUsize::new(0);
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+fn start() -> Option<String> {
+    if let Ok(url) = std::env::var("AGENTSESSIONS_PG_URL") {
+        return Some(url);
+    }
+    // From whichever package includes this file: the repository's script.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|d| d.join("scripts/pg-cluster.sh"))
+        .find(|p| p.exists())
+        .expect("scripts/pg-cluster.sh in the repository");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let dir = std::env::temp_dir().join(format!("agentsessions-pg-{}-{port}", std::process::id()));
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .arg(&dir)
+        .arg(port.to_string())
+        .arg(std::process::id().to_string())
+        .output()
+        .expect("bash runs");
+    if out.status.success() {
+        return Some(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+    }
+    let why = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(dir.join("initdb.log")).unwrap_or_default()
+    );
+    assert!(
+        !in_ci(),
+        "CI=true and no PostgreSQL cluster would start: {why}"
+    );
+    // Straight to the process's stderr: the test harness captures eprintln!
+    // of passing tests, and a skip must be seen.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: the PostgreSQL tests (no cluster would start: {why})"
+    );
+    None
+}
+
+/// The URL of a fresh, empty database, or `None` (printed SKIPPED) when
+/// there is no PostgreSQL here and this is not CI.
+pub async fn fresh_database() -> Option<String> {
+    let admin = CLUSTER.get_or_init(start).clone()?;
+    let n = NEXT_DB.fetch_add(1, Ordering::Relaxed);
+    let name = format!("t{}_{n}", std::process::id());
+    Some(
+        agentsessions_pg::create_database(&admin, &name)
+            .await
+            .expect("create a test database"),
+    )
+}

@@ -1,0 +1,71 @@
+//! `agentsessionsd --journal postgres://…`: the real daemon binary on a
+//! real PostgreSQL (a throwaway cluster, `scripts/pg-cluster.sh`), driven by
+//! `agentctl --server`. Two daemons share the database: a session one of
+//! them wrote is read and continued by the other, and survives the first
+//! being killed; a delete on one is seen by the other.
+
+use agentsessions_pg::{PgJournal, PgOptions};
+use agentsessions_shells::journal::JournalStore as _;
+
+#[path = "support/cli.rs"]
+mod cli;
+use cli::{Daemon, agentctl, stderr, stdout};
+
+#[path = "../shells/tests/support/pg.rs"]
+mod pg;
+
+fn ok(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
+    let mut argv = vec!["--server", server];
+    argv.extend_from_slice(args);
+    let o = agentctl(dir, &argv);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_daemons_share_one_postgres_journal() {
+    let Some(url) = pg::fresh_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ledger = |name: &str| d.join(name).display().to_string();
+    let a = Daemon::start_with(url.as_ref(), &["--tools-ledger", &ledger("a.tools.db")]);
+    let b = Daemon::start_with(url.as_ref(), &["--tools-ledger", &ledger("b.tools.db")]);
+
+    let sid = ok(d, &a.sessions, &["create"]).trim().to_owned();
+    ok(
+        d,
+        &a.sessions,
+        &["exec", "--session", &sid, "--input", "hello"],
+    );
+    let on_a = ok(d, &a.sessions, &["replay", "--session", &sid]);
+    assert!(on_a.contains("echo:hello"), "{on_a}");
+    assert_eq!(
+        ok(d, &b.sessions, &["replay", "--session", &sid]),
+        on_a,
+        "the other daemon reads the same records"
+    );
+
+    // The second daemon continues the session, then the first dies.
+    ok(
+        d,
+        &b.sessions,
+        &["exec", "--session", &sid, "--input", "again"],
+    );
+    drop(a);
+    let after = ok(d, &b.sessions, &["replay", "--session", &sid]);
+    assert!(after.starts_with(&on_a), "the first turn is intact");
+    assert!(after.contains("echo:again"), "{after}");
+    let store = PgJournal::open(&url, PgOptions::default()).await.unwrap();
+    store.verify(&sid).await.expect("the chain verifies");
+    assert_eq!(store.read(&sid, 1, 0).await.unwrap().len(), 10);
+
+    // A restarted daemon finds it; a delete there is seen everywhere.
+    let c = Daemon::start_with(url.as_ref(), &["--tools-ledger", &ledger("c.tools.db")]);
+    ok(d, &c.sessions, &["delete", "--session", &sid]);
+    let o = agentctl(d, &["--server", &b.sessions, "get", "--session", &sid]);
+    assert_eq!(o.status.code(), Some(15), "NOT_FOUND on the other daemon");
+    assert!(store.read(&sid, 1, 0).await.unwrap().is_empty());
+    assert!(store.tombstone(&sid).await.unwrap().is_some());
+}
