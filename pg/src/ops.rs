@@ -247,21 +247,9 @@ pub(crate) async fn read<C: GenericClient>(
 pub(crate) async fn verify<C: GenericClient>(c: &C, session: &str) -> Result<(), VerifyError> {
     let mut verifier = ChainVerifier::new();
     for rec in read(c, session, 1, 0).await? {
-        verifier.push(&rec).map_err(|cause| {
-            if cause.is_tamper() {
-                VerifyError::Tampered {
-                    session: session.to_owned(),
-                    seq: cause.seq(),
-                    cause,
-                }
-            } else {
-                VerifyError::Failed(StoreError::Decode {
-                    session: session.to_owned(),
-                    seq: cause.seq(),
-                    reason: cause.to_string(),
-                })
-            }
-        })?;
+        verifier
+            .push(&rec)
+            .map_err(|cause| VerifyError::of_chain(session, cause))?;
     }
     Ok(())
 }
@@ -485,16 +473,7 @@ pub(crate) async fn register_harness(
     reg: &HarnessRegistration,
     now: i64,
 ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
-    for (what, v) in [
-        ("name", &reg.name),
-        ("uid", &reg.uid),
-        ("spec", &reg.spec),
-        ("spec_digest", &reg.spec_digest),
-    ] {
-        if v.is_empty() {
-            return Err(StoreError::InvalidArgument(format!("harness {what} is required")).into());
-        }
-    }
+    reg.check()?;
     let tx = c.transaction().await.map_err(backend)?;
     if is_reserved(&tx, &reg.name).await? {
         return Err(RegistryError::NameReserved {

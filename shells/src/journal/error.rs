@@ -99,6 +99,26 @@ pub enum VerifyError {
     Failed(#[from] StoreError),
 }
 
+impl VerifyError {
+    /// What a chain check's failure at `session` means: tampering, or (an
+    /// undecodable blob, an event without a canonical form) a read failure.
+    pub fn of_chain(session: &str, cause: ChainError) -> Self {
+        if cause.is_tamper() {
+            VerifyError::Tampered {
+                session: session.to_owned(),
+                seq: cause.seq(),
+                cause,
+            }
+        } else {
+            VerifyError::Failed(StoreError::Decode {
+                session: session.to_owned(),
+                seq: cause.seq(),
+                reason: cause.to_string(),
+            })
+        }
+    }
+}
+
 /// Failures of the harness registry operations.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {

@@ -146,6 +146,26 @@ pub struct HarnessRegistration {
     pub spec_digest: String,
 }
 
+impl HarnessRegistration {
+    /// Refuses a registration with an empty field, as every store does
+    /// before it writes.
+    pub fn check(&self) -> Result<(), StoreError> {
+        for (what, v) in [
+            ("name", &self.name),
+            ("uid", &self.uid),
+            ("spec", &self.spec),
+            ("spec_digest", &self.spec_digest),
+        ] {
+            if v.is_empty() {
+                return Err(StoreError::InvalidArgument(format!(
+                    "harness {what} is required"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Whether a registration may take new sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HarnessState {

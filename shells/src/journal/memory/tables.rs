@@ -202,21 +202,9 @@ impl Tables {
     pub fn verify(&self, session: &str) -> Result<(), VerifyError> {
         let mut verifier = ChainVerifier::new();
         for rec in self.records(session) {
-            verifier.push(rec).map_err(|cause| {
-                if cause.is_tamper() {
-                    VerifyError::Tampered {
-                        session: session.to_owned(),
-                        seq: cause.seq(),
-                        cause,
-                    }
-                } else {
-                    VerifyError::Failed(StoreError::Decode {
-                        session: session.to_owned(),
-                        seq: cause.seq(),
-                        reason: cause.to_string(),
-                    })
-                }
-            })?;
+            verifier
+                .push(rec)
+                .map_err(|cause| VerifyError::of_chain(session, cause))?;
         }
         Ok(())
     }
@@ -494,10 +482,7 @@ impl Tables {
         reg: &HarnessRegistration,
         now: i64,
     ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
-        required("harness name", &reg.name)?;
-        required("harness uid", &reg.uid)?;
-        required("harness spec", &reg.spec)?;
-        required("harness spec_digest", &reg.spec_digest)?;
+        reg.check()?;
         if self.reserved.contains(&reg.name) {
             return Err(RegistryError::NameReserved {
                 name: reg.name.clone(),

@@ -108,21 +108,9 @@ pub fn read(
 pub fn verify(conn: &Connection, session: &str) -> Result<(), VerifyError> {
     let mut verifier = ChainVerifier::new();
     for_each_record(conn, session, 1, 0, |rec| {
-        verifier.push(&rec).map_err(|cause| {
-            if cause.is_tamper() {
-                VerifyError::Tampered {
-                    session: session.to_owned(),
-                    seq: cause.seq(),
-                    cause,
-                }
-            } else {
-                VerifyError::Failed(StoreError::Decode {
-                    session: session.to_owned(),
-                    seq: cause.seq(),
-                    reason: cause.to_string(),
-                })
-            }
-        })
+        verifier
+            .push(&rec)
+            .map_err(|cause| VerifyError::of_chain(session, cause))
     })
 }
 

@@ -331,16 +331,7 @@ pub fn register_harness(
     reg: &HarnessRegistration,
     now: i64,
 ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
-    for (what, v) in [
-        ("name", &reg.name),
-        ("uid", &reg.uid),
-        ("spec", &reg.spec),
-        ("spec_digest", &reg.spec_digest),
-    ] {
-        if v.is_empty() {
-            return Err(StoreError::InvalidArgument(format!("harness {what} is required")).into());
-        }
-    }
+    reg.check()?;
     if is_reserved(conn, &reg.name)? {
         return Err(RegistryError::NameReserved {
             name: reg.name.clone(),
