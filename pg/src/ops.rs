@@ -8,10 +8,9 @@ use agentsessions_proto::v1::{Event, LogRecord};
 use agentsessions_shells::journal::compute_text::{from_text, to_text};
 use agentsessions_shells::journal::encode::encode_event;
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError, page_token,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
+    HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
+    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
 };
 use prost::Message as _;
 use tokio_postgres::error::SqlState;
@@ -263,11 +262,7 @@ pub(crate) async fn put_session<C: GenericClient>(
     default_project: &str,
 ) -> Result<(), StoreError> {
     required("session uid", &meta.uid)?;
-    let project = if meta.project.is_empty() {
-        default_project
-    } else {
-        meta.project.as_str()
-    };
+    let project = meta.project_or(default_project);
     let n = c
         .execute(
             "INSERT INTO sessions(session, fence, project, name, harness, model, parent_uid, fork_seq,
@@ -361,15 +356,8 @@ pub(crate) async fn list_sessions<C: GenericClient>(
     req: &ListSessions,
     default_project: &str,
 ) -> Result<SessionPage, StoreError> {
-    let size = match req.page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n => n.min(MAX_PAGE_SIZE),
-    };
-    let project = if req.project.is_empty() {
-        default_project
-    } else {
-        req.project.as_str()
-    };
+    let size = req.page_len();
+    let project = req.project_or(default_project);
     let fetch = (size + 1) as i64;
     let rows = if req.page_token.is_empty() {
         let sql = format!(

@@ -127,6 +127,36 @@ pub struct ListSessions {
     pub page_token: String,
 }
 
+impl ListSessions {
+    /// The rows a page holds: the default for 0, clamped to the largest.
+    pub fn page_len(&self) -> usize {
+        match self.page_size {
+            0 => DEFAULT_PAGE_SIZE,
+            n => n.min(MAX_PAGE_SIZE),
+        }
+    }
+
+    /// The project listed ("" means `default_project`).
+    pub fn project_or<'a>(&'a self, default_project: &'a str) -> &'a str {
+        if self.project.is_empty() {
+            default_project
+        } else {
+            &self.project
+        }
+    }
+}
+
+impl SessionMeta {
+    /// The project the row is stored under ("" means `default_project`).
+    pub fn project_or<'a>(&'a self, default_project: &'a str) -> &'a str {
+        if self.project.is_empty() {
+            default_project
+        } else {
+            &self.project
+        }
+    }
+}
+
 /// One page of sessions, newest first (created_at DESC, uid ASC).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionPage {

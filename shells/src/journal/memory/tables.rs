@@ -12,10 +12,9 @@ use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
 use crate::journal::{
-    AppendBatch, AppendError, DEFAULT_PAGE_SIZE, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError, page_token,
+    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
+    HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
+    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
 };
 
 /// One `sessions` row plus its `events`.
@@ -259,15 +258,8 @@ impl Tables {
         req: &ListSessions,
         default_project: &str,
     ) -> Result<SessionPage, StoreError> {
-        let size = match req.page_size {
-            0 => DEFAULT_PAGE_SIZE,
-            n => n.min(MAX_PAGE_SIZE),
-        };
-        let project = if req.project.is_empty() {
-            default_project
-        } else {
-            req.project.as_str()
-        };
+        let size = req.page_len();
+        let project = req.project_or(default_project);
         let after = if req.page_token.is_empty() {
             None
         } else {
@@ -414,11 +406,7 @@ impl Tables {
     ) -> Result<(), StoreError> {
         required("session uid", &meta.uid)?;
         self.refuse_deleted(&meta.uid)?;
-        let project = if meta.project.is_empty() {
-            default_project
-        } else {
-            meta.project.as_str()
-        };
+        let project = meta.project_or(default_project);
         let s = self
             .sessions
             .entry(meta.uid.clone())

@@ -8,9 +8,8 @@ use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
 use crate::journal::compute_text::from_text;
 use crate::journal::{
-    DEFAULT_PAGE_SIZE, HarnessRow, HarnessState, ListHarnesses, ListSessions, MAX_PAGE_SIZE,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError, page_token,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, SessionInfo, SessionMeta, SessionPage,
+    StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
 };
 
 pub fn head(conn: &Connection, session: &str) -> Result<i64, StoreError> {
@@ -167,15 +166,8 @@ pub fn list_sessions(
     req: &ListSessions,
     default_project: &str,
 ) -> Result<SessionPage, StoreError> {
-    let size = match req.page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        n => n.min(MAX_PAGE_SIZE),
-    };
-    let project = if req.project.is_empty() {
-        default_project
-    } else {
-        req.project.as_str()
-    };
+    let size = req.page_len();
+    let project = req.project_or(default_project);
     let fetch = (size + 1) as i64;
     let mut sessions = Vec::with_capacity(size + 1);
     if req.page_token.is_empty() {

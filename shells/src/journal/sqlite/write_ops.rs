@@ -222,11 +222,7 @@ pub fn put_session(
         ));
     }
     refuse_deleted(conn, &meta.uid)?;
-    let project = if meta.project.is_empty() {
-        default_project
-    } else {
-        meta.project.as_str()
-    };
+    let project = meta.project_or(default_project);
     // An explicit created_at wins; 0 means "now on insert, keep on update"
     // (or fill it if the row was created by an append and still has none).
     conn.prepare_cached(
