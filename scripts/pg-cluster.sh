@@ -4,6 +4,8 @@
 #
 #   pg-cluster.sh start DIR PORT [WATCH_PID]   prints the cluster's URL
 #   pg-cluster.sh stop DIR
+#   pg-cluster.sh halt DIR          stops the server, keeps its data
+#   pg-cluster.sh resume DIR PORT   starts a halted server again
 #
 # The cluster lives in DIR (created), listens on 127.0.0.1:PORT with trust
 # authentication for the role `agentsessions`, and keeps fsync on. As root,
@@ -30,6 +32,12 @@ as_owner() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+launch() {
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
+    -o "-p $1 -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
+    start >/dev/null
+}
+
 case "$cmd" in
 start)
   port=${3:?port}
@@ -38,9 +46,7 @@ start)
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
   as_owner "$bindir/initdb" -D "$dir/data" -A trust -U agentsessions -E UTF8 \
     --locale=C --no-sync >"$dir/initdb.log" 2>&1
-  as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
-    start >/dev/null
+  launch "$port"
   if [ -n "$watch" ]; then
     nohup bash -c '
       while kill -0 "$1" 2>/dev/null; do sleep 1; done
@@ -51,8 +57,14 @@ start)
   echo "postgres://agentsessions@127.0.0.1:$port/postgres"
   ;;
 stop)
-  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null || true
   rm -rf "$dir"
+  ;;
+halt)
+  as_owner "$bindir/pg_ctl" -D "$dir/data" -m fast stop >/dev/null
+  ;;
+resume)
+  launch "${3:?port}"
   ;;
 *)
   echo "pg-cluster: unknown command $cmd" >&2

@@ -69,3 +69,97 @@ async fn two_daemons_share_one_postgres_journal() {
     assert!(store.read(&sid, 1, 0).await.unwrap().is_empty());
     assert!(store.tombstone(&sid).await.unwrap().is_some());
 }
+
+/// The daemon's overall health answer ("" service), as its number.
+async fn health(addr: &str) -> i32 {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = HealthClient::new(channel);
+    c.check(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+const SERVING: i32 = 1;
+const NOT_SERVING: i32 = 2;
+/// agentctl's exit code for UNAVAILABLE (10 + the gRPC code).
+const EXIT_UNAVAILABLE: i32 = 24;
+
+/// Polls `f` every 100 ms until it holds, for at most 30 s.
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    for _ in 0..300 {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{what}: not within 30 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_rides_out_a_postgres_restart_without_restarting() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let url = agentsessions_pg::create_database(&cluster.url, "restart")
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ledger = d.join("tools.db").display().to_string();
+    let daemon = Daemon::start_with(url.as_ref(), &["--tools-ledger", &ledger]);
+    let sid = ok(d, &daemon.sessions, &["create"]).trim().to_owned();
+    ok(
+        d,
+        &daemon.sessions,
+        &["exec", "--session", &sid, "--input", "before"],
+    );
+    let acknowledged = ok(d, &daemon.sessions, &["replay", "--session", &sid]);
+    assert_eq!(health(&daemon.sessions).await, SERVING);
+
+    cluster.halt();
+    let down = ["exec", "--session", &sid, "--input", "during"];
+    let mut argv = vec!["--server", daemon.sessions.as_str()];
+    argv.extend_from_slice(&down);
+    let o = agentctl(d, &argv);
+    assert_eq!(
+        o.status.code(),
+        Some(EXIT_UNAVAILABLE),
+        "UNAVAILABLE while the database is down: {}",
+        stderr(&o)
+    );
+    eventually("health NOT_SERVING while down", async || {
+        health(&daemon.sessions).await == NOT_SERVING
+    })
+    .await;
+    let o = agentctl(d, &["--server", &daemon.sessions, "get", "--session", &sid]);
+    assert_eq!(o.status.code(), Some(EXIT_UNAVAILABLE), "reads too");
+
+    cluster.resume();
+    let again = ["exec", "--session", &sid, "--input", "after"];
+    let mut argv = vec!["--server", daemon.sessions.as_str()];
+    argv.extend_from_slice(&again);
+    eventually("exec succeeds once the database is back", async || {
+        agentctl(d, &argv).status.success()
+    })
+    .await;
+    assert_eq!(health(&daemon.sessions).await, SERVING);
+    let after = ok(d, &daemon.sessions, &["replay", "--session", &sid]);
+    assert!(
+        after.starts_with(&acknowledged),
+        "nothing acknowledged lost"
+    );
+    assert!(after.contains("echo:after"), "{after}");
+    assert!(
+        !after.contains("echo:during"),
+        "the refused turn left nothing"
+    );
+    let store = PgJournal::open(&url, PgOptions::default()).await.unwrap();
+    store.verify(&sid).await.expect("the chain verifies");
+}

@@ -155,6 +155,9 @@ pub enum TurnError {
     /// The park acknowledgement was missing or wrong.
     #[error("park acknowledgement: {0}")]
     ParkAck(String),
+    /// A journal read (or other store call) failed.
+    #[error("{0}")]
+    Store(crate::vocab::StoreFault),
     /// A journal write was refused or failed.
     #[error("append: {0:?}")]
     Append(crate::vocab::AppendError),

@@ -18,6 +18,7 @@ mod ops;
 pub mod schema;
 
 use agentsessions_proto::v1::LogRecord;
+use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
     HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
@@ -60,9 +61,25 @@ impl std::fmt::Debug for PgJournal {
     }
 }
 
-/// A driver error as the store's backend error.
+/// A driver error as the store's error: a lost connection or a server that
+/// is shutting down, starting up or out of connections is `Unavailable`
+/// (the store is down, retry later); anything else is a backend failure.
 pub(crate) fn backend(e: tokio_postgres::Error) -> StoreError {
-    StoreError::Backend(Box::new(e))
+    let down = match e.code() {
+        // No SQLSTATE: the connection itself failed (refused, reset, closed).
+        None => true,
+        Some(code) => {
+            let class = &code.code()[..2];
+            // 08: connection exception; 57: operator intervention (shutdown,
+            // cannot connect now); 53: insufficient resources.
+            matches!(class, "08" | "57" | "53")
+        }
+    };
+    if down {
+        StoreError::Unavailable(e.to_string())
+    } else {
+        StoreError::Backend(Box::new(e))
+    }
 }
 
 /// The driver's client inside a pooled connection.
@@ -74,8 +91,13 @@ fn client_mut(o: &mut deadpool_postgres::Object) -> &mut tokio_postgres::Client 
     o
 }
 
+/// No connection from the pool: the database is unreachable (or the pool
+/// is closed), which is the store being down.
 fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::Backend(Box::new(e))
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => backend(e),
+        other => StoreError::Unavailable(other.to_string()),
+    }
 }
 
 impl PgJournal {
@@ -117,6 +139,22 @@ impl PgJournal {
             pool,
             default_project: options.default_project,
         })
+    }
+
+    /// [`PgJournal::open`], wrapped so that the daemon survives the database
+    /// going away: while it is down calls answer UNAVAILABLE, and a fresh
+    /// pool is opened (schema checked again) with backoff until it is back.
+    pub async fn open_reopening(
+        url: &str,
+        options: PgOptions,
+    ) -> Result<Reopening<Self>, StoreError> {
+        let first = Self::open(url, options.clone()).await?;
+        let url = url.to_owned();
+        let opener: Opener<Self> = std::sync::Arc::new(move || {
+            let (url, options) = (url.clone(), options.clone());
+            Box::pin(async move { Self::open(&url, options).await })
+        });
+        Ok(Reopening::new(first, opener, Backoff::default()))
     }
 
     async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {

@@ -154,7 +154,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         retention_interval: args.retention_interval,
     };
     let daemon = if postgres {
-        let store = agentsessions_pg::PgJournal::open(
+        let store = agentsessions_pg::PgJournal::open_reopening(
             &args.journal,
             agentsessions_pg::PgOptions {
                 default_project: config.project.clone(),
@@ -163,7 +163,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         )
         .await
         .context("agentsessionsd: open the PostgreSQL journal")?;
-        Daemon::start_on(config, std::sync::Arc::new(store))
+        Daemon::start_reopening(config, store)
             .await
             .context("agentsessionsd")?
     } else {

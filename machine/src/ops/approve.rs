@@ -150,7 +150,7 @@ impl ApproveOp {
                 let fence = match r {
                     Ok(f) => f,
                     Err(e) => {
-                        return self.fail(cx, Status::internal(format!("approve: fence: {e}")));
+                        return self.fail(cx, e.status("approve: fence"));
                     }
                 };
                 let r = &self.req;

@@ -142,7 +142,7 @@ impl CancelOp {
                         self.stage = Stage::Append(append);
                         Flow::Continue
                     }
-                    Err(e) => self.fail(cx, Status::internal(format!("cancel: fence: {e}"))),
+                    Err(e) => self.fail(cx, e.status("cancel: fence")),
                 }
             }
             (Stage::Append(want), Outcome::Store(StoreOutcome::Appended(r))) => {

@@ -156,9 +156,7 @@ impl Deletion {
                         "session {:?} not found",
                         self.uid
                     ))),
-                    Err(DeleteRefusal::Failed(m)) => {
-                        Deleted::Refused(Status::internal(format!("delete: {m}")))
-                    }
+                    Err(DeleteRefusal::Failed(f)) => Deleted::Refused(f.status("delete")),
                 }
             }
             (Stage::Delete(..), other) => unexpected("delete", &other),
@@ -277,7 +275,7 @@ impl RetainOp {
                     self.queued = stale;
                 }
                 Err(e) => {
-                    cx.reply(self.request, Err(Status::internal(format!("retain: {e}"))));
+                    cx.reply(self.request, Err(e.status("retain")));
                     return Flow::Done;
                 }
             }

@@ -27,7 +27,7 @@ use crate::ops::cx::Cx;
 use crate::vocab::config::MAX_FORK_CHILDREN;
 use crate::vocab::{
     AppendError, Code, Effect, EffectId, Outcome, PutError, RequestId, Response, Route,
-    RuntimeCall, RuntimeOp, RuntimeReply, SessionRow, Status, StoreOutcome,
+    RuntimeCall, RuntimeOp, RuntimeReply, SessionRow, Status, StoreFault, StoreOutcome,
 };
 
 /// The fixed refusal for a supplied identity (children would not get their
@@ -88,6 +88,11 @@ pub(crate) struct ForkOp {
 /// Internal failures carry the operation's name, as the reference does.
 fn internal(detail: impl std::fmt::Display) -> Status {
     Status::internal(format!("fork: {detail}"))
+}
+
+/// A store failure while doing `what`, named like [`internal`].
+fn store_failed(e: &StoreFault, what: impl std::fmt::Display) -> Status {
+    e.status(format_args!("fork: {what}"))
 }
 
 impl ForkOp {
@@ -162,14 +167,14 @@ impl ForkOp {
                         let msg = format!("session {:?} not found", self.req.session);
                         self.fail(cx, Status::not_found(msg))
                     }
-                    Err(e) => self.fail(cx, internal(format!("session: {e}"))),
+                    Err(e) => self.fail(cx, store_failed(&e, "session")),
                 }
             }
             (Stage::Log(want), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(log) => self.admit(cx, log),
-                    Err(e) => self.fail(cx, internal(format!("read: {e}"))),
+                    Err(e) => self.fail(cx, store_failed(&e, "read")),
                 }
             }
             (Stage::Admit(mut placement), outcome) => match placement.on_outcome(cx, id, outcome) {
@@ -192,7 +197,7 @@ impl ForkOp {
                         self.stage = Stage::Head(get, fence);
                         Flow::Continue
                     }
-                    Err(e) => self.fail(cx, internal(format!("mint fence: {e}"))),
+                    Err(e) => self.fail(cx, store_failed(&e, "mint fence")),
                 }
             }
             (Stage::Head(want, fence), Outcome::Store(StoreOutcome::Session(r))) => {
@@ -215,7 +220,7 @@ impl ForkOp {
                 assert_eq!(want, id);
                 match r {
                     Ok(fence) => self.copy(cx, fence),
-                    Err(e) => self.roll_back(cx, internal(format!("mint child fence: {e}"))),
+                    Err(e) => self.roll_back(cx, store_failed(&e, "mint child fence")),
                 }
             }
             (Stage::Copy(want), Outcome::Store(StoreOutcome::Appended(r))) => {
@@ -243,12 +248,12 @@ impl ForkOp {
     /// A child's row is stored: the next child, or render them all.
     fn on_recorded(&mut self, cx: &mut Cx<'_>, r: Result<(), PutError>) -> Flow {
         if let Err(e) = r {
-            let cause = match e {
-                PutError::Failed(m) => m,
-                PutError::Refused(why) => format!("refused: {why:?}"),
+            let what = format!("record child {:?}", self.children[self.next]);
+            let status = match e {
+                PutError::Failed(f) => store_failed(&f, what),
+                PutError::Refused(why) => internal(format!("{what}: refused: {why:?}")),
             };
-            let msg = format!("record child {:?}: {cause}", self.children[self.next]);
-            return self.fail(cx, internal(msg));
+            return self.fail(cx, status);
         }
         self.next += 1;
         if self.next < self.children.len() {
@@ -293,12 +298,12 @@ impl ForkOp {
         &mut self,
         cx: &mut Cx<'_>,
         fence: i64,
-        r: Result<Option<SessionRow>, String>,
+        r: Result<Option<SessionRow>, StoreFault>,
     ) -> Flow {
         let head = match r {
             Ok(Some(row)) => row.last_seq,
             Ok(None) => 0,
-            Err(e) => return self.fail(cx, internal(format!("head: {e}"))),
+            Err(e) => return self.fail(cx, store_failed(&e, "head")),
         };
         if head != self.at_seq {
             let msg = format!("fork: seq conflict (journal head is {head})");

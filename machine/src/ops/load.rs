@@ -85,9 +85,7 @@ impl Load {
                         "session {:?} not found",
                         self.session
                     ))),
-                    Err(e) => {
-                        Loaded::Failed(Status::internal(format!("session {:?}: {e}", self.session)))
-                    }
+                    Err(e) => Loaded::Failed(e.status(format_args!("session {:?}", self.session))),
                 }
             }
             (Step::Log(want, row), Outcome::Store(StoreOutcome::Log(r))) => {
@@ -105,10 +103,9 @@ impl Load {
                             ),
                         )),
                     },
-                    Err(e) => Loaded::Failed(Status::internal(format!(
-                        "session {:?}: read: {e}",
-                        self.session
-                    ))),
+                    Err(e) => {
+                        Loaded::Failed(e.status(format_args!("session {:?}: read", self.session)))
+                    }
                 }
             }
             (_, other) => unexpected("load", &other),

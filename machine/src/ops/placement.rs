@@ -236,7 +236,7 @@ impl Placement {
                 self.fence_or_ready(cx);
             }
             (Step::Fence(_), Outcome::Store(StoreOutcome::Fence(r))) => {
-                self.fence = r.map_err(|e| Status::internal(format!("mint fence: {e}")))?;
+                self.fence = r.map_err(|e| e.status("mint fence"))?;
                 assert!(self.fence > 0, "fences start at 1");
                 self.step = Step::Ready;
             }

@@ -15,6 +15,7 @@ use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
+use crate::vocab::AppendError;
 use crate::vocab::config::REPLAY_PAGE;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessInput,
@@ -66,7 +67,7 @@ impl ReplayOp {
         let records = match outcome {
             Outcome::Store(StoreOutcome::Log(Ok(r))) => r,
             Outcome::Store(StoreOutcome::Log(Err(e))) => {
-                cx.reply(self.request, Err(Status::internal(format!("read: {e}"))));
+                cx.reply(self.request, Err(e.status("read")));
                 return Flow::Done;
             }
             other => unexpected("replay", &other),
@@ -134,6 +135,8 @@ fn replay_status(e: &TurnError) -> Status {
     };
     if precondition {
         Status::failed_precondition(format!("replay: {e}"))
+    } else if let TurnError::Store(f) | TurnError::Append(AppendError::Failed(f)) = e {
+        f.status("replay")
     } else if matches!(e, TurnError::HarnessUnavailable(_)) {
         Status::unavailable(format!("replay: {e}"))
     } else {
@@ -214,14 +217,14 @@ impl ReplayHarnessOp {
                         let msg = format!("session {:?} not found", self.session);
                         self.fail(cx, Status::not_found(msg))
                     }
-                    Err(e) => self.fail(cx, Status::internal(format!("session: {e}"))),
+                    Err(e) => self.fail(cx, e.status("session")),
                 }
             }
             (HarnessStage::Log(want), Outcome::Store(StoreOutcome::Log(r))) => {
                 assert_eq!(want, id);
                 match r {
                     Ok(log) => self.select(cx, log),
-                    Err(e) => self.fail(cx, Status::internal(format!("replay: read: {e}"))),
+                    Err(e) => self.fail(cx, e.status("replay: read")),
                 }
             }
             (HarnessStage::Describe(mut placement), outcome) => {

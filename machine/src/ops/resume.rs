@@ -433,7 +433,7 @@ impl ResumeOp {
             let fence = match outcome {
                 Outcome::Store(StoreOutcome::Fence(Ok(f))) => f,
                 Outcome::Store(StoreOutcome::Fence(Err(e))) => {
-                    return self.fail(cx, Status::internal(format!("mint fence: {e}")));
+                    return self.fail(cx, e.status("mint fence"));
                 }
                 other => unexpected("resume repair", &other),
             };
@@ -495,7 +495,7 @@ impl ResumeOp {
             }
             Outcome::Store(StoreOutcome::Log(Err(e))) => {
                 cx.close(conn);
-                self.fail(cx, Status::internal(format!("resume: read log: {e}")))
+                self.fail(cx, e.status("resume: read log"))
             }
             other => unexpected("resume recheck", &other),
         }

@@ -97,7 +97,8 @@ pub(crate) fn resolve_recorded(cx: &Cx<'_>, name: &str) -> Result<(String, Route
 pub(crate) mod mapping {
     use super::*;
 
-    /// CAS and fence refusals are contention; anything else is internal.
+    /// CAS and fence refusals are contention; a store that is down is
+    /// UNAVAILABLE; anything else is internal.
     pub(crate) fn append(e: &AppendError, what: &str) -> Status {
         match e {
             AppendError::Conflict { head } => {
@@ -107,7 +108,7 @@ pub(crate) mod mapping {
                 "{what}: stale fencing token (incarnation superseded)"
             )),
             AppendError::Deleted => Status::not_found(format!("{what}: the session was deleted")),
-            AppendError::Failed(m) => Status::internal(format!("{what}: {m}")),
+            AppendError::Failed(f) => f.status(what),
         }
     }
 
@@ -130,6 +131,7 @@ pub(crate) mod mapping {
     pub(crate) fn exec(e: &TurnError) -> Status {
         match e {
             TurnError::Append(a) => append(a, "exec"),
+            TurnError::Store(f) => f.status("exec"),
             TurnError::DeadlineExceeded => {
                 Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }
@@ -143,6 +145,7 @@ pub(crate) mod mapping {
     pub(crate) fn resume(e: &TurnError) -> Status {
         match e {
             TurnError::Append(a) => append(a, "resume"),
+            TurnError::Store(f) => f.status("resume"),
             TurnError::DeadlineExceeded => {
                 Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }

@@ -353,7 +353,7 @@ impl Handoff {
             (HandoffStep::Read(_), Outcome::Store(StoreOutcome::Log(r))) => {
                 let records: Vec<LogRecord> = match r {
                     Ok(r) => r,
-                    Err(e) => return Handed::Failed(TurnError::Sink(format!("read: {e}"))),
+                    Err(e) => return Handed::Failed(TurnError::Store(e.within("read"))),
                 };
                 let scan = match approval::scan(&records, 0) {
                     Ok(s) => s,

@@ -27,7 +27,7 @@ pub(crate) fn put_error(e: &PutError, harness: &str) -> Status {
             "static harness {harness:?} collides with a registration row"
         )),
         PutError::Refused(other) => Status::internal(format!("create session: {other:?}")),
-        PutError::Failed(m) => Status::internal(format!("create session: {m}")),
+        PutError::Failed(f) => f.status("create session"),
     }
 }
 
@@ -180,7 +180,7 @@ impl Render {
                 Outcome::Store(StoreOutcome::Session(Ok(Some(row)))) => self.have_row(cx, row),
                 Outcome::Store(StoreOutcome::Session(Ok(None))) => Rendered::NotFound,
                 Outcome::Store(StoreOutcome::Session(Err(e))) => {
-                    Rendered::Failed(Status::internal(format!("session: {e}")))
+                    Rendered::Failed(e.status("session"))
                 }
                 other => unexpected("render", &other),
             };
@@ -190,9 +190,9 @@ impl Render {
         let row = self.row.take().expect("a read follows a row");
         match outcome {
             Outcome::Store(StoreOutcome::Log(Ok(records))) => rendered(&row, &records),
-            Outcome::Store(StoreOutcome::Log(Err(e))) => Rendered::Failed(Status::internal(
-                format!("session {:?}: read: {e}", row.uid),
-            )),
+            Outcome::Store(StoreOutcome::Log(Err(e))) => {
+                Rendered::Failed(e.status(format_args!("session {:?}: read", row.uid)))
+            }
             other => unexpected("render", &other),
         }
     }
@@ -331,10 +331,7 @@ impl ListOp {
             let (rows, more) = match outcome {
                 Outcome::Store(StoreOutcome::SessionPage(Ok(page))) => page,
                 Outcome::Store(StoreOutcome::SessionPage(Err(e))) => {
-                    cx.reply(
-                        self.request,
-                        Err(Status::internal(format!("list sessions: {e}"))),
-                    );
+                    cx.reply(self.request, Err(e.status("list sessions")));
                     return Flow::Done;
                 }
                 other => unexpected("list", &other),

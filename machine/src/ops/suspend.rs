@@ -139,7 +139,7 @@ impl SuspendOp {
                         self.stage = Stage::Head(cx.get_session(&self.session), snapshot, fence);
                         Flow::Continue
                     }
-                    Err(e) => self.fail(cx, Status::internal(format!("suspend: mint fence: {e}"))),
+                    Err(e) => self.fail(cx, e.status("suspend: mint fence")),
                 }
             }
             (Stage::Head(want, snapshot, fence), Outcome::Store(StoreOutcome::Session(r))) => {
@@ -148,7 +148,7 @@ impl SuspendOp {
                     Ok(Some(row)) => row.last_seq,
                     Ok(None) => 0,
                     Err(e) => {
-                        return self.fail(cx, Status::internal(format!("suspend: head: {e}")));
+                        return self.fail(cx, e.status("suspend: head"));
                     }
                 };
                 let event = suspend_event(&snapshot);

@@ -24,7 +24,7 @@ pub use effect::{
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use outcome::{
     AppendError, DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome,
-    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
+    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreFault, StoreOutcome,
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

@@ -5,6 +5,72 @@ use agentsessions_proto::v1::{
 };
 
 use super::rows::{HarnessRow, SessionRow};
+use super::status::Status;
+
+/// A store failure as the machine decides on it: its text, and whether the
+/// store itself is down (disk full, database unreachable, a commit whose
+/// outcome is unknown), so a retry after backoff may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreFault {
+    /// The store cannot serve now; callers see UNAVAILABLE, not INTERNAL.
+    pub transient: bool,
+    /// What failed, for the caller and the logs.
+    pub message: String,
+}
+
+impl StoreFault {
+    /// A failure retrying will not mend (corrupt row, undecodable blob).
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            transient: false,
+            message: message.into(),
+        }
+    }
+
+    /// The store is down for now.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            transient: true,
+            message: message.into(),
+        }
+    }
+
+    /// The same failure, its text prefixed with what was being done.
+    pub fn within(&self, what: impl std::fmt::Display) -> Self {
+        Self {
+            transient: self.transient,
+            message: format!("{what}: {}", self.message),
+        }
+    }
+
+    /// The reply status for this failure while doing `what`.
+    pub fn status(&self, what: impl std::fmt::Display) -> Status {
+        let message = format!("{what}: {}", self.message);
+        if self.transient {
+            Status::unavailable(message)
+        } else {
+            Status::internal(message)
+        }
+    }
+}
+
+impl std::fmt::Display for StoreFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<&str> for StoreFault {
+    fn from(message: &str) -> Self {
+        Self::permanent(message)
+    }
+}
+
+impl From<String> for StoreFault {
+    fn from(message: String) -> Self {
+        Self::permanent(message)
+    }
+}
 
 /// Why an append did not commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +89,7 @@ pub enum AppendError {
     Deleted,
     /// Storage failure; whether anything committed is unknown to the caller,
     /// so the machine re-reads before deciding again.
-    Failed(String),
+    Failed(StoreFault),
 }
 
 /// Why a delete did not commit.
@@ -37,7 +103,7 @@ pub enum DeleteRefusal {
     /// No such session (never created, or already deleted).
     NotFound,
     /// Storage failure.
-    Failed(String),
+    Failed(StoreFault),
 }
 
 /// Why a harness call failed.
@@ -113,19 +179,19 @@ pub enum StoreOutcome {
     /// For `Append`: the committed records, in order.
     Appended(Result<Vec<LogRecord>, AppendError>),
     /// For `MintFence`.
-    Fence(Result<i64, String>),
+    Fence(Result<i64, StoreFault>),
     /// For `ReadLog`.
-    Log(Result<Vec<LogRecord>, String>),
+    Log(Result<Vec<LogRecord>, StoreFault>),
     /// For `GetSession`: `None` when the session is unknown.
-    Session(Result<Option<SessionRow>, String>),
+    Session(Result<Option<SessionRow>, StoreFault>),
     /// For `PutSession`.
     Put(Result<(), PutError>),
     /// For `ListSessions`: the rows, and whether more follow.
-    SessionPage(Result<(Vec<SessionRow>, bool), String>),
+    SessionPage(Result<(Vec<SessionRow>, bool), StoreFault>),
     /// For `GetHarnessRow`.
-    HarnessRow(Result<Option<HarnessRow>, String>),
+    HarnessRow(Result<Option<HarnessRow>, StoreFault>),
     /// For `ListHarnessRows`.
-    HarnessRows(Result<Vec<HarnessRow>, String>),
+    HarnessRows(Result<Vec<HarnessRow>, StoreFault>),
     /// For `RegisterHarnessRow`: the stored row and what happened.
     Registered(Result<(HarnessRow, RegisterOutcome), PutError>),
     /// For `RetireHarnessRow`: the row after retiring.
@@ -136,7 +202,7 @@ pub enum StoreOutcome {
     Deleted(Result<i64, DeleteRefusal>),
     /// For `StaleSessions`: stale uids, and where the next step starts
     /// ("" at the end of the table).
-    Stale(Result<(Vec<String>, String), String>),
+    Stale(Result<(Vec<String>, String), StoreFault>),
 }
 
 /// The harness client's answer to a Describe or a Dial.
@@ -166,7 +232,7 @@ pub enum PutError {
     /// The registry refused it.
     Refused(RegistryRefusal),
     /// Storage failure.
-    Failed(String),
+    Failed(StoreFault),
 }
 
 /// What a Runtime SPI call returned.

@@ -488,12 +488,12 @@ impl World {
                 .faults
                 .fence
                 .take()
-                .map(|e| StoreOutcome::Fence(Err(e))),
+                .map(|e| StoreOutcome::Fence(Err(e.into()))),
             StoreEffect::ReadLog { .. } => {
-                Self::countdown(&mut self.faults.read).map(|e| StoreOutcome::Log(Err(e)))
+                Self::countdown(&mut self.faults.read).map(|e| StoreOutcome::Log(Err(e.into())))
             }
             StoreEffect::GetSession { .. } => {
-                Self::countdown(&mut self.faults.get).map(|e| StoreOutcome::Session(Err(e)))
+                Self::countdown(&mut self.faults.get).map(|e| StoreOutcome::Session(Err(e.into())))
             }
             _ => None,
         }

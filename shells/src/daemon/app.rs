@@ -17,8 +17,9 @@ use super::harness_client::parse_address;
 use super::inproc::{Harnesses, InProcess};
 use super::retention;
 use super::runtime::Runtimes;
-use crate::journal::JournalStore;
+use crate::journal::reopen::{Backoff, Opener, Reopening};
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
+use crate::journal::{JournalStore, StoreError};
 
 use crate::model::{EchoModel, ModelClient};
 use crate::tools::{LedgerExecutor, ToolExecutor, ToolRegistry, ledger::ToolLedger};
@@ -301,7 +302,7 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The bound registry address, if served.
     pub registry_addr: Option<SocketAddr>,
-    journal: Option<Arc<SqliteJournal>>,
+    journal: Option<Reopening<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     drive_loop: DriveLoop,
@@ -309,20 +310,52 @@ pub struct Daemon {
 
 impl Daemon {
     /// Opens the SQLite journal, loads the registry and starts serving.
+    /// The journal reopens itself after a failed commit (see [`Reopening`]).
     pub async fn start(config: DaemonConfig) -> Result<Self, StartError> {
         let journal = SqliteJournal::open(&config.journal, SqliteOptions::default())
             .map_err(|e| StartError::Journal(e.to_string()))?;
-        let journal = Arc::new(journal);
-        let mut daemon = Self::start_on(config, journal.clone()).await?;
+        let path = config.journal.clone();
+        let opener: Opener<SqliteJournal> = Arc::new(move || {
+            let path = path.clone();
+            Box::pin(async move {
+                // Opening runs the schema checks: file I/O, off the runtime.
+                tokio::task::spawn_blocking(move || {
+                    SqliteJournal::open(&path, SqliteOptions::default())
+                })
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("open: {e}")))?
+            })
+        });
+        let journal = Reopening::new(journal, opener, Backoff::default());
+        let mut daemon = Self::start_reopening(config, journal.clone()).await?;
         daemon.journal = Some(journal);
         Ok(daemon)
     }
 
-    /// Starts serving on a journal store the caller opened (PostgreSQL);
-    /// the tool ledger stays a local file ([`DaemonConfig::ledger`]).
+    /// Starts serving on a self-reopening store the caller opened
+    /// (PostgreSQL); health follows the store's.
+    pub async fn start_reopening<S: JournalStore + 'static>(
+        config: DaemonConfig,
+        store: Reopening<S>,
+    ) -> Result<Self, StartError> {
+        let health = store.health();
+        Self::start_with(config, Arc::new(store), Some(health)).await
+    }
+
+    /// Starts serving on a journal store the caller opened; the tool ledger
+    /// stays a local file ([`DaemonConfig::ledger`]). Health is SERVING for
+    /// the daemon's life.
     pub async fn start_on<S: JournalStore + 'static>(
         config: DaemonConfig,
         store: Arc<S>,
+    ) -> Result<Self, StartError> {
+        Self::start_with(config, store, None).await
+    }
+
+    async fn start_with<S: JournalStore + 'static>(
+        config: DaemonConfig,
+        store: Arc<S>,
+        store_health: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Result<Self, StartError> {
         let host_config = host_config(&config)?;
         if let Some(addr) = config.registry_addr
@@ -391,7 +424,12 @@ impl Daemon {
             addr: config.addr,
             reason: e.to_string(),
         })?;
-        servers.push(serve_sessions(listener, handle.clone(), stop.subscribe()));
+        servers.push(serve_sessions(
+            listener,
+            handle.clone(),
+            store_health,
+            stop.subscribe(),
+        ));
         let mut registry_addr = None;
         if let Some(raddr) = config.registry_addr {
             let listener =
@@ -416,11 +454,13 @@ impl Daemon {
     }
 
     /// The journal the daemon writes (benchmarks time appends and read
-    /// writer counters through it).
-    pub fn journal(&self) -> &SqliteJournal {
+    /// writer counters through it); the handle open now.
+    pub fn journal(&self) -> Arc<SqliteJournal> {
         self.journal
-            .as_deref()
+            .as_ref()
             .expect("a daemon started on its SQLite journal")
+            .current()
+            .expect("the journal is up")
     }
 
     /// Stops accepting calls, lets the calls in flight finish, and exits.
@@ -467,9 +507,35 @@ async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// Keeps the health service's answer equal to the journal's: NOT_SERVING
+/// (overall and for Sessions) while it is down.
+async fn follow_store_health(
+    reporter: tonic_health::server::HealthReporter,
+    mut up: tokio::sync::watch::Receiver<bool>,
+) {
+    loop {
+        let status = if *up.borrow_and_update() {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        reporter.set_service_status("", status).await;
+        reporter
+            .set_service_status(
+                <SessionsServer<SessionsService> as tonic::server::NamedService>::NAME,
+                status,
+            )
+            .await;
+        if up.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 fn serve_sessions(
     listener: tokio::net::TcpListener,
     driver: DriverHandle,
+    store_health: Option<tokio::sync::watch::Receiver<bool>>,
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -477,6 +543,7 @@ fn serve_sessions(
         health
             .set_serving::<SessionsServer<SessionsService>>()
             .await;
+        let follower = store_health.map(|up| tokio::spawn(follow_store_health(health, up)));
         // Both reflection versions: grpcurl and grpc-go speak v1, while
         // Python's grpcio-reflection, Postman and Evans still ask v1alpha.
         let reflection = || {
@@ -501,6 +568,9 @@ fn serve_sessions(
         let _ = router
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))
             .await;
+        if let Some(f) = follower {
+            f.abort();
+        }
     })
 }
 

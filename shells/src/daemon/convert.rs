@@ -136,7 +136,16 @@ pub fn put_error_of(e: store::RegistryError) -> m::PutError {
         store::RegistryError::NotFound { .. } => m::PutError::Refused(R::NotFound),
         store::RegistryError::Retired { .. } => m::PutError::Refused(R::Retired),
         store::RegistryError::NameCollision { .. } => m::PutError::Refused(R::NameCollision),
-        store::RegistryError::Failed(e) => m::PutError::Failed(e.to_string()),
+        store::RegistryError::Failed(e) => m::PutError::Failed(fault_of(&e)),
+    }
+}
+
+/// A store failure as the machine's fault, keeping whether it is transient.
+pub fn fault_of(e: &store::StoreError) -> m::StoreFault {
+    if e.is_transient() {
+        m::StoreFault::transient(e.to_string())
+    } else {
+        m::StoreFault::permanent(e.to_string())
     }
 }
 
@@ -148,7 +157,7 @@ pub fn append_error_of(e: store::AppendError) -> m::AppendError {
         store::AppendError::Failed(store::StoreError::SessionDeleted { .. }) => {
             m::AppendError::Deleted
         }
-        store::AppendError::Failed(e) => m::AppendError::Failed(e.to_string()),
+        store::AppendError::Failed(e) => m::AppendError::Failed(fault_of(&e)),
     }
 }
 
@@ -159,7 +168,7 @@ pub fn delete_error_of(e: store::DeleteError) -> m::DeleteRefusal {
         store::DeleteError::Failed(
             store::StoreError::SessionNotFound { .. } | store::StoreError::SessionDeleted { .. },
         ) => m::DeleteRefusal::NotFound,
-        store::DeleteError::Failed(e) => m::DeleteRefusal::Failed(e.to_string()),
+        store::DeleteError::Failed(e) => m::DeleteRefusal::Failed(fault_of(&e)),
     }
 }
 

@@ -191,7 +191,7 @@ pub enum Input {
         /// How the store was asked.
         plan: ReadPlan,
         /// What it returned.
-        read: Result<Vec<LogRecord>, String>,
+        read: Result<Vec<LogRecord>, agentsessions_machine::host::StoreFault>,
     },
     /// An append's outcome, with its session for the cache.
     Appended(EffectId, String, Outcome),

@@ -3,21 +3,21 @@
 
 use agentsessions_machine::host::{
     EffectId, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, SessionRow, StoreEffect,
-    StoreOutcome,
+    StoreFault, StoreOutcome,
 };
 
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
 use super::convert::{
-    append_error_of, delete_error_of, harness_row_of, meta_of, put_error_of, row_of,
+    append_error_of, delete_error_of, fault_of, harness_row_of, meta_of, put_error_of, row_of,
 };
 use crate::journal::{
     AppendBatch, DeleteSession, JournalStore, ListHarnesses, ListSessions, StaleScan, StoreError,
 };
 
-pub(super) fn text(e: StoreError) -> String {
-    e.to_string()
+pub(super) fn text(e: StoreError) -> StoreFault {
+    fault_of(&e)
 }
 
 /// [`perform_store`] against a store whose calls never wait (such as
@@ -74,9 +74,11 @@ pub async fn perform_store<S: JournalStore>(
         ),
         StoreEffect::GetSession { id, session } => {
             let r = match store.session_info(&session).await {
-                Ok(info) => row_of(info).map(Some).map_err(|e| e.to_string()),
+                Ok(info) => row_of(info)
+                    .map(Some)
+                    .map_err(|e| StoreFault::permanent(e.to_string())),
                 Err(StoreError::SessionNotFound { .. }) => Ok(None),
-                Err(e) => Err(e.to_string()),
+                Err(e) => Err(fault_of(&e)),
             };
             (id, StoreOutcome::Session(r))
         }
@@ -191,7 +193,7 @@ async fn put_session<S: JournalStore>(
         None => store
             .put_session(meta, now)
             .await
-            .map_err(|e| PutError::Failed(e.to_string())),
+            .map_err(|e| PutError::Failed(fault_of(&e))),
         Some(check) => {
             let registered = check == HarnessCheck::Registered;
             store
@@ -207,7 +209,7 @@ async fn list_sessions<S: JournalStore>(
     project: String,
     page_size: usize,
     after: Option<(Nanos, String)>,
-) -> Result<(Vec<SessionRow>, bool), String> {
+) -> Result<(Vec<SessionRow>, bool), StoreFault> {
     let req = ListSessions {
         project,
         page_size,
@@ -220,7 +222,7 @@ async fn list_sessions<S: JournalStore>(
     let rows = page.sessions.into_iter().map(row_of);
     let rows = rows
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| StoreFault::permanent(e.to_string()))?;
     Ok((rows, more))
 }
 
@@ -247,10 +249,14 @@ async fn register<S: JournalStore>(
     Ok((harness_row_of(row), outcome))
 }
 
-async fn harness_row<S: JournalStore>(store: &S, name: &str) -> Result<Option<HarnessRow>, String> {
+async fn harness_row<S: JournalStore>(
+    store: &S,
+    name: &str,
+) -> Result<Option<HarnessRow>, StoreFault> {
     match store.harness(name).await {
         Ok(row) => Ok(Some(harness_row_of(row))),
         Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(crate::journal::RegistryError::Failed(e)) => Err(fault_of(&e)),
+        Err(e) => Err(StoreFault::permanent(e.to_string())),
     }
 }

@@ -25,6 +25,10 @@ pub enum StoreError {
     /// The store's worker threads are gone (the handle was closed).
     #[error("store closed")]
     Closed,
+    /// The store cannot be reached or cannot commit for now (the database
+    /// is down, the disk is full); a retry after backoff may succeed.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
     /// A stored event blob does not decode.
     #[error("session {session} seq {seq}: undecodable event: {reason}")]
     Decode {
@@ -59,6 +63,22 @@ pub enum StoreError {
     /// Any other backend failure.
     #[error("backend: {0}")]
     Backend(BackendError),
+}
+
+impl StoreError {
+    /// Whether the store itself is down rather than the request or the data
+    /// wrong: a retry may succeed once it is back (clients get UNAVAILABLE).
+    /// A commit with an unknown outcome counts: whatever it did, the caller
+    /// re-reads before deciding again.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Poisoned
+                | StoreError::CommitFailed { .. }
+                | StoreError::Closed
+                | StoreError::Unavailable(_)
+        )
+    }
 }
 
 /// Failures of [`crate::journal::JournalStore::append`].

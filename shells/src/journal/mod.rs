@@ -48,6 +48,7 @@ pub mod encode;
 mod error;
 pub mod memory;
 pub mod page_token;
+pub mod reopen;
 // Threads and real files: not available in the madsim simulation, which
 // uses [`memory`] instead.
 #[cfg(not(madsim))]

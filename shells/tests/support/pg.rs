@@ -17,23 +17,31 @@ fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-fn start() -> Option<String> {
-    if let Ok(url) = std::env::var("AGENTSESSIONS_PG_URL") {
-        return Some(url);
-    }
+fn script() -> std::path::PathBuf {
     // From whichever package includes this file: the repository's script.
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .map(|d| d.join("scripts/pg-cluster.sh"))
         .find(|p| p.exists())
-        .expect("scripts/pg-cluster.sh in the repository");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("scripts/pg-cluster.sh in the repository")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
-        .port();
-    let dir = std::env::temp_dir().join(format!("agentsessions-pg-{}-{port}", std::process::id()));
+        .port()
+}
+
+/// Starts a cluster in a new directory; its URL, or why it would not start.
+fn launch(tag: &str) -> Result<(std::path::PathBuf, u16, String), String> {
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!(
+        "agentsessions-pg-{tag}{}-{port}",
+        std::process::id()
+    ));
     let out = std::process::Command::new("bash")
-        .arg(script)
+        .arg(script())
         .arg("start")
         .arg(&dir)
         .arg(port.to_string())
@@ -41,13 +49,17 @@ fn start() -> Option<String> {
         .output()
         .expect("bash runs");
     if out.status.success() {
-        return Some(String::from_utf8(out.stdout).unwrap().trim().to_owned());
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        return Ok((dir, port, url));
     }
-    let why = format!(
+    Err(format!(
         "{}{}",
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(dir.join("initdb.log")).unwrap_or_default()
-    );
+    ))
+}
+
+fn skipped(why: &str) {
     assert!(
         !in_ci(),
         "CI=true and no PostgreSQL cluster would start: {why}"
@@ -59,7 +71,75 @@ fn start() -> Option<String> {
         std::io::stderr(),
         "SKIPPED: the PostgreSQL tests (no cluster would start: {why})"
     );
-    None
+}
+
+fn start() -> Option<String> {
+    if let Ok(url) = std::env::var("AGENTSESSIONS_PG_URL") {
+        return Some(url);
+    }
+    match launch("") {
+        Ok((_, _, url)) => Some(url),
+        Err(why) => {
+            skipped(&why);
+            None
+        }
+    }
+}
+
+/// A cluster of one test's own, which it may halt and resume (the shared
+/// one serves every other test of the binary). Removed on drop.
+pub struct Cluster {
+    dir: std::path::PathBuf,
+    port: u16,
+    /// The admin URL (database `postgres`).
+    pub url: String,
+}
+
+impl Cluster {
+    /// A new cluster, or `None` (printed SKIPPED) outside CI without one.
+    pub fn start() -> Option<Self> {
+        match launch("own") {
+            Ok((dir, port, url)) => Some(Self { dir, port, url }),
+            Err(why) => {
+                skipped(&why);
+                None
+            }
+        }
+    }
+
+    fn run(&self, args: &[&str]) {
+        let out = std::process::Command::new("bash")
+            .arg(script())
+            .args(args)
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "pg-cluster.sh {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops the server (fast shutdown: sessions are disconnected); the
+    /// data stays.
+    pub fn halt(&self) {
+        self.run(&["halt", self.dir.to_str().unwrap()]);
+    }
+
+    /// Starts the halted server again on the same port.
+    pub fn resume(&self) {
+        let port = self.port.to_string();
+        self.run(&["resume", self.dir.to_str().unwrap(), &port]);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash")
+            .arg(script())
+            .args(["stop", self.dir.to_str().unwrap()])
+            .output();
+    }
 }
 
 /// The URL of a fresh, empty database, or `None` (printed SKIPPED) when

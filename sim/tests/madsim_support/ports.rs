@@ -280,7 +280,7 @@ fn map_err(
         Err(AppendError::Conflict { head }) => Err(M::Conflict { head: *head }),
         Err(AppendError::Fenced { current }) => Err(M::Fenced { current: *current }),
         Err(AppendError::Failed(StoreError::SessionDeleted { .. })) => Err(M::Deleted),
-        Err(AppendError::Failed(e)) => Err(M::Failed(e.to_string())),
+        Err(AppendError::Failed(e)) => Err(M::Failed(e.to_string().into())),
     }
 }
 

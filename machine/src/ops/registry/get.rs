@@ -95,8 +95,8 @@ impl GetOp {
                     Flow::Done
                 }
                 Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => {
-                    let msg = format!("harness {:?}: {e}", self.req.name);
-                    cx.reply(self.request, Err(Status::internal(msg)));
+                    let status = e.status(format_args!("harness {:?}", self.req.name));
+                    cx.reply(self.request, Err(status));
                     Flow::Done
                 }
                 other => unexpected("get harness", &other),

@@ -144,7 +144,7 @@ impl ListOp {
         let rows = match outcome {
             Outcome::Store(StoreOutcome::HarnessRows(Ok(rows))) => rows,
             Outcome::Store(StoreOutcome::HarnessRows(Err(e))) => {
-                let status = Status::internal(format!("list harnesses: {e}"));
+                let status = e.status("list harnesses");
                 cx.reply(self.request, Err(status));
                 return Flow::Done;
             }

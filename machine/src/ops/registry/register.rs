@@ -123,9 +123,9 @@ impl RegisterOp {
                     Outcome::Store(StoreOutcome::HarnessRow(Ok(_))) => {
                         Err(Status::failed_precondition(reason))
                     }
-                    Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => Err(Status::internal(
-                        format!("register harness {:?}: {e}", self.req.name),
-                    )),
+                    Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => {
+                        Err(e.status(format_args!("register harness {:?}", self.req.name)))
+                    }
                     other => unexpected("register harness", &other),
                 };
                 self.finish(cx, reply)
@@ -167,9 +167,7 @@ impl RegisterOp {
             Err(PutError::Refused(other)) => Err(Status::internal(format!(
                 "register harness {name:?}: {other:?}"
             ))),
-            Err(PutError::Failed(m)) => {
-                Err(Status::internal(format!("register harness {name:?}: {m}")))
-            }
+            Err(PutError::Failed(f)) => Err(f.status(format_args!("register harness {name:?}"))),
         }
     }
 }

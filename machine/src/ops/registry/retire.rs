@@ -84,9 +84,7 @@ impl RetireOp {
             Err(PutError::Refused(other)) => Err(Status::internal(format!(
                 "retire harness {name:?}: {other:?}"
             ))),
-            Err(PutError::Failed(m)) => {
-                Err(Status::internal(format!("retire harness {name:?}: {m}")))
-            }
+            Err(PutError::Failed(f)) => Err(f.status(format_args!("retire harness {name:?}"))),
         };
         cx.reply(self.request, reply);
         Flow::Done

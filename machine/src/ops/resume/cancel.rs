@@ -73,7 +73,7 @@ impl ResumeOp {
                 Flow::Continue
             }
             (None, Outcome::Store(StoreOutcome::Fence(Err(e)))) => {
-                self.fail(cx, Status::internal(format!("mint fence: {e}")))
+                self.fail(cx, e.status("mint fence"))
             }
             (Some(want), Outcome::Store(StoreOutcome::Appended(Ok(records)))) => {
                 assert_eq!(want, id);
