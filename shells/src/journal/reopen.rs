@@ -203,7 +203,7 @@ impl<S: JournalStore + 'static> Reopening<S> {
         if !same {
             return; // already down, or already replaced
         }
-        state.current = None;
+        let old = state.current.take();
         let recent = state
             .reopened_at
             .is_some_and(|at| at.elapsed() < self.inner.bounds.settle);
@@ -214,8 +214,25 @@ impl<S: JournalStore + 'static> Reopening<S> {
         drop(state);
         tracing::warn!(error = %cause, ?pause, "journal down; reopening");
         self.inner.health.send_replace(false);
+        if let Some(old) = old {
+            self.release(old);
+        }
         let weak = Arc::downgrade(&self.inner);
         self.inner.runtime.spawn(reopen(weak, pause));
+    }
+
+    /// Drops a reference to a handle; the last one to an out-of-service
+    /// handle goes on a blocking thread, since closing a SQLite handle joins
+    /// its threads and must not stall the runtime.
+    fn release(&self, store: Arc<S>) {
+        let live = self
+            .lock()
+            .current
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(c, &store));
+        if !live {
+            self.inner.runtime.spawn_blocking(move || drop(store));
+        }
     }
 
     async fn run<T, E, F, Fut>(&self, call: F) -> Result<T, E>
@@ -226,7 +243,9 @@ impl<S: JournalStore + 'static> Reopening<S> {
     {
         let store = self.live()?;
         let outcome = call(store.clone()).await;
-        self.check(&store, outcome)
+        let outcome = self.check(&store, outcome);
+        self.release(store);
+        outcome
     }
 }
 
@@ -275,8 +294,10 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
             Ok(s) => s,
             Err(e) => return Ok(Err(e.into())),
         };
-        let outcome = store.try_append_now(batch)?;
-        Ok(self.check(&store, outcome))
+        let outcome = store.try_append_now(batch);
+        let outcome = outcome.map(|o| self.check(&store, o));
+        self.release(store);
+        outcome
     }
 
     fn try_mint_fence_now(
@@ -288,8 +309,11 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        let outcome = store.try_mint_fence_now(session, now_unix_nanos)?;
-        Some(self.check(&store, outcome))
+        let outcome = store
+            .try_mint_fence_now(session, now_unix_nanos)
+            .map(|o| self.check(&store, o));
+        self.release(store);
+        outcome
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {
