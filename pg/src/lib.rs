@@ -165,7 +165,7 @@ impl PgJournal {
 impl JournalStore for PgJournal {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         let mut c = self.conn().await?;
-        ops::append(client_mut(&mut c), &batch, &self.default_project).await
+        ops::append(&mut c, &batch, &self.default_project).await
     }
 
     async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {

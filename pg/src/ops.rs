@@ -58,7 +58,7 @@ pub(crate) async fn head<C: GenericClient>(c: &C, session: &str) -> Result<i64, 
 
 /// The CAS + fence checked append of one batch, in one transaction.
 pub(crate) async fn append(
-    c: &mut Client,
+    c: &mut deadpool_postgres::ClientWrapper,
     batch: &AppendBatch,
     default_project: &str,
 ) -> Result<Vec<LogRecord>, AppendError> {
@@ -66,14 +66,19 @@ pub(crate) async fn append(
     if batch.events.is_empty() {
         return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
     }
+    // The hot path: statements are prepared once per connection (a string
+    // query would cost a parse round trip on every call).
     let tx = c.transaction().await.map_err(backend)?;
+    let lock = tx
+        .prepare_cached(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
+        )
+        .await
+        .map_err(backend)?;
     // Lock the row first, so a concurrent append of the same session waits
     // here and then reads the head this one leaves.
     let row = tx
-        .query_opt(
-            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
-            &[&batch.session],
-        )
+        .query_opt(&lock, &[&batch.session])
         .await
         .map_err(backend)?;
     let (current, missing, incomplete) = match &row {
@@ -81,13 +86,14 @@ pub(crate) async fn append(
         None => (0, true, false),
     };
     if missing {
-        refuse_deleted(&tx, &batch.session).await?;
+        refuse_deleted(&*tx, &batch.session).await?;
     }
+    let tail = tx
+        .prepare_cached("SELECT seq, hash FROM events WHERE session = $1 ORDER BY seq DESC LIMIT 1")
+        .await
+        .map_err(backend)?;
     let head_row = tx
-        .query_opt(
-            "SELECT seq, hash FROM events WHERE session = $1 ORDER BY seq DESC LIMIT 1",
-            &[&batch.session],
-        )
+        .query_opt(&tail, &[&batch.session])
         .await
         .map_err(backend)?;
     let (head, mut prev) = head_row
@@ -100,7 +106,7 @@ pub(crate) async fn append(
         return Err(AppendError::Fenced { current });
     }
     let insert = tx
-        .prepare(
+        .prepare_cached(
             "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .await
@@ -125,7 +131,7 @@ pub(crate) async fn append(
             // head moved under us.
             Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
                 drop(tx);
-                let head = self::head(c, &batch.session).await?;
+                let head = self::head(&**c, &batch.session).await?;
                 return Err(AppendError::Conflict { head });
             }
             Err(e) => return Err(backend(e).into()),
@@ -158,23 +164,27 @@ pub(crate) async fn append(
         )
         .await
     } else {
-        tx.execute(
-            "UPDATE sessions SET updated_at = $2, compute_state = COALESCE($3, compute_state)
-             WHERE session = $1",
-            &[&batch.session, &now, &state],
-        )
-        .await
+        let touch = tx
+            .prepare_cached(
+                "UPDATE sessions SET updated_at = $2, compute_state = COALESCE($3, compute_state)
+                 WHERE session = $1",
+            )
+            .await
+            .map_err(backend)?;
+        tx.execute(&touch, &[&batch.session, &now, &state]).await
     };
     match n {
         Ok(n) => assert_eq!(n, 1, "exactly one session row is touched"),
         Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
             drop(tx);
-            let head = self::head(c, &batch.session).await?;
+            let head = self::head(&**c, &batch.session).await?;
             return Err(AppendError::Conflict { head });
         }
         Err(e) => return Err(backend(e).into()),
     }
-    commit(tx).await?;
+    tx.commit().await.map_err(|e| StoreError::CommitFailed {
+        reason: e.to_string(),
+    })?;
     Ok(records)
 }
 
