@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 
 #[path = "support/daemon.rs"]
 mod support;
-use support::{client, config, create, replay, text};
+use support::{client, config, create, exec_code, replay, text};
 
 fn exec(session: &str, input: &str) -> ExecRequest {
     ExecRequest {
@@ -64,21 +64,6 @@ async fn code_of<T>(r: impl std::future::Future<Output = Result<T, tonic::Status
     match r.await {
         Ok(_) => Code::Ok,
         Err(s) => s.code(),
-    }
-}
-
-/// The status an Exec stream ends with.
-async fn exec_code(c: &mut SessionsClient<Channel>, req: ExecRequest) -> Code {
-    let mut stream = match c.exec(req).await {
-        Ok(s) => s.into_inner(),
-        Err(s) => return s.code(),
-    };
-    loop {
-        match stream.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Code::Ok,
-            Err(s) => return s.code(),
-        }
     }
 }
 

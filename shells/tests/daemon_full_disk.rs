@@ -66,24 +66,14 @@ fn fill(path: &Path) {
     let _ = f.sync_all();
 }
 
-/// The status an Exec ends with.
+/// The status an Exec of one text input ends with.
 async fn exec_code(c: &mut SessionsClient<Channel>, session: &str, input: &str) -> Code {
     let req = ExecRequest {
         session: session.into(),
         inputs: vec![text(input)],
         ..Default::default()
     };
-    let mut stream = match c.exec(req).await {
-        Ok(s) => s.into_inner(),
-        Err(s) => return s.code(),
-    };
-    loop {
-        match stream.message().await {
-            Ok(Some(_)) => {}
-            Ok(None) => return Code::Ok,
-            Err(s) => return s.code(),
-        }
-    }
+    support::exec_code(c, req).await
 }
 
 async fn health(daemon: &Daemon) -> ServingStatus {

@@ -82,3 +82,21 @@ pub async fn replay(c: &mut SessionsClient<Channel>, session: &str) -> Vec<LogRe
     }
     out
 }
+
+/// The status an Exec stream ends with.
+pub async fn exec_code(
+    c: &mut SessionsClient<Channel>,
+    req: agentsessions_proto::v1::ExecRequest,
+) -> tonic::Code {
+    let mut stream = match c.exec(req).await {
+        Ok(s) => s.into_inner(),
+        Err(s) => return s.code(),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => return tonic::Code::Ok,
+            Err(s) => return s.code(),
+        }
+    }
+}
