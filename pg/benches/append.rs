@@ -4,14 +4,16 @@
 //! socket over TCP loopback), measured in one run:
 //!
 //! 1. single-session latency: `PG_BENCH_APPENDS` (default 2,000) one-event
-//!    `PgJournal::append`s one after another, next to the raw baseline of
-//!    the same row written by plain `tokio-postgres` (BEGIN, INSERT of
-//!    seq + hash + blob, COMMIT);
-//! 2. throughput: 64 sessions appending at once through one `PgJournal`
-//!    (its pool of 8 connections), next to 64 raw writers on 8 connections.
+//!    `PgJournal::append`s one after another, with group commit and with
+//!    one transaction per append, next to the raw baseline of the same row
+//!    written by plain `tokio-postgres` (BEGIN, INSERT of seq + hash +
+//!    blob, COMMIT);
+//! 2. throughput: 64 sessions appending `PG_BENCH_EACH` (default 1,000) each at once through one `PgJournal`
+//!    (its pool of 8 connections), grouped and not, next to 64 raw writers
+//!    on 8 connections.
 //!
-//! Ratio lines are PgJournal over raw. `AGENTSESSIONS_PG_URL` points at an
-//! existing server instead.
+//! Each journal and the raw table get a database of their own.
+//! `AGENTSESSIONS_PG_URL` points at an existing server instead.
 
 #[path = "../../shells/tests/support/pg.rs"]
 mod pg;
@@ -166,6 +168,14 @@ async fn raw_throughput(url: &str, each: usize) -> f64 {
     (SESSIONS * each) as f64 / t.elapsed().as_secs_f64()
 }
 
+fn report_latency(name: &str, d: &[Duration]) {
+    println!(
+        "  {name:<28} p50 {:8.1} us   p99 {:8.1} us",
+        us(pct(d, 0.5)),
+        us(pct(d, 0.99))
+    );
+}
+
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -173,51 +183,73 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let Some(journal_url) = pg::fresh_database().await else {
-            return;
-        };
-        let Some(raw_url) = pg::fresh_database().await else {
-            return;
-        };
-        let raw = raw_client(&raw_url).await;
+        let mut urls = Vec::new();
+        for _ in 0..3 {
+            let Some(url) = pg::fresh_database().await else {
+                return;
+            };
+            urls.push(url);
+        }
+        let (grouped_url, single_url, raw_url) = (&urls[0], &urls[1], &urls[2]);
+        let raw = raw_client(raw_url).await;
         raw.batch_execute(RAW_TABLE).await.unwrap();
-        let options = PgOptions {
+        let mut options = PgOptions {
             pool_size: CONNECTIONS,
             ..PgOptions::default()
         };
-        let store = Arc::new(PgJournal::open(&journal_url, options).await.unwrap());
+        if let (Some(limits), Ok(v)) = (
+            &mut options.group_commit,
+            std::env::var("PG_BENCH_IN_FLIGHT"),
+        ) {
+            limits.in_flight = v.parse().unwrap();
+        }
+        let grouped = Arc::new(PgJournal::open(grouped_url, options.clone()).await.unwrap());
+        let single = PgOptions {
+            group_commit: None,
+            ..options
+        };
+        let single = Arc::new(PgJournal::open(single_url, single).await.unwrap());
         let n = env_usize("PG_BENCH_APPENDS", 2_000);
-        let each = (n / SESSIONS).max(10);
+        let each = env_usize("PG_BENCH_EACH", 1_000);
 
         // Warm both paths (connections, plans) before timing.
-        let _ = raw_latency(&raw_url, 1).await;
+        let _ = raw_latency(raw_url, 1).await;
         raw.batch_execute("TRUNCATE raw_events").await.unwrap();
 
-        let j = journal_latency(&store, n).await;
-        let r = raw_latency(&raw_url, n).await;
+        let g = journal_latency(&grouped, n).await;
+        let o = journal_latency(&single, n).await;
+        let r = raw_latency(raw_url, n).await;
         println!("single-session append, {n} one-event appends, one at a time");
+        report_latency("PgJournal, group commit", &g);
+        report_latency("PgJournal, one tx per append", &o);
+        report_latency("raw INSERT+COMMIT", &r);
         println!(
-            "  PgJournal      p50 {:8.1} us   p99 {:8.1} us",
-            us(pct(&j, 0.5)),
-            us(pct(&j, 0.99))
-        );
-        println!(
-            "  raw INSERT+COMMIT p50 {:8.1} us   p99 {:8.1} us",
-            us(pct(&r, 0.5)),
-            us(pct(&r, 0.99))
-        );
-        println!(
-            "  ratio p50 {:.2}x   p99 {:.2}x",
-            us(pct(&j, 0.5)) / us(pct(&r, 0.5)),
-            us(pct(&j, 0.99)) / us(pct(&r, 0.99))
+            "  group commit / raw: p50 {:.2}x   p99 {:.2}x",
+            us(pct(&g, 0.5)) / us(pct(&r, 0.5)),
+            us(pct(&g, 0.99)) / us(pct(&r, 0.99))
         );
 
         raw.batch_execute("TRUNCATE raw_events").await.unwrap();
-        let jt = journal_throughput(store.clone(), each).await;
-        let rt_ = raw_throughput(&raw_url, each).await;
+        let before = grouped.group_stats();
+        let gt = journal_throughput(grouped.clone(), each).await;
+        let stats = grouped.group_stats();
+        let ot = journal_throughput(single.clone(), each).await;
+        let rt_ = raw_throughput(raw_url, each).await;
+        let (commits, appends) = (
+            stats.commits - before.commits,
+            stats.appends - before.appends,
+        );
         println!("aggregate, {SESSIONS} sessions x {each} appends, {CONNECTIONS} connections");
-        println!("  PgJournal (one transaction per append) {jt:9.0} appends/s");
-        println!("  raw INSERT+COMMIT                      {rt_:9.0} appends/s");
-        println!("  ratio {:.2}x", jt / rt_);
+        println!(
+            "  PgJournal, group commit       {gt:9.0} appends/s  ({:.1} appends per commit)",
+            appends as f64 / commits.max(1) as f64
+        );
+        println!("  PgJournal, one tx per append  {ot:9.0} appends/s");
+        println!("  raw INSERT+COMMIT             {rt_:9.0} appends/s");
+        println!(
+            "  group commit / one tx per append {:.2}x   group commit / raw {:.2}x",
+            gt / ot,
+            gt / rt_
+        );
     });
 }

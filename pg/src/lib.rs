@@ -14,8 +14,11 @@
 //! on a throwaway cluster). A COMMIT whose outcome the client cannot know (the
 //! connection broke during it) is reported as `CommitFailed`, never guessed.
 
+mod group;
 mod ops;
 pub mod schema;
+
+pub use group::{GroupLimits, GroupStats};
 
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
@@ -35,6 +38,9 @@ pub struct PgOptions {
     pub default_project: String,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// Group commit (concurrent appends share a transaction), bounded by
+    /// these limits; `None` gives every append its own transaction.
+    pub group_commit: Option<GroupLimits>,
 }
 
 impl Default for PgOptions {
@@ -42,6 +48,7 @@ impl Default for PgOptions {
         Self {
             default_project: DEFAULT_PROJECT.to_owned(),
             pool_size: 8,
+            group_commit: Some(GroupLimits::default()),
         }
     }
 }
@@ -51,6 +58,7 @@ impl Default for PgOptions {
 pub struct PgJournal {
     pool: Pool,
     default_project: String,
+    group: Option<group::GroupCommitter>,
 }
 
 impl std::fmt::Debug for PgJournal {
@@ -135,9 +143,13 @@ impl PgJournal {
         if let Some(e) = last {
             return Err(e);
         }
+        let group = options.group_commit.map(|limits| {
+            group::GroupCommitter::spawn(pool.clone(), options.default_project.clone(), limits)
+        });
         Ok(Self {
             pool,
             default_project: options.default_project,
+            group,
         })
     }
 
@@ -157,6 +169,14 @@ impl PgJournal {
         Ok(Reopening::new(first, opener, Backoff::default()))
     }
 
+    /// What group commit has done so far (zeros without it).
+    pub fn group_stats(&self) -> GroupStats {
+        self.group
+            .as_ref()
+            .map(group::GroupCommitter::stats)
+            .unwrap_or_default()
+    }
+
     async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }
@@ -164,6 +184,9 @@ impl PgJournal {
 
 impl JournalStore for PgJournal {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
+        if let Some(group) = &self.group {
+            return group.append(batch).await;
+        }
         let mut c = self.conn().await?;
         ops::append(&mut c, &batch, &self.default_project).await
     }

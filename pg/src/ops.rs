@@ -56,16 +56,48 @@ pub(crate) async fn head<C: GenericClient>(c: &C, session: &str) -> Result<i64, 
     .get(0))
 }
 
+/// The checks every append passes before it reaches the database.
+pub(crate) fn check_batch(batch: &AppendBatch) -> Result<(), AppendError> {
+    required("session", &batch.session)?;
+    if batch.events.is_empty() {
+        return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
+    }
+    Ok(())
+}
+
+/// The records `batch` becomes on top of head `head` (hash `prev`): seqs,
+/// the hash chain and the writer's fence, exactly as they are stored.
+pub(crate) fn chain(
+    batch: &AppendBatch,
+    head: i64,
+    prev: &str,
+) -> Result<Vec<LogRecord>, StoreError> {
+    let mut prev = prev.to_owned();
+    let mut records = Vec::with_capacity(batch.events.len());
+    for (i, ev) in batch.events.iter().enumerate() {
+        let seq = head + 1 + i as i64;
+        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
+            seq,
+            reason: e.to_string(),
+        })?;
+        records.push(LogRecord {
+            seq,
+            prev_hash: std::mem::replace(&mut prev, hash.clone()),
+            content_hash: hash,
+            fence: batch.fence,
+            event: Some(ev.clone()),
+        });
+    }
+    Ok(records)
+}
+
 /// The CAS + fence checked append of one batch, in one transaction.
 pub(crate) async fn append(
     c: &mut deadpool_postgres::ClientWrapper,
     batch: &AppendBatch,
     default_project: &str,
 ) -> Result<Vec<LogRecord>, AppendError> {
-    required("session", &batch.session)?;
-    if batch.events.is_empty() {
-        return Err(StoreError::InvalidArgument("append needs at least one event".into()).into());
-    }
+    check_batch(batch)?;
     // The hot path: statements are prepared once per connection (a string
     // query would cost a parse round trip on every call).
     let tx = c.transaction().await.map_err(backend)?;
@@ -96,7 +128,7 @@ pub(crate) async fn append(
         .query_opt(&tail, &[&batch.session])
         .await
         .map_err(backend)?;
-    let (head, mut prev) = head_row
+    let (head, prev) = head_row
         .map(|r| (r.get::<_, i64>(0), r.get::<_, String>(1)))
         .unwrap_or_default();
     if batch.expected_last_seq != head {
@@ -111,21 +143,18 @@ pub(crate) async fn append(
         )
         .await
         .map_err(backend)?;
-    let mut records = Vec::with_capacity(batch.events.len());
-    for (i, ev) in batch.events.iter().enumerate() {
-        let seq = head + 1 + i as i64;
-        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
-            seq,
-            reason: e.to_string(),
-        })?;
-        let blob = encode_event(ev);
-        match tx
-            .execute(
-                &insert,
-                &[&batch.session, &seq, &prev, &hash, &batch.fence, &blob],
-            )
-            .await
-        {
+    let records = chain(batch, head, &prev)?;
+    for rec in &records {
+        let blob = encode_event(rec.event.as_ref().expect("a chained record has its event"));
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &batch.session,
+            &rec.seq,
+            &rec.prev_hash,
+            &rec.content_hash,
+            &batch.fence,
+            &blob,
+        ];
+        match tx.execute(&insert, &params).await {
             Ok(n) => assert_eq!(n, 1, "one row per event"),
             // A writer that created the session row concurrently: the
             // head moved under us.
@@ -136,13 +165,6 @@ pub(crate) async fn append(
             }
             Err(e) => return Err(backend(e).into()),
         }
-        records.push(LogRecord {
-            seq,
-            prev_hash: std::mem::replace(&mut prev, hash.clone()),
-            content_hash: hash,
-            fence: batch.fence,
-            event: Some(ev.clone()),
-        });
     }
     let state = batch.compute_state.map(to_text);
     let now = batch.now_unix_nanos;
