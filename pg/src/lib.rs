@@ -14,6 +14,7 @@
 //! on a throwaway cluster). A COMMIT whose outcome the client cannot know (the
 //! connection broke during it) is reported as `CommitFailed`, never guessed.
 
+pub mod copy;
 mod group;
 mod ops;
 pub mod schema;

@@ -20,7 +20,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand};
+use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand, JournalCommand};
 use agentsessions::cli::exit::{self, RpcError, UsageError};
 use agentsessions::cli::verify::{ChainCheck, VerifyError};
 use agentsessions::cli::{approve, json_line, progress, render};
@@ -118,6 +118,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             out!("agentctl {}", env!("CARGO_PKG_VERSION"));
             Ok(exit::OK)
         }
+        Command::Journal { command } => journal(command).await,
         Command::Harness { registry, command } => {
             let registry = common.registry_target(registry)?;
             let link = Link::open(&common, Want::Registry(registry)).await?;
@@ -372,11 +373,65 @@ async fn sessions(
         Command::Approve(d) => decide(c, json, d, true).await?,
         Command::Deny(d) => decide(c, json, d, false).await?,
         // `run` handles these before opening a Sessions link.
-        Command::Harness { .. } | Command::Version => {
+        Command::Harness { .. } | Command::Journal { .. } | Command::Version => {
             anyhow::bail!("internal: command dispatched to the Sessions client")
         }
     }
     Ok(exit::OK)
+}
+
+/// `agentctl journal`: straight on the store, no daemon involved.
+async fn journal(command: JournalCommand) -> anyhow::Result<u8> {
+    use agentsessions_pg::copy::{self, CopyError, Side};
+    match command {
+        JournalCommand::Copy { from, to } => {
+            let source = Side::source(&from)
+                .await
+                .with_context(|| format!("open {from}"))?;
+            let mut target = Side::target(&to)
+                .await
+                .with_context(|| format!("open {to}"))?;
+            let r = copy::copy(
+                &source,
+                &mut target,
+                |_| std::ops::ControlFlow::Continue(()),
+            )
+            .await
+            .context("copy")?;
+            out!(
+                "copied {} sessions: {} records written, {} already there; {} harnesses, {} reservations, {} tombstones",
+                r.sessions,
+                r.records_copied,
+                r.records_present,
+                r.harnesses,
+                r.reservations,
+                r.tombstones
+            );
+            let v = copy::verify(&target).await.context("verify the target")?;
+            out!(
+                "target verified: {} sessions, {} records",
+                v.sessions,
+                v.records
+            );
+            Ok(exit::OK)
+        }
+        JournalCommand::Verify { store } => {
+            let side = Side::source(&store)
+                .await
+                .with_context(|| format!("open {store}"))?;
+            match copy::verify(&side).await {
+                Ok(v) => {
+                    out!("verified: {} sessions, {} records", v.sessions, v.records);
+                    Ok(exit::OK)
+                }
+                Err(e @ (CopyError::Chain { .. } | CopyError::Decode { .. })) => {
+                    eprintln!("agentctl: {e}");
+                    Ok(exit::VERIFY_FAILED)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+    }
 }
 
 async fn create(

@@ -165,8 +165,34 @@ pub enum Command {
         #[command(subcommand)]
         command: HarnessCommand,
     },
+    /// Work on journals directly, offline (no daemon may be writing them).
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
     /// Print the version.
     Version,
+}
+
+/// The offline journal subcommands. A journal is a SQLite file path or a
+/// `postgres://` URL.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Copy every session, record (stored bytes and hashes verbatim),
+    /// registry row and tombstone from one journal to another; rerun an
+    /// interrupted copy to finish it.
+    Copy {
+        #[arg(long, value_name = "JOURNAL")]
+        from: String,
+        #[arg(long, value_name = "JOURNAL")]
+        to: String,
+    },
+    /// Check every session's hash chain in a journal.
+    Verify {
+        /// (Not `journal`: that is the global --journal's id.)
+        #[arg(value_name = "JOURNAL")]
+        store: String,
+    },
 }
 
 /// Which approval to decide, and the provenance of the decision.
@@ -246,6 +272,25 @@ mod tests {
     use clap::Parser as _;
 
     use super::*;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        // Catches, among others, an argument id shared with a global flag.
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn journal_verify_takes_the_journal_as_its_argument() {
+        let cli =
+            Cli::try_parse_from(["agentctl", "journal", "verify", "postgres://h/db"]).unwrap();
+        let Command::Journal {
+            command: JournalCommand::Verify { store },
+        } = cli.command
+        else {
+            panic!("{:?}", cli.command);
+        };
+        assert_eq!(store, "postgres://h/db");
+    }
 
     #[test]
     fn common_flags_go_before_or_after_the_subcommand() {
