@@ -16,6 +16,30 @@ async fn conformance_cli_certifies_our_daemon_on_worker_threads() {
     certify(&["--workers", "2"]).await;
 }
 
+/// The daemon on PostgreSQL (a database per check, made by
+/// `scripts/pg-host.sh` from the check's preloaded SQLite journal with
+/// `agentctl journal copy`): the Go-fixture checks import through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_cli_certifies_our_daemon_on_postgres() {
+    let Some(admin) = pg::fresh_database().await else {
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/pg-host.sh");
+    let template = format!(
+        "bash {script} {admin} {{dir}} {{journal}} {agentctl} {daemon} --addr {{addr}} \
+         --model {{model}} --model-base-url {{model_url}} {{harnesses}} \
+         --tools-ledger {{dir}}/tools.db",
+        agentctl = env!("CARGO_BIN_EXE_agentctl"),
+        daemon = env!("CARGO_BIN_EXE_agentsessionsd"),
+    );
+    // Without --notes-beside-journal: the daemon's notes file sits beside a
+    // SQLite journal, and this one is a database.
+    run_suite(vec!["conformance".into(), "--host-cmd".into(), template]).await;
+}
+
+#[path = "../shells/tests/support/pg.rs"]
+mod pg;
+
 /// Runs the suite against the daemon started with `extra` flags.
 async fn certify(extra: &[&str]) {
     let bin = env!("CARGO_BIN_EXE_agentsessionsd");
@@ -25,6 +49,10 @@ async fn certify(extra: &[&str]) {
         template.push(' ');
         template.push_str(flag);
     }
+    run_suite(args).await;
+}
+
+async fn run_suite(args: Vec<String>) {
     let mut out = Vec::new();
     let ok = agentsessions_conformance::cli::run(args, &mut out)
         .await
