@@ -9,7 +9,8 @@
 #
 # The cluster lives in DIR (created), listens on 127.0.0.1:PORT with trust
 # authentication for the role `agentsessions`, and keeps fsync on. As root,
-# it runs as the `postgres` user (initdb refuses root). With WATCH_PID, a
+# it runs as the `postgres` user (initdb refuses root). With PG_TLS_DIR
+# (holding server.crt and server.key), `start` makes a TLS-only server. With WATCH_PID, a
 # watcher stops the cluster and removes DIR once that process is gone, so a
 # test binary that exits (or is killed) leaves no server behind.
 set -euo pipefail
@@ -46,6 +47,17 @@ start)
   if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; fi
   as_owner "$bindir/initdb" -D "$dir/data" -A trust -U agentsessions -E UTF8 \
     --locale=C --no-sync >"$dir/initdb.log" 2>&1
+  if [ -n "${PG_TLS_DIR:-}" ]; then
+    # TLS only: the server presents $PG_TLS_DIR/server.{crt,key}, and TCP
+    # connections without TLS are rejected.
+    cp "$PG_TLS_DIR/server.crt" "$PG_TLS_DIR/server.key" "$dir/data/"
+    chmod 600 "$dir/data/server.key"
+    if [ "$(id -u)" = 0 ]; then chown postgres "$dir/data/server.crt" "$dir/data/server.key"; fi
+    printf "ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n" \
+      >>"$dir/data/postgresql.conf"
+    printf 'local all all trust\nhostssl all all 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 reject\n' \
+      >"$dir/data/pg_hba.conf"
+  fi
   launch "$port"
   if [ -n "$watch" ]; then
     nohup bash -c '

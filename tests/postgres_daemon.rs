@@ -163,3 +163,43 @@ async fn a_daemon_rides_out_a_postgres_restart_without_restarting() {
     let store = PgJournal::open(&url, PgOptions::default()).await.unwrap();
     store.verify(&sid).await.expect("the chain verifies");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_reaches_a_tls_only_database_through_its_journal_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    if pg::test_certificates(certs.path()).is_none() {
+        return;
+    }
+    let Some(cluster) = pg::Cluster::start_tls(certs.path()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("{}?sslmode=require", cluster.url);
+    let ca = certs.path().join("ca.crt");
+    let daemon = Daemon::start_with(
+        url.as_ref(),
+        &[
+            "--journal-ca",
+            ca.to_str().unwrap(),
+            "--tools-ledger",
+            d.join("tools.db").to_str().unwrap(),
+        ],
+    );
+    let sid = ok(d, &daemon.sessions, &["create"]).trim().to_owned();
+    let out = ok(
+        d,
+        &daemon.sessions,
+        &["exec", "--session", &sid, "--input", "over tls"],
+    );
+    assert!(out.contains("echo:over tls"), "{out}");
+    drop(daemon);
+    // The records are in that database, read back over TLS.
+    let options = PgOptions {
+        ca_file: Some(ca),
+        ..PgOptions::default()
+    };
+    let store = PgJournal::open(&url, options).await.unwrap();
+    store.verify(&sid).await.unwrap();
+    assert!(store.head(&sid).await.unwrap() >= 3);
+}

@@ -176,10 +176,11 @@ pub enum Side {
 
 impl Side {
     /// Opens a journal to read: a SQLite file read-only (a Go host's v1
-    /// or v2 file too), or a PostgreSQL database this build migrated.
-    pub async fn source(spec: &str) -> Result<Self, CopyError> {
+    /// or v2 file too), or a PostgreSQL database this build migrated
+    /// (over TLS verified against `ca`, if given).
+    pub async fn source(spec: &str, ca: Option<&Path>) -> Result<Self, CopyError> {
         if is_postgres(spec) {
-            let client = connect(spec).await?;
+            let client = connect(spec, ca).await?;
             let found: i64 = client
                 .query_one("SELECT version FROM agentsessions_schema", &[])
                 .await?
@@ -202,15 +203,16 @@ impl Side {
 
     /// Opens (creating or migrating it first, through the store itself) a
     /// journal to write.
-    pub async fn target(spec: &str) -> Result<Self, CopyError> {
+    pub async fn target(spec: &str, ca: Option<&Path>) -> Result<Self, CopyError> {
         if is_postgres(spec) {
             let options = PgOptions {
                 pool_size: 1,
                 group_commit: None,
+                ca_file: ca.map(Path::to_path_buf),
                 ..PgOptions::default()
             };
             drop(PgJournal::open(spec, options).await?);
-            return Ok(Side::Postgres(connect(spec).await?));
+            return Ok(Side::Postgres(connect(spec, ca).await?));
         }
         drop(SqliteJournal::open(
             Path::new(spec),
@@ -572,10 +574,12 @@ enum Param<'a> {
 
 type Params<'a> = &'a [Param<'a>];
 
-async fn connect(url: &str) -> Result<tokio_postgres::Client, CopyError> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
+async fn connect(url: &str, ca: Option<&Path>) -> Result<tokio_postgres::Client, CopyError> {
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::InvalidArgument(format!("journal url: {e}")))?;
+    let connector = crate::tls::connector(&mut config, ca)?;
+    Ok(crate::tls::connect(&config, &connector).await?)
 }
 
 /// Copies every row of `from` into `to`; `progress` sees the report after

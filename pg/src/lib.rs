@@ -18,6 +18,7 @@ pub mod copy;
 mod group;
 mod ops;
 pub mod schema;
+mod tls;
 
 pub use group::{GroupLimits, GroupStats};
 
@@ -42,6 +43,9 @@ pub struct PgOptions {
     /// Group commit (concurrent appends share a transaction), bounded by
     /// these limits; `None` gives every append its own transaction.
     pub group_commit: Option<GroupLimits>,
+    /// PEM file of the CA that signed the server's certificate. Given, the
+    /// connection is TLS and verified (`sslmode=require` needs it).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for PgOptions {
@@ -50,6 +54,7 @@ impl Default for PgOptions {
             default_project: DEFAULT_PROJECT.to_owned(),
             pool_size: 8,
             group_commit: Some(GroupLimits::default()),
+            ca_file: None,
         }
     }
 }
@@ -85,7 +90,15 @@ pub(crate) fn backend(e: tokio_postgres::Error) -> StoreError {
         }
     };
     if down {
-        StoreError::Unavailable(e.to_string())
+        // The driver's own message omits the cause ("error performing TLS
+        // handshake"); the operator needs it ("invalid peer certificate").
+        let mut message = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            message = format!("{message}: {c}");
+            cause = c.source();
+        }
+        StoreError::Unavailable(message)
     } else {
         StoreError::Backend(Box::new(e))
     }
@@ -113,16 +126,16 @@ impl PgJournal {
     /// Connects to `url` (`postgres://user@host:port/db`) and migrates the
     /// schema; a database with a newer schema is refused without writes.
     pub async fn open(url: &str, options: PgOptions) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = url
+        let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::InvalidArgument(format!("journal url: {e}")))?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let recycling = || ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls::connector(&mut config, options.ca_file.as_deref())? {
+            tls::Connector::Plain => Manager::from_config(config, NoTls, recycling()),
+            tls::Connector::Tls(tls) => Manager::from_config(config, tls, recycling()),
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .build()

@@ -157,11 +157,13 @@ async fn a_journal_copies_to_postgres_and_back_row_for_row_and_a_rerun_finishes_
     let dir = tempfile::tempdir().unwrap();
     let (src_path, back_path) = (dir.path().join("src.db"), dir.path().join("back.db"));
     let sessions = source(&src_path).await;
-    let src = Side::source(src_path.to_str().unwrap()).await.unwrap();
+    let src = Side::source(src_path.to_str().unwrap(), None)
+        .await
+        .unwrap();
     let want = dump(&src).await;
 
     // Stopped after the first chunk: the long session is half there.
-    let mut to = Side::target(&url).await.unwrap();
+    let mut to = Side::target(&url, None).await.unwrap();
     let stopped = copy::copy(&src, &mut to, |_| ControlFlow::Break(())).await;
     assert!(matches!(stopped, Err(CopyError::Stopped)), "{stopped:?}");
     let partial = PgJournal::open(&url, PgOptions::default()).await.unwrap();
@@ -195,8 +197,10 @@ async fn a_journal_copies_to_postgres_and_back_row_for_row_and_a_rerun_finishes_
     assert_eq!(dump(&to).await, want);
 
     // And back to a fresh SQLite file, which the SQLite store verifies.
-    let pg_side = Side::source(&url).await.unwrap();
-    let mut back = Side::target(back_path.to_str().unwrap()).await.unwrap();
+    let pg_side = Side::source(&url, None).await.unwrap();
+    let mut back = Side::target(back_path.to_str().unwrap(), None)
+        .await
+        .unwrap();
     copy::copy(&pg_side, &mut back, |_| ControlFlow::Continue(()))
         .await
         .unwrap();
@@ -215,8 +219,10 @@ async fn a_target_whose_records_differ_from_the_source_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let src_path = dir.path().join("src.db");
     source(&src_path).await;
-    let src = Side::source(src_path.to_str().unwrap()).await.unwrap();
-    let mut to = Side::target(&url).await.unwrap();
+    let src = Side::source(src_path.to_str().unwrap(), None)
+        .await
+        .unwrap();
+    let mut to = Side::target(&url, None).await.unwrap();
     let _ = copy::copy(&src, &mut to, |_| ControlFlow::Break(())).await;
     // Someone wrote to the target in between: its record 500 is not ours.
     let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
@@ -254,6 +260,6 @@ async fn a_source_of_an_unknown_schema_version_is_refused_without_reading_on() {
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute_batch("PRAGMA user_version = 9").unwrap();
     drop(raw);
-    let refused = Side::source(path.to_str().unwrap()).await;
+    let refused = Side::source(path.to_str().unwrap(), None).await;
     assert!(matches!(refused, Err(CopyError::Schema { found: 9 })));
 }

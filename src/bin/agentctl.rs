@@ -384,11 +384,16 @@ async fn sessions(
 async fn journal(command: JournalCommand) -> anyhow::Result<u8> {
     use agentsessions_pg::copy::{self, CopyError, Side};
     match command {
-        JournalCommand::Copy { from, to } => {
-            let source = Side::source(&from)
+        JournalCommand::Copy {
+            from,
+            to,
+            journal_ca,
+        } => {
+            let ca = journal_ca.as_deref();
+            let source = Side::source(&from, ca)
                 .await
                 .with_context(|| format!("open {from}"))?;
-            let mut target = Side::target(&to)
+            let mut target = Side::target(&to, ca)
                 .await
                 .with_context(|| format!("open {to}"))?;
             let r = copy::copy(
@@ -415,8 +420,8 @@ async fn journal(command: JournalCommand) -> anyhow::Result<u8> {
             );
             Ok(exit::OK)
         }
-        JournalCommand::Verify { store } => {
-            let side = Side::source(&store)
+        JournalCommand::Verify { store, journal_ca } => {
+            let side = Side::source(&store, journal_ca.as_deref())
                 .await
                 .with_context(|| format!("open {store}"))?;
             match copy::verify(&side).await {

@@ -29,6 +29,11 @@ struct Args {
     /// database, `postgres://user@host:port/db` (schema created if missing).
     #[arg(long, default_value = "agentsessions.db")]
     journal: String,
+    /// PEM file of the CA that signed the PostgreSQL server's certificate:
+    /// the connection is then TLS, the server verified (`sslmode=require`
+    /// in the URL needs it).
+    #[arg(long, env = "AGENTSESSIONS_JOURNAL_CA", value_name = "FILE")]
+    journal_ca: Option<PathBuf>,
     /// The tool ledger file (default: `<journal>.tools.db` beside a SQLite
     /// journal, `agentsessions.tools.db` with a PostgreSQL one).
     #[arg(long)]
@@ -158,6 +163,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             &args.journal,
             agentsessions_pg::PgOptions {
                 default_project: config.project.clone(),
+                ca_file: args.journal_ca.clone(),
                 ..Default::default()
             },
         )

@@ -186,12 +186,18 @@ pub enum JournalCommand {
         from: String,
         #[arg(long, value_name = "JOURNAL")]
         to: String,
+        /// CA of the PostgreSQL server(s), for TLS (`sslmode=require`).
+        #[arg(long, env = "AGENTSESSIONS_JOURNAL_CA", value_name = "FILE")]
+        journal_ca: Option<PathBuf>,
     },
     /// Check every session's hash chain in a journal.
     Verify {
         /// (Not `journal`: that is the global --journal's id.)
         #[arg(value_name = "JOURNAL")]
         store: String,
+        /// CA of the PostgreSQL server, for TLS (`sslmode=require`).
+        #[arg(long, env = "AGENTSESSIONS_JOURNAL_CA", value_name = "FILE")]
+        journal_ca: Option<PathBuf>,
     },
 }
 
@@ -284,7 +290,7 @@ mod tests {
         let cli =
             Cli::try_parse_from(["agentctl", "journal", "verify", "postgres://h/db"]).unwrap();
         let Command::Journal {
-            command: JournalCommand::Verify { store },
+            command: JournalCommand::Verify { store, .. },
         } = cli.command
         else {
             panic!("{:?}", cli.command);

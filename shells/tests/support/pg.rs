@@ -35,12 +35,23 @@ fn free_port() -> u16 {
 
 /// Starts a cluster in a new directory; its URL, or why it would not start.
 fn launch(tag: &str) -> Result<(std::path::PathBuf, u16, String), String> {
+    launch_with(tag, None)
+}
+
+fn launch_with(
+    tag: &str,
+    tls: Option<&std::path::Path>,
+) -> Result<(std::path::PathBuf, u16, String), String> {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!(
         "agentsessions-pg-{tag}{}-{port}",
         std::process::id()
     ));
-    let out = std::process::Command::new("bash")
+    let mut cmd = std::process::Command::new("bash");
+    if let Some(tls) = tls {
+        cmd.env("PG_TLS_DIR", tls);
+    }
+    let out = cmd
         .arg(script())
         .arg("start")
         .arg(&dir)
@@ -107,6 +118,18 @@ impl Cluster {
         }
     }
 
+    /// A new TLS-only cluster presenting `tls`/server.{crt,key}; `None`
+    /// (printed SKIPPED) outside CI without PostgreSQL.
+    pub fn start_tls(tls: &std::path::Path) -> Option<Self> {
+        match launch_with("tls", Some(tls)) {
+            Ok((dir, port, url)) => Some(Self { dir, port, url }),
+            Err(why) => {
+                skipped(&why);
+                None
+            }
+        }
+    }
+
     fn run(&self, args: &[&str]) {
         let out = std::process::Command::new("bash")
             .arg(script())
@@ -153,4 +176,104 @@ pub async fn fresh_database() -> Option<String> {
             .await
             .expect("create a test database"),
     )
+}
+
+/// A test CA and a server certificate it signed for 127.0.0.1, made with
+/// the `openssl` tool in `dir` (`ca.crt`, `server.crt`, `server.key`), and
+/// a second, unrelated CA (`other-ca.crt`). `None` (printed SKIPPED)
+/// outside CI without `openssl`.
+pub fn test_certificates(dir: &std::path::Path) -> Option<()> {
+    let openssl = |args: &[&str]| {
+        std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: Vec<Vec<&str>> = vec![
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=agentsessions test CA",
+            ],
+        ]
+        .concat(),
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-keyout",
+                "other-ca.key",
+                "-out",
+                "other-ca.crt",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=another CA",
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &[
+                "-keyout",
+                "server.key",
+                "-out",
+                "server.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+        ]
+        .concat(),
+    ];
+    for step in &steps {
+        match openssl(step) {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => panic!("openssl {step:?}: {}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => {
+                skipped(&format!("no openssl to make test certificates: {e}"));
+                return None;
+            }
+        }
+    }
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let sign = openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ])
+    .expect("openssl runs");
+    assert!(
+        sign.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sign.stderr)
+    );
+    Some(())
 }
