@@ -203,3 +203,114 @@ async fn a_daemon_reaches_a_tls_only_database_through_its_journal_ca() {
     store.verify(&sid).await.unwrap();
     assert!(store.head(&sid).await.unwrap() >= 3);
 }
+
+/// A zombie host: daemon A is paused (SIGSTOP) in the middle of a turn,
+/// its model call in flight; daemon B takes the session over and finishes
+/// the turn; A wakes (SIGCONT) with its model answer and cannot append it:
+/// its fence is older than B's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_host_whose_session_was_taken_over_cannot_append() {
+    let Some(url) = pg::fresh_database().await else {
+        return;
+    };
+    let model = agentsessions_conformance::model::FakeModel::start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let flags = |name: &str| {
+        vec![
+            "--model".to_owned(),
+            "gpt-test".to_owned(),
+            "--model-base-url".to_owned(),
+            model.base_url().to_owned(),
+            "--tools-ledger".to_owned(),
+            d.join(format!("{name}.tools.db")).display().to_string(),
+        ]
+    };
+    let (fa, fb) = (flags("a"), flags("b"));
+    let a = Daemon::start_with(
+        url.as_ref(),
+        &fa.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let b = Daemon::start_with(
+        url.as_ref(),
+        &fb.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let sid = ok(&d, &a.sessions, &["create"]).trim().to_owned();
+
+    // A's turn goes as far as the model call and waits there.
+    let hold = model.hold_next();
+    let turn_on_a = {
+        let (d, server, sid) = (d.clone(), a.sessions.clone(), sid.clone());
+        std::thread::spawn(move || {
+            agentctl(
+                &d,
+                &[
+                    "--server",
+                    &server,
+                    "exec",
+                    "--session",
+                    &sid,
+                    "--input",
+                    "first",
+                ],
+            )
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while model.requests() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never called the model"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    a.signal("STOP");
+
+    // B re-drives the interrupted turn under a fence of its own.
+    let on_b = ok(&d, &b.sessions, &["resume", "--session", &sid]);
+    assert!(on_b.contains(" resume "), "{on_b}");
+
+    // A wakes with its answer.
+    drop(hold);
+    a.signal("CONT");
+    let on_a = turn_on_a.join().unwrap();
+    assert!(
+        !on_a.status.success(),
+        "the zombie's turn must fail: {}",
+        stdout(&on_a)
+    );
+
+    let store = PgJournal::open(&url, PgOptions::default()).await.unwrap();
+    store.verify(&sid).await.unwrap();
+    let records = store.read(&sid, 1, 0).await.unwrap();
+    // Fences never go back along the chain, and nothing of A's lands after
+    // B's first record.
+    assert!(
+        records.windows(2).all(|w| w[0].fence <= w[1].fence),
+        "{:?}",
+        records.iter().map(|r| r.fence).collect::<Vec<_>>()
+    );
+    let kinds = |r: &agentsessions_proto::v1::LogRecord| r.event.as_ref().map(|e| e.kind);
+    let ends = records
+        .iter()
+        .filter(|r| kinds(r) == Some(agentsessions_proto::v1::EventKind::EventEnd as i32))
+        .count();
+    assert_eq!(ends, 1, "one turn, finished once (by B)");
+    let outputs: Vec<_> = records
+        .iter()
+        .filter(|r| kinds(r) == Some(agentsessions_proto::v1::EventKind::EventOutput as i32))
+        .collect();
+    assert_eq!(outputs.len(), 1, "only B's answer was recorded");
+    assert_eq!(
+        outputs[0].fence,
+        records.last().unwrap().fence,
+        "the answer is under B's fence"
+    );
+    // A is alive and serves the session as it now stands.
+    assert_eq!(
+        ok(&d, &a.sessions, &["replay", "--session", &sid]),
+        ok(&d, &b.sessions, &["replay", "--session", &sid])
+    );
+}

@@ -41,7 +41,13 @@ pub struct FakeModel {
 struct State {
     requests: AtomicUsize,
     bodies: Mutex<Vec<Value>>,
+    /// Set by [`FakeModel::hold_next`]: the next request waits on it.
+    hold: Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
 }
+
+/// Keeps a held request waiting; dropping it lets the answer go.
+#[derive(Debug)]
+pub struct Hold(#[allow(dead_code)] tokio::sync::oneshot::Sender<()>);
 
 impl FakeModel {
     /// Binds 127.0.0.1:0 and starts serving.
@@ -70,6 +76,17 @@ impl FakeModel {
     /// `/chat/completions` path goes under it).
     pub fn base_url(&self) -> &str {
         &self.base_url
+    }
+
+    /// Makes the next request wait for its answer until the returned
+    /// [`Hold`] is dropped (a model call that is in flight for as long as a
+    /// test needs it to be).
+    pub fn hold_next(&self) -> Hold {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Ok(mut hold) = self.state.hold.lock() {
+            *hold = Some(rx);
+        }
+        Hold(tx)
     }
 
     /// How many completion requests arrived so far.
@@ -165,6 +182,11 @@ async fn handle(mut conn: TcpStream, state: Arc<State>) -> std::io::Result<()> {
     let n = state.requests.fetch_add(1, Ordering::SeqCst) + 1;
     if let Ok(mut bodies) = state.bodies.lock() {
         bodies.push(body.clone());
+    }
+    let held = state.hold.lock().ok().and_then(|mut h| h.take());
+    if let Some(gate) = held {
+        // Released or dropped: either way the answer goes out now.
+        let _ = gate.await;
     }
     let text = last_user_text(&body);
     let content = answer(&text, n);

@@ -69,6 +69,18 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Sends `signal` (a `kill -s` name: STOP, CONT, KILL) to the process.
+    pub fn signal(&self, signal: &str) {
+        let ok = Command::new("kill")
+            .args(["-s", signal, &self.child.id().to_string()])
+            .status()
+            .expect("run kill")
+            .success();
+        assert!(ok, "kill -s {signal}");
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
