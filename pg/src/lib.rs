@@ -16,6 +16,7 @@
 
 pub mod copy;
 mod group;
+pub mod ledger;
 mod ops;
 pub mod schema;
 mod tls;
@@ -181,6 +182,11 @@ impl PgJournal {
             Box::pin(async move { Self::open(&url, options).await })
         });
         Ok(Reopening::new(first, opener, Backoff::default()))
+    }
+
+    /// The tool ledger in this database, shared by every daemon on it.
+    pub fn tool_ledger(&self) -> ledger::PgLedger {
+        ledger::PgLedger::new(self.pool.clone())
     }
 
     /// What group commit has done so far (zeros without it).

@@ -117,6 +117,12 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .await
         .map_err(backend)?;
     }
+    // Not part of the versioned schema (SQLite keeps the ledger in a file
+    // of its own): created on every open, so a v2 database made before the
+    // ledger moved here gets it too.
+    tx.batch_execute(crate::ledger::TABLE)
+        .await
+        .map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     Ok(())
 }

@@ -9,8 +9,8 @@ use agentsessions_machine::host::Outcome;
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{
-    AppendNote, LedgerEntry, LedgerExecutor, Tool, ToolContext, ToolError, ToolExecutor,
-    ToolLedger, ToolRegistry, tool_outcome,
+    AppendNote, LedgerEntry, LedgerExecutor, LedgerStore as _, Tool, ToolContext, ToolError,
+    ToolExecutor, ToolLedger, ToolRegistry, tool_outcome,
 };
 use serde_json::{Value, json};
 

@@ -35,7 +35,8 @@ struct Args {
     #[arg(long, env = "AGENTSESSIONS_JOURNAL_CA", value_name = "FILE")]
     journal_ca: Option<PathBuf>,
     /// The tool ledger file (default: `<journal>.tools.db` beside a SQLite
-    /// journal, `agentsessions.tools.db` with a PostgreSQL one).
+    /// journal). With a PostgreSQL journal the ledger is a table in that
+    /// database, shared by every daemon on it, unless this names a file.
     #[arg(long)]
     tools_ledger: Option<PathBuf>,
     /// Project for sessions created without one.
@@ -129,11 +130,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         .filter(|k| !k.is_empty());
     let postgres =
         args.journal.starts_with("postgres://") || args.journal.starts_with("postgresql://");
-    let ledger = match (&args.tools_ledger, postgres) {
-        (Some(path), _) => Some(path.clone()),
-        (None, true) => Some(PathBuf::from("agentsessions.tools.db")),
-        (None, false) => None,
-    };
+    let ledger = args.tools_ledger.clone();
     let config = DaemonConfig {
         addr: args.addr,
         registry_addr: args.registry_addr,
@@ -169,9 +166,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         )
         .await
         .context("agentsessionsd: open the PostgreSQL journal")?;
-        Daemon::start_reopening(config, store)
-            .await
-            .context("agentsessionsd")?
+        match &args.tools_ledger {
+            Some(_) => Daemon::start_reopening(config, store).await,
+            None => {
+                let shared = store
+                    .current()
+                    .context("agentsessionsd: the journal just opened")?
+                    .tool_ledger();
+                Daemon::start_shared(config, store, std::sync::Arc::new(shared)).await
+            }
+        }
+        .context("agentsessionsd")?
     } else {
         Daemon::start(config).await.context("agentsessionsd")?
     };

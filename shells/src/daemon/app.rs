@@ -22,7 +22,7 @@ use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, StoreError};
 
 use crate::model::{EchoModel, ModelClient};
-use crate::tools::{LedgerExecutor, ToolExecutor, ToolRegistry, ledger::ToolLedger};
+use crate::tools::{LedgerExecutor, LedgerStore, ToolExecutor, ToolRegistry, ledger::ToolLedger};
 
 /// Everything a daemon is configured with.
 #[derive(Debug, Clone)]
@@ -339,7 +339,19 @@ impl Daemon {
         store: Reopening<S>,
     ) -> Result<Self, StartError> {
         let health = store.health();
-        Self::start_with(config, Arc::new(store), Some(health)).await
+        Self::start_with(config, Arc::new(store), Some(health), None).await
+    }
+
+    /// [`Daemon::start_reopening`] with the tool ledger in `ledger` rather
+    /// than a local file: the ledger in the shared database, so every
+    /// daemon on it deduplicates tool calls against the same entries.
+    pub async fn start_shared<S: JournalStore + 'static>(
+        config: DaemonConfig,
+        store: Reopening<S>,
+        ledger: Arc<dyn LedgerStore>,
+    ) -> Result<Self, StartError> {
+        let health = store.health();
+        Self::start_with(config, Arc::new(store), Some(health), Some(ledger)).await
     }
 
     /// Starts serving on a journal store the caller opened; the tool ledger
@@ -349,13 +361,14 @@ impl Daemon {
         config: DaemonConfig,
         store: Arc<S>,
     ) -> Result<Self, StartError> {
-        Self::start_with(config, store, None).await
+        Self::start_with(config, store, None, None).await
     }
 
     async fn start_with<S: JournalStore + 'static>(
         config: DaemonConfig,
         store: Arc<S>,
         store_health: Option<tokio::sync::watch::Receiver<bool>>,
+        shared_ledger: Option<Arc<dyn LedgerStore>>,
     ) -> Result<Self, StartError> {
         let host_config = host_config(&config)?;
         if let Some(addr) = config.registry_addr
@@ -371,14 +384,18 @@ impl Daemon {
             .ledger
             .clone()
             .unwrap_or_else(|| ToolLedger::path_for_journal(&config.journal));
-        let ledger =
-            ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?;
+        let ledger: Arc<dyn LedgerStore> = match shared_ledger {
+            Some(shared) => shared,
+            None => Arc::new(
+                ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?,
+            ),
+        };
         let notes = tools_path
             .parent()
             .map(|p| p.join("notes"))
             .unwrap_or_else(|| PathBuf::from("notes"));
         forget_deleted_tools(&ledger, &*store).await?;
-        let executor = LedgerExecutor::new(ToolRegistry::with_builtins(notes), ledger);
+        let executor = LedgerExecutor::with_store(ToolRegistry::with_builtins(notes), ledger);
         // Built-in harnesses run in this process (see `inproc`).
         let local = Arc::new(InProcess::default());
         let ports = Ports {
@@ -474,23 +491,37 @@ impl Daemon {
     }
 }
 
+/// Runs a ledger call on a blocking thread: it blocks (a file's fsync, or a
+/// database round trip driven by this very runtime).
+async fn on_ledger<T: Send + 'static>(
+    ledger: &Arc<dyn LedgerStore>,
+    f: impl FnOnce(&dyn LedgerStore) -> Result<T, crate::tools::ToolError> + Send + 'static,
+) -> Result<T, StartError> {
+    let ledger = Arc::clone(ledger);
+    let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
+    tokio::task::spawn_blocking(move || f(&*ledger))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))
+}
+
 /// A deletion commits in the journal before its tool-ledger entries are
 /// purged (two files, no shared transaction); a crash in between leaves
 /// entries of a deleted session, which this start-up pass removes.
 async fn forget_deleted_tools<S: JournalStore>(
-    ledger: &ToolLedger,
+    ledger: &Arc<dyn LedgerStore>,
     store: &S,
 ) -> Result<(), StartError> {
     let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
     let mut purged = 0usize;
-    for session in ledger.sessions().map_err(|e| fail(e.to_string()))? {
+    for session in on_ledger(ledger, |l| l.sessions()).await? {
         if store
             .tombstone(&session)
             .await
             .map_err(|e| fail(e.to_string()))?
             .is_some()
         {
-            purged += ledger.forget(&session).map_err(|e| fail(e.to_string()))?;
+            purged += on_ledger(ledger, move |l| l.forget(&session)).await?;
         }
     }
     if purged > 0 {

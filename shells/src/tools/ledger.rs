@@ -50,7 +50,50 @@ pub enum LedgerEntry {
     },
 }
 
-/// The durable (session, key) → result store.
+/// Where ledger entries live: this file's SQLite ledger, or a table in a
+/// shared journal database (so several daemons see one ledger). Calls
+/// block; the executor makes them from a blocking thread. Each call is
+/// durable when it returns.
+pub trait LedgerStore: Send + Sync + 'static {
+    /// The entry for (session, key), if any.
+    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError>;
+    /// Records that the effect for (session, key) is about to happen. An
+    /// existing entry is left as it is.
+    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError>;
+    /// Records the effect's result. A result already stored wins: the first
+    /// finished execution is the one every later call is answered with.
+    fn finish(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        result: &ToolResult,
+    ) -> Result<(), ToolError>;
+    /// Forgets every key of `session` (a deleted session); returns how many
+    /// entries went. Repeating it is harmless.
+    fn forget(&self, session: &str) -> Result<usize, ToolError>;
+    /// Sessions with at least one entry, in uid order.
+    fn sessions(&self) -> Result<Vec<String>, ToolError>;
+}
+
+/// An entry from its stored columns (the same in every backend).
+pub fn entry_of(
+    tool: String,
+    state: &str,
+    result: Option<&[u8]>,
+) -> Result<LedgerEntry, ToolError> {
+    match (state, result) {
+        ("started", _) => Ok(LedgerEntry::Started { tool }),
+        ("done", Some(bytes)) => {
+            let result = ToolResult::decode(bytes)
+                .map_err(|_| ToolError::Ledger("stored result is corrupt".into()))?;
+            Ok(LedgerEntry::Done { tool, result })
+        }
+        _ => Err(ToolError::Ledger("stored entry is corrupt".into())),
+    }
+}
+
+/// The durable (session, key) → result store in a SQLite file.
 #[derive(Debug)]
 pub struct ToolLedger {
     conn: Mutex<Connection>,
@@ -101,9 +144,10 @@ impl ToolLedger {
         // (each is its own transaction), so the connection is still usable.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
-    /// The entry for (session, key), if any.
-    pub fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError> {
+impl LedgerStore for ToolLedger {
+    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError> {
         let row = self
             .conn()
             .query_row(
@@ -123,20 +167,10 @@ impl ToolLedger {
         let Some((tool, state, result)) = row else {
             return Ok(None);
         };
-        match (state.as_str(), result) {
-            ("started", _) => Ok(Some(LedgerEntry::Started { tool })),
-            ("done", Some(bytes)) => {
-                let result = ToolResult::decode(bytes.as_slice())
-                    .map_err(|_| ToolError::Ledger("stored result is corrupt".into()))?;
-                Ok(Some(LedgerEntry::Done { tool, result }))
-            }
-            _ => Err(ToolError::Ledger("stored entry is corrupt".into())),
-        }
+        entry_of(tool, &state, result.as_deref()).map(Some)
     }
 
-    /// Records that the effect for (session, key) is about to happen. An
-    /// existing entry is left as it is.
-    pub fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError> {
+    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError> {
         self.conn()
             .execute(
                 "INSERT INTO tool_ledger (session, idempotency_key, tool, state)
@@ -148,9 +182,7 @@ impl ToolLedger {
         Ok(())
     }
 
-    /// Records the effect's result. A result already stored wins: the first
-    /// finished execution is the one every later call is answered with.
-    pub fn finish(
+    fn finish(
         &self,
         session: &str,
         key: &str,
@@ -169,19 +201,14 @@ impl ToolLedger {
             .map_err(ledger_err)?;
         Ok(())
     }
-}
 
-impl ToolLedger {
-    /// Forgets every key of `session` (a deleted session); returns how many
-    /// entries went. Repeating it is harmless.
-    pub fn forget(&self, session: &str) -> Result<usize, ToolError> {
+    fn forget(&self, session: &str) -> Result<usize, ToolError> {
         self.conn()
             .execute("DELETE FROM tool_ledger WHERE session = ?1", [session])
             .map_err(ledger_err)
     }
 
-    /// Sessions with at least one entry, in uid order.
-    pub fn sessions(&self) -> Result<Vec<String>, ToolError> {
+    fn sessions(&self) -> Result<Vec<String>, ToolError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT DISTINCT session FROM tool_ledger ORDER BY session")

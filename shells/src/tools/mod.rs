@@ -37,7 +37,7 @@ pub mod ledger;
 
 pub use builtin::{AppendNote, EchoArgs};
 #[cfg(not(madsim))]
-pub use ledger::{LedgerEntry, ToolLedger};
+pub use ledger::{LedgerEntry, LedgerStore, ToolLedger};
 
 /// Longest tool name quoted in an error.
 #[cfg(not(madsim))]
@@ -197,7 +197,7 @@ type KeyLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 #[derive(Clone)]
 pub struct LedgerExecutor {
     registry: Arc<ToolRegistry>,
-    ledger: Arc<ToolLedger>,
+    ledger: Arc<dyn LedgerStore>,
     /// Serializes executions of one (session, key) within this process, so
     /// two concurrent deliveries cannot both see "no entry" and both run.
     locks: Arc<KeyLocks>,
@@ -216,16 +216,22 @@ impl std::fmt::Debug for LedgerExecutor {
 impl LedgerExecutor {
     /// An executor over `registry`, deduplicating through `ledger`.
     pub fn new(registry: ToolRegistry, ledger: ToolLedger) -> Self {
+        Self::with_store(registry, Arc::new(ledger))
+    }
+
+    /// An executor over `registry`, deduplicating through any ledger store
+    /// (one shared by several daemons, say).
+    pub fn with_store(registry: ToolRegistry, ledger: Arc<dyn LedgerStore>) -> Self {
         Self {
             registry: Arc::new(registry),
-            ledger: Arc::new(ledger),
+            ledger,
             locks: Arc::default(),
         }
     }
 
     /// The ledger (for inspection).
-    pub fn ledger(&self) -> &ToolLedger {
-        &self.ledger
+    pub fn ledger(&self) -> &dyn LedgerStore {
+        &*self.ledger
     }
 
     async fn run(&self, session: &str, call: &ToolCall) -> Result<ToolResult, ToolError> {
@@ -288,11 +294,11 @@ impl LedgerExecutor {
     async fn blocking<T, F>(&self, session: &str, key: &str, f: F) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce(&ToolLedger, &str, &str) -> Result<T, ToolError> + Send + 'static,
+        F: FnOnce(&dyn LedgerStore, &str, &str) -> Result<T, ToolError> + Send + 'static,
     {
         let ledger = Arc::clone(&self.ledger);
         let (s, k) = (session.to_owned(), key.to_owned());
-        tokio::task::spawn_blocking(move || f(&ledger, &s, &k))
+        tokio::task::spawn_blocking(move || f(&*ledger, &s, &k))
             .await
             .map_err(|_| ToolError::Ledger("worker failed".into()))?
     }
