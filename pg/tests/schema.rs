@@ -49,7 +49,8 @@ async fn two_daemons_opening_a_fresh_database_at_once_both_get_version_2() {
             "events",
             "harnesses",
             "reserved_harness_names",
-            "sessions"
+            "sessions",
+            "tool_ledger"
         ]
     );
     let version: i64 = raw(&url)
