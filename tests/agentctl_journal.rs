@@ -4,16 +4,10 @@
 
 #[path = "support/cli.rs"]
 mod cli;
-use cli::{Daemon, agentctl, stderr, stdout};
+use cli::{Daemon, agentctl, ok, stderr};
 
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
-
-fn ok(dir: &std::path::Path, args: &[&str]) -> String {
-    let o = agentctl(dir, args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    stdout(&o)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_journal_moves_to_postgres_and_back_and_the_daemons_serve_it() {

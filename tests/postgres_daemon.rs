@@ -14,12 +14,11 @@ use cli::{Daemon, agentctl, stderr, stdout};
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
 
+/// [`cli::ok`] against the daemon at `server`.
 fn ok(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
     let mut argv = vec!["--server", server];
     argv.extend_from_slice(args);
-    let o = agentctl(dir, &argv);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    stdout(&o)
+    cli::ok(dir, &argv)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -247,7 +247,7 @@ fn decide<'a>(
                 current: head.fence,
             })
         } else {
-            match ops::chain(batch, head.seq, &head.hash) {
+            match batch.chain(head.seq, &head.hash) {
                 Err(e) => Decision::Refused(e.into()),
                 Ok(records) => {
                     let last = records.last().expect("a batch has events");

@@ -2,7 +2,6 @@
 //! mirroring `shells/src/journal/sqlite/{write_ops,read_ops}.rs` so both
 //! backends answer every call alike (the store contract suite checks it).
 
-use agentsessions_machine::canon;
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{Event, LogRecord};
 use agentsessions_shells::journal::compute_text::{from_text, to_text};
@@ -65,32 +64,6 @@ pub(crate) fn check_batch(batch: &AppendBatch) -> Result<(), AppendError> {
     Ok(())
 }
 
-/// The records `batch` becomes on top of head `head` (hash `prev`): seqs,
-/// the hash chain and the writer's fence, exactly as they are stored.
-pub(crate) fn chain(
-    batch: &AppendBatch,
-    head: i64,
-    prev: &str,
-) -> Result<Vec<LogRecord>, StoreError> {
-    let mut prev = prev.to_owned();
-    let mut records = Vec::with_capacity(batch.events.len());
-    for (i, ev) in batch.events.iter().enumerate() {
-        let seq = head + 1 + i as i64;
-        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
-            seq,
-            reason: e.to_string(),
-        })?;
-        records.push(LogRecord {
-            seq,
-            prev_hash: std::mem::replace(&mut prev, hash.clone()),
-            content_hash: hash,
-            fence: batch.fence,
-            event: Some(ev.clone()),
-        });
-    }
-    Ok(records)
-}
-
 /// The CAS + fence checked append of one batch, in one transaction.
 pub(crate) async fn append(
     c: &mut deadpool_postgres::ClientWrapper,
@@ -143,7 +116,7 @@ pub(crate) async fn append(
         )
         .await
         .map_err(backend)?;
-    let records = chain(batch, head, &prev)?;
+    let records = batch.chain(head, &prev)?;
     for rec in &records {
         let blob = encode_event(rec.event.as_ref().expect("a chained record has its event"));
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [

@@ -20,6 +20,13 @@ pub fn agentctl(dir: &Path, args: &[&str]) -> Output {
         .expect("run agentctl")
 }
 
+/// Runs `agentctl args…` in `dir`, asserts it succeeded, returns stdout.
+pub fn ok(dir: &Path, args: &[&str]) -> String {
+    let o = agentctl(dir, args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    stdout(&o)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -81,6 +81,36 @@ pub struct AppendBatch {
     pub now_unix_nanos: i64,
 }
 
+impl AppendBatch {
+    /// The records this batch becomes on top of head `head` (whose hash is
+    /// `prev`): consecutive seqs, the hash chain and the writer's fence,
+    /// exactly as every store keeps them. All hashes come first, so a batch
+    /// that cannot be canonicalized is refused before anything is written.
+    pub fn chain(&self, head: i64, prev: &str) -> Result<Vec<LogRecord>, StoreError> {
+        debug_assert!(head >= 0 && (head == 0) == prev.is_empty());
+        let mut prev = prev.to_owned();
+        let mut records = Vec::with_capacity(self.events.len());
+        for (i, ev) in self.events.iter().enumerate() {
+            let seq = head + 1 + i as i64;
+            let hash = agentsessions_machine::canon::content_hash(&prev, seq, ev).map_err(|e| {
+                StoreError::Canonicalize {
+                    seq,
+                    reason: e.to_string(),
+                }
+            })?;
+            debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
+            records.push(LogRecord {
+                seq,
+                prev_hash: std::mem::replace(&mut prev, hash.clone()),
+                content_hash: hash,
+                fence: self.fence,
+                event: Some(ev.clone()),
+            });
+        }
+        Ok(records)
+    }
+}
+
 /// Session metadata, mirroring the Go host's `sessions` row. Labels,
 /// annotations, origin and identity are opaque proto3-JSON text ("" = unset);
 /// the store never parses them.

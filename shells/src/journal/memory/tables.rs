@@ -7,7 +7,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use agentsessions_machine::canon;
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
@@ -344,28 +343,11 @@ impl Tables {
         if batch.fence < current && !crate::journal::memory::planted!(SkipFenceCheck) {
             return Err(AppendError::Fenced { current });
         }
-        let mut prev = existing
+        let prev = existing
             .and_then(|s| s.records.last())
             .map(|r| r.content_hash.clone())
             .unwrap_or_default();
-        // Every hash first, so a batch that fails to canonicalize leaves
-        // nothing behind.
-        let mut records = Vec::with_capacity(batch.events.len());
-        for (i, ev) in batch.events.iter().enumerate() {
-            let seq = head + 1 + i as i64;
-            let hash =
-                canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
-                    seq,
-                    reason: e.to_string(),
-                })?;
-            records.push(LogRecord {
-                seq,
-                prev_hash: std::mem::replace(&mut prev, hash.clone()),
-                content_hash: hash,
-                fence: batch.fence,
-                event: Some(ev.clone()),
-            });
-        }
+        let records = batch.chain(head, &prev)?;
         let now = batch.now_unix_nanos;
         let session = self
             .sessions

@@ -5,7 +5,6 @@
 //! batch's COMMIT. They read their preconditions on the same connection, so
 //! an earlier job of the same batch is visible to a later one.
 
-use agentsessions_machine::canon;
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
@@ -88,26 +87,19 @@ pub fn append(
     if batch.fence < current {
         return Err(AppendError::Fenced { current });
     }
-    let mut prev = head_hash;
-    let mut records = Vec::with_capacity(batch.events.len());
+    let records = batch.chain(head, &head_hash)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    for (i, ev) in batch.events.iter().enumerate() {
-        let seq = head + 1 + i as i64;
-        let hash = canon::content_hash(&prev, seq, ev).map_err(|e| StoreError::Canonicalize {
-            seq,
-            reason: e.to_string(),
-        })?;
-        debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
-        debug_assert_eq!(blobs[i], encode_event(ev));
+    for (rec, blob) in records.iter().zip(blobs) {
+        debug_assert_eq!(*blob, encode_event(rec.event.as_ref().expect("chained")));
         match insert.execute(params![
             batch.session,
-            seq,
-            prev,
-            hash,
+            rec.seq,
+            rec.prev_hash,
+            rec.content_hash,
             batch.fence,
-            blobs[i]
+            blob
         ]) {
             Ok(n) => assert_eq!(n, 1, "one row per event"),
             // Defence in depth: the CAS above already excludes this inside
@@ -119,13 +111,6 @@ pub fn append(
             }
             Err(e) => return Err(e.into()),
         }
-        records.push(LogRecord {
-            seq,
-            prev_hash: std::mem::replace(&mut prev, hash.clone()),
-            content_hash: hash,
-            fence: batch.fence,
-            event: Some(ev.clone()),
-        });
     }
     touch_session(conn, batch, row, default_project)?;
     Ok(records)
