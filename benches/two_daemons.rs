@@ -12,11 +12,13 @@
 mod cli;
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
 use std::time::Instant;
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
-use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, Message, Part, TextPart, part};
+use agentsessions_proto::v1::ExecRequest;
 use cli::Daemon;
 use tonic::transport::Channel;
 
@@ -27,23 +29,12 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn hello() -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart {
-                text: "hello".into(),
-            })),
-        }],
-    }
-}
-
 /// One turn, read to the end; the records it streamed.
 async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> usize {
     let mut stream = c
         .exec(ExecRequest {
             session: session.into(),
-            inputs: vec![hello()],
+            inputs: vec![support::text("hello")],
             ..Default::default()
         })
         .await
@@ -63,14 +54,7 @@ async fn phase(daemons: &[Daemon], sessions: usize, turns: usize) -> f64 {
         let addr = format!("http://{}", daemons[s % daemons.len()].sessions);
         let channel = Channel::from_shared(addr).unwrap().connect().await.unwrap();
         let mut c = SessionsClient::new(channel);
-        let uid: String = c
-            .create_session(CreateSessionRequest::default())
-            .await
-            .unwrap()
-            .into_inner()
-            .metadata
-            .unwrap()
-            .uid;
+        let uid = support::create(&mut c, "").await;
         // Warm: the harness link, the statements, the session's caches.
         assert!(turn(&mut c, &uid).await >= 5);
         clients.push((c, uid));

@@ -4,7 +4,7 @@
 
 #[path = "support/cli.rs"]
 mod cli;
-use cli::{Daemon, agentctl, ok, stderr};
+use cli::{Daemon, agentctl, ok, ok_on, stderr};
 
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
@@ -21,22 +21,11 @@ async fn a_journal_moves_to_postgres_and_back_and_the_daemons_serve_it() {
 
     let daemon = Daemon::start(&file);
     let server = daemon.sessions.clone();
-    let sid = ok(d, &["--server", &server, "create"]).trim().to_owned();
+    let sid = ok_on(d, &server, &["create"]).trim().to_owned();
     for input in ["one", "two"] {
-        ok(
-            d,
-            &[
-                "--server",
-                &server,
-                "exec",
-                "--session",
-                &sid,
-                "--input",
-                input,
-            ],
-        );
+        ok_on(d, &server, &["exec", "--session", &sid, "--input", input]);
     }
-    let on_sqlite = ok(d, &["--server", &server, "replay", "--session", &sid]);
+    let on_sqlite = ok_on(d, &server, &["replay", "--session", &sid]);
     drop(daemon);
 
     let copied = ok(d, &["journal", "copy", "--from", file_s, "--to", &url]);
@@ -47,23 +36,9 @@ async fn a_journal_moves_to_postgres_and_back_and_the_daemons_serve_it() {
     // The daemon on PostgreSQL serves the copied session and continues it.
     let daemon = Daemon::start_with(url.as_ref(), &[]);
     let server = daemon.sessions.clone();
-    assert_eq!(
-        ok(d, &["--server", &server, "replay", "--session", &sid]),
-        on_sqlite
-    );
-    ok(
-        d,
-        &[
-            "--server",
-            &server,
-            "exec",
-            "--session",
-            &sid,
-            "--input",
-            "three",
-        ],
-    );
-    let on_pg = ok(d, &["--server", &server, "replay", "--session", &sid]);
+    assert_eq!(ok_on(d, &server, &["replay", "--session", &sid]), on_sqlite);
+    ok_on(d, &server, &["exec", "--session", &sid, "--input", "three"]);
+    let on_pg = ok_on(d, &server, &["replay", "--session", &sid]);
     assert!(
         on_pg.starts_with(&on_sqlite) && on_pg.contains("echo:three"),
         "{on_pg}"
@@ -75,10 +50,7 @@ async fn a_journal_moves_to_postgres_and_back_and_the_daemons_serve_it() {
     assert!(ok(d, &["journal", "verify", back_s]).starts_with("verified: 1 sessions"));
     let daemon = Daemon::start(&back);
     assert_eq!(
-        ok(
-            d,
-            &["--server", &daemon.sessions, "replay", "--session", &sid]
-        ),
+        ok_on(d, &daemon.sessions, &["replay", "--session", &sid]),
         on_pg
     );
     drop(daemon);

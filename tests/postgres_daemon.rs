@@ -9,17 +9,10 @@ use agentsessions_shells::journal::JournalStore as _;
 
 #[path = "support/cli.rs"]
 mod cli;
-use cli::{Daemon, agentctl, stderr, stdout};
+use cli::{Daemon, agentctl, ok_on as ok, stderr, stdout};
 
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
-
-/// [`cli::ok`] against the daemon at `server`.
-fn ok(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
-    let mut argv = vec!["--server", server];
-    argv.extend_from_slice(args);
-    cli::ok(dir, &argv)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_daemons_share_one_postgres_journal() {

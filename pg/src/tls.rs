@@ -30,17 +30,12 @@ pub(crate) fn connector(
     ca: Option<&Path>,
 ) -> Result<Connector, StoreError> {
     let mode = config.get_ssl_mode();
-    let wanted = match (mode, ca) {
-        (SslMode::Disable, Some(_)) => {
-            return Err(StoreError::InvalidArgument(
-                "journal CA given but the URL says sslmode=disable".into(),
-            ));
-        }
-        (SslMode::Disable, None) => false,
-        (SslMode::Require, _) | (_, Some(_)) => true,
-        _ => false,
-    };
-    if !wanted {
+    if mode == SslMode::Disable && ca.is_some() {
+        return Err(StoreError::InvalidArgument(
+            "journal CA given but the URL says sslmode=disable".into(),
+        ));
+    }
+    if mode != SslMode::Require && ca.is_none() {
         return Ok(Connector::Plain);
     }
     let Some(ca) = ca else {

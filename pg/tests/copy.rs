@@ -4,7 +4,7 @@
 //! rerun, and a target that diverges is refused.
 
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agentsessions_machine::events;
 use agentsessions_machine::journal::projection::batch_compute_state;
@@ -13,24 +13,13 @@ use agentsessions_pg::{PgJournal, PgOptions};
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{AppendBatch, JournalStore};
-use agentsessions_testkit::interop::parse_go_records;
+use agentsessions_testkit::interop::{fixture_dir, parse_go_records};
 
 #[path = "../../shells/tests/support/pg.rs"]
 mod pg;
 
 const LONG: &str = "aaa-long";
 const LONG_RECORDS: i64 = 1_200;
-
-fn fixture_dir() -> PathBuf {
-    std::env::var_os("GO_FIXTURES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/fixtures/go-v0.1.2"
-            ))
-        })
-}
 
 fn fixtures() -> Vec<(String, Vec<LogRecord>)> {
     let dir = fixture_dir();

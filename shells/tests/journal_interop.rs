@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::{AppendBatch, JournalStore};
-use agentsessions_testkit::interop::parse_go_records;
+use agentsessions_testkit::interop::{fixture_dir, parse_go_records};
 use common::*;
 
 const FIXTURES: [&str; 9] = [
@@ -21,18 +19,6 @@ const FIXTURES: [&str; 9] = [
     "multi-turn",
     "upgraded-resume",
 ];
-
-fn fixture_dir() -> PathBuf {
-    // `shared/` sits beside the repository; overridable for other layouts.
-    std::env::var_os("GO_FIXTURES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../shared/fixtures/go-v0.1.2"
-            ))
-        })
-}
 
 /// False (after saying so) when the fixtures are absent and not required.
 fn fixtures_present() -> bool {

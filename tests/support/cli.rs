@@ -27,6 +27,13 @@ pub fn ok(dir: &Path, args: &[&str]) -> String {
     stdout(&o)
 }
 
+/// [`ok`] against the daemon at `server`.
+pub fn ok_on(dir: &Path, server: &str, args: &[&str]) -> String {
+    let mut argv = vec!["--server", server];
+    argv.extend_from_slice(args);
+    ok(dir, &argv)
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

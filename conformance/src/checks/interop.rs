@@ -3,7 +3,7 @@
 //! with the outcomes the reference's v0.1.2 tests state
 //! (controller.md §10, v012_journal_test).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use agentsessions_proto::v1::{
     Event, EventKind, ExecutionStart, IdentityRef, LogRecord, Message, Part, TextPart, event, part,
@@ -69,14 +69,7 @@ pub(super) fn checks() -> Vec<Check> {
     ]
 }
 
-/// The fixture directory: `$GO_FIXTURES_DIR`, else
-/// `../shared/fixtures/go-v0.1.2` beside the repository root.
-pub fn fixture_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("GO_FIXTURES_DIR") {
-        return PathBuf::from(d);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/go-v0.1.2")
-}
+pub use agentsessions_testkit::interop::fixture_dir;
 
 fn required() -> bool {
     std::env::var("AGENTSESSIONS_REQUIRE_FIXTURES").is_ok_and(|v| v == "1")

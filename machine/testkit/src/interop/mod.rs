@@ -13,3 +13,16 @@ pub use go_record::{
     GoEventError, GoRecordError, go_event_to_proto, go_record_to_proto, parse_go_records,
 };
 pub use go_types::{GoEvent, GoMap, GoRecord, GoTime, GoValue};
+
+/// Where the Go v0.1.2 fixtures are: `$GO_FIXTURES_DIR`, else
+/// `../shared/fixtures/go-v0.1.2` beside the repository.
+pub fn fixture_dir() -> std::path::PathBuf {
+    match std::env::var_os("GO_FIXTURES_DIR") {
+        Some(dir) => dir.into(),
+        None => concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/fixtures/go-v0.1.2"
+        )
+        .into(),
+    }
+}
