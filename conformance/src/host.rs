@@ -132,6 +132,7 @@ impl Launcher for InProcess {
                 retain_completed: None,
                 ledger: None,
                 retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
+                lease: None,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

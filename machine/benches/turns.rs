@@ -226,6 +226,8 @@ impl Driver {
                 s.fence += 1;
                 StoreOutcome::Fence(Ok(s.fence))
             }
+            // The bench host takes no leases.
+            StoreEffect::HoldLease { .. } => StoreOutcome::LeaseHeld(Ok(false)),
             StoreEffect::ReadLog {
                 session,
                 from_seq,

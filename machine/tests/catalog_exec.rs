@@ -59,6 +59,7 @@ fn a_turn_superseded_by_a_newer_fence_is_aborted_and_writes_nothing_more() {
         id: EffectId(u64::MAX),
         session: sid.clone(),
         now: world.now,
+        lease: None,
     };
     world.store.perform(&mint);
     world.release();

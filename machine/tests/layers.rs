@@ -35,6 +35,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("journal", 7),
     ("invocation", 8),
     // What every operation runs on, then the operations.
+    ("ops::leases", 8),
     ("ops::cx", 9),
     ("ops::render", 9),
     ("ops::registry::rules", 10),

@@ -89,7 +89,7 @@ async fn raw_append(
 }
 
 async fn journal_latency(store: &PgJournal, n: usize) -> Vec<Duration> {
-    let fence = store.mint_fence("lat", 1).await.unwrap();
+    let fence = store.mint_fence("lat", 1, None).await.unwrap();
     let mut head = 0;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -124,7 +124,7 @@ async fn journal_throughput(store: Arc<PgJournal>, each: usize) -> f64 {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let session = format!("tp-{s}");
-            let fence = store.mint_fence(&session, 1).await.unwrap();
+            let fence = store.mint_fence(&session, 1, None).await.unwrap();
             let mut head = 0;
             for _ in 0..each {
                 let recs = store

@@ -27,9 +27,9 @@ use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -211,15 +211,33 @@ impl JournalStore for PgJournal {
         ops::append(&mut c, &batch, &self.default_project).await
     }
 
-    async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {
+    async fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> Result<i64, StoreError> {
         let mut c = self.conn().await?;
         ops::mint_fence(
             client_mut(&mut c),
             session,
             now_unix_nanos,
             &self.default_project,
+            lease,
         )
         .await
+    }
+
+    async fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        _now_unix_nanos: i64,
+    ) -> Result<bool, StoreError> {
+        let c = self.conn().await?;
+        ops::hold_lease(client(&c), session, owner, fence, ttl_nanos).await
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {

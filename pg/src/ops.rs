@@ -6,6 +6,7 @@ use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{Event, LogRecord};
 use agentsessions_shells::journal::compute_text::{from_text, to_text};
 use agentsessions_shells::journal::encode::encode_event;
+use agentsessions_shells::journal::lease::{self, LeaseClaim, StoredLease};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
     HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
@@ -183,34 +184,102 @@ pub(crate) async fn append(
     Ok(records)
 }
 
-/// fence = fence + 1 (1 on first mint); creates the row if missing.
+/// The database's clock in unix nanos: leases are judged by one clock for
+/// every host, never by comparing two hosts' clocks.
+const DB_NOW: &str = "(extract(epoch from clock_timestamp()) * 1000000000)::bigint";
+
+/// fence = fence + 1 (1 on first mint); creates the row if missing. With a
+/// claim, takes the lease too, or rolls the mint back.
 pub(crate) async fn mint_fence(
     c: &mut Client,
     session: &str,
     now: i64,
     default_project: &str,
+    lease: Option<&LeaseClaim>,
 ) -> Result<i64, StoreError> {
     required("session", session)?;
     let tx = c.transaction().await.map_err(backend)?;
     refuse_deleted(&tx, session).await?;
-    let fence: i64 = tx
+    // The upsert takes the session row's lock first, so every mint of one
+    // session runs its lease check after the previous one committed.
+    let row = tx
         .query_one(
-            "INSERT INTO sessions(session, fence, project, created_at, updated_at)
-             VALUES ($1, 1, $2, $3, $3)
-             ON CONFLICT (session) DO UPDATE SET
-                fence = sessions.fence + 1,
-                project = CASE WHEN sessions.project = '' THEN excluded.project ELSE sessions.project END,
-                created_at = CASE WHEN sessions.created_at = 0 THEN excluded.created_at ELSE sessions.created_at END,
-                updated_at = excluded.updated_at
-             RETURNING fence",
+            &format!(
+                "INSERT INTO sessions(session, fence, project, created_at, updated_at)
+                 VALUES ($1, 1, $2, $3, $3)
+                 ON CONFLICT (session) DO UPDATE SET
+                    fence = sessions.fence + 1,
+                    project = CASE WHEN sessions.project = '' THEN excluded.project ELSE sessions.project END,
+                    created_at = CASE WHEN sessions.created_at = 0 THEN excluded.created_at ELSE sessions.created_at END,
+                    updated_at = excluded.updated_at
+                 RETURNING fence, {DB_NOW}"
+            ),
             &[&session, &default_project, &now],
         )
         .await
-        .map_err(backend)?
-        .get(0);
-    commit(tx).await?;
+        .map_err(backend)?;
+    let fence: i64 = row.get(0);
+    let db_now: i64 = row.get(1);
     assert!(fence >= 1, "a minted fence is positive");
+    if let Some(claim) = lease {
+        let held = tx
+            .query_opt(
+                "SELECT owner, fence, expires_at FROM session_leases WHERE session = $1",
+                &[&session],
+            )
+            .await
+            .map_err(backend)?
+            .map(|r| StoredLease {
+                owner: r.get(0),
+                fence: r.get(1),
+                expires_at: r.get(2),
+            });
+        // A refusal drops the transaction: the fence bump rolls back.
+        lease::check_claim(session, held.as_ref(), claim, db_now)?;
+        let taken = lease::taken(claim, fence, db_now);
+        tx.execute(
+            "INSERT INTO session_leases(session, owner, fence, expires_at) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (session) DO UPDATE SET
+                owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at",
+            &[&session, &taken.owner, &taken.fence, &taken.expires_at],
+        )
+        .await
+        .map_err(backend)?;
+    }
+    commit(tx).await?;
     Ok(fence)
+}
+
+/// Renews (ttl > 0, from the database's now) or releases (0) `owner`'s
+/// lease taken under `fence`; whether `owner` held it.
+pub(crate) async fn hold_lease<C: GenericClient>(
+    c: &C,
+    session: &str,
+    owner: &str,
+    fence: i64,
+    ttl: i64,
+) -> Result<bool, StoreError> {
+    required("session", session)?;
+    required("lease owner", owner)?;
+    let n = if ttl == 0 {
+        c.execute(
+            "DELETE FROM session_leases WHERE session = $1 AND owner = $2 AND fence = $3",
+            &[&session, &owner, &fence],
+        )
+        .await
+    } else {
+        c.execute(
+            &format!(
+                "UPDATE session_leases SET expires_at = {DB_NOW} + $4
+                 WHERE session = $1 AND owner = $2 AND fence = $3"
+            ),
+            &[&session, &owner, &fence, &ttl],
+        )
+        .await
+    }
+    .map_err(backend)?;
+    assert!(n <= 1, "a session has one lease row");
+    Ok(n == 1)
 }
 
 fn decode_record(session: &str, row: &Row) -> Result<LogRecord, StoreError> {
@@ -630,6 +699,9 @@ pub(crate) async fn delete_session(
         .map_err(backend)?;
     let records = i64::try_from(records).expect("a row count fits i64");
     assert!(records >= head, "seqs are 1..=head, all removed");
+    tx.execute("DELETE FROM session_leases WHERE session = $1", &[&req.uid])
+        .await
+        .map_err(backend)?;
     tx.execute("DELETE FROM sessions WHERE session = $1", &[&req.uid])
         .await
         .map_err(backend)?;

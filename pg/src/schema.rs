@@ -72,6 +72,17 @@ CREATE TABLE IF NOT EXISTS deleted_sessions (
 );
 "#;
 
+/// Session leases: outside the versioned (Go) schema, as in SQLite, and
+/// created on every open. `expires_at` is in the database's clock.
+pub(crate) const SESSION_LEASES: &str = r#"
+CREATE TABLE IF NOT EXISTS session_leases (
+    session    text COLLATE "C" PRIMARY KEY,
+    owner      text NOT NULL,
+    fence      bigint NOT NULL,
+    expires_at bigint NOT NULL
+);
+"#;
+
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one
 /// without writing.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -123,6 +134,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     tx.batch_execute(crate::ledger::TABLE)
         .await
         .map_err(backend)?;
+    tx.batch_execute(SESSION_LEASES).await.map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     Ok(())
 }

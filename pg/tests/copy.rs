@@ -51,7 +51,7 @@ async fn source(path: &Path) -> usize {
         let mut fence = 0;
         for rec in records {
             while fence < rec.fence {
-                fence = store.mint_fence(name, 1).await.unwrap();
+                fence = store.mint_fence(name, 1, None).await.unwrap();
             }
             let event = rec.event.clone().unwrap();
             let got = store
@@ -68,7 +68,7 @@ async fn source(path: &Path) -> usize {
             assert_eq!(got, vec![rec.clone()], "{name} seq {}", rec.seq);
         }
     }
-    let fence = store.mint_fence(LONG, 2).await.unwrap();
+    let fence = store.mint_fence(LONG, 2, None).await.unwrap();
     for head in 0..LONG_RECORDS {
         let ev = events::input(&format!("x-{head}"), events::text_message("user", "hi"));
         store

@@ -34,8 +34,11 @@ async fn concurrent_appends_share_commits_and_each_keeps_its_outcome() {
     const SESSIONS: usize = 32;
     const ROUNDS: i64 = 10;
     for s in 0..SESSIONS {
-        assert_eq!(j.mint_fence(&format!("s{s}"), 1).await.unwrap(), 1);
-        assert_eq!(j.mint_fence(&format!("fenced{s}"), 1).await.unwrap(), 1);
+        assert_eq!(j.mint_fence(&format!("s{s}"), 1, None).await.unwrap(), 1);
+        assert_eq!(
+            j.mint_fence(&format!("fenced{s}"), 1, None).await.unwrap(),
+            1
+        );
     }
     let mut tasks = Vec::new();
     for s in 0..SESSIONS {

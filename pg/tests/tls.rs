@@ -31,7 +31,7 @@ async fn a_tls_only_server_is_used_when_verified_and_refused_otherwise() {
 
     // Verified against the CA that signed the server: it works.
     let j = PgJournal::open(&url, with_ca(&ca)).await.unwrap();
-    assert_eq!(j.mint_fence("s", 1).await.unwrap(), 1);
+    assert_eq!(j.mint_fence("s", 1, None).await.unwrap(), 1);
     // A CA alone is enough: it raises the URL's default `prefer` to require.
     PgJournal::open(&cluster.url, with_ca(&ca)).await.unwrap();
     // The offline tools speak TLS too.

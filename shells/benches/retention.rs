@@ -116,6 +116,7 @@ async fn appends(daemon: &Daemon, n: usize) -> Vec<Duration> {
         .mint_fence(
             session,
             agentsessions_shells::journal::system_now_unix_nanos(),
+            None,
         )
         .await
         .unwrap();
@@ -171,6 +172,7 @@ fn main() {
         let cfg = DaemonConfig {
             retain_completed: Some(Duration::from_secs(3600)),
             retention_interval: Duration::from_secs(3600),
+            lease: None,
             ..support::config(&retained)
         };
         let started = Instant::now();

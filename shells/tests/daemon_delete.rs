@@ -278,6 +278,7 @@ async fn retention_deletes_stale_sessions_and_keeps_parked_ones() {
     let cfg = DaemonConfig {
         retain_completed: Some(Duration::from_secs(2)),
         retention_interval: Duration::from_millis(100),
+        lease: None,
         ..config(dir.path())
     };
     let db = cfg.journal.clone();

@@ -59,7 +59,7 @@ async fn go_fixtures_round_trip_through_sqlite() {
             for rec in &records {
                 // Mint up to the fence the Go writer held for this record.
                 while fence < rec.fence {
-                    fence = store.mint_fence(name, 1).await.unwrap();
+                    fence = store.mint_fence(name, 1, None).await.unwrap();
                 }
                 assert_eq!(fence, rec.fence, "{name} seq {}", rec.seq);
                 let got = store

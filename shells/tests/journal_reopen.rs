@@ -50,7 +50,7 @@ async fn a_commit_with_unknown_outcome_takes_the_store_down_until_it_reopens() {
     let mut health = store.health();
     assert!(*health.borrow_and_update(), "up at first");
 
-    let fence = store.mint_fence("s", 1).await.unwrap();
+    let fence = store.mint_fence("s", 1, None).await.unwrap();
     let failed = store.append(batch("s", 0, fence, vec![input("a")])).await;
     assert!(
         matches!(
@@ -85,7 +85,7 @@ async fn refusals_and_bad_requests_leave_the_store_up() {
     let db = TempDb::new();
     let opens = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let store = Reopening::new(db.open(), reopener(db.path(), opens.clone()), fast());
-    let fence = store.mint_fence("s", 1).await.unwrap();
+    let fence = store.mint_fence("s", 1, None).await.unwrap();
     store
         .append(batch("s", 0, fence, vec![input("a")]))
         .await

@@ -76,8 +76,8 @@ async fn fences_reject_older_holders_and_accept_newer_without_advancing() {
         .append(batch("s", 0, 0, vec![input("a")]))
         .await
         .unwrap();
-    assert_eq!(store.mint_fence("s", 1).await.unwrap(), 1);
-    assert_eq!(store.mint_fence("s", 2).await.unwrap(), 2);
+    assert_eq!(store.mint_fence("s", 1, None).await.unwrap(), 1);
+    assert_eq!(store.mint_fence("s", 2, None).await.unwrap(), 2);
     match store.append(batch("s", 1, 1, vec![input("b")])).await {
         Err(AppendError::Fenced { current: 2 }) => {}
         other => panic!("expected fenced, got {other:?}"),
@@ -102,7 +102,7 @@ async fn fences_reject_older_holders_and_accept_newer_without_advancing() {
         .await
         .unwrap();
     assert_eq!(r[0].seq, 3);
-    assert_eq!(store.mint_fence("s", 3).await.unwrap(), 3);
+    assert_eq!(store.mint_fence("s", 3, None).await.unwrap(), 3);
 }
 
 #[test]
@@ -121,7 +121,7 @@ fn eight_handles_racing_for_seq_one_yield_one_winner() {
                     let store = open_with(&path, SqliteOptions::default());
                     rt().block_on(async {
                         let fence = if i % 2 == 0 {
-                            store.mint_fence("s", 1).await.unwrap()
+                            store.mint_fence("s", 1, None).await.unwrap()
                         } else {
                             0
                         };
@@ -171,7 +171,7 @@ async fn sessions_are_isolated() {
     assert_eq!(store.head("a").await.unwrap(), 5);
     assert_eq!(store.head("b").await.unwrap(), 3);
     assert_eq!(store.read("b", 1, 1).await.unwrap()[0].prev_hash, "");
-    assert_eq!(store.mint_fence("a", 1).await.unwrap(), 1);
+    assert_eq!(store.mint_fence("a", 1, None).await.unwrap(), 1);
     // b's fence is untouched by a's.
     store
         .append(batch("b", 3, 0, vec![input("b")]))
@@ -203,8 +203,8 @@ async fn records_persist_across_reopen() {
 async fn one_failing_append_does_not_fail_its_batch() {
     let db = TempDb::new();
     let store = db.open();
-    assert_eq!(store.mint_fence("fenced", 1).await.unwrap(), 1);
-    assert_eq!(store.mint_fence("fenced", 2).await.unwrap(), 2);
+    assert_eq!(store.mint_fence("fenced", 1, None).await.unwrap(), 1);
+    assert_eq!(store.mint_fence("fenced", 2, None).await.unwrap(), 2);
     let stats_before = store.writer_stats();
     let hold = store.hold_writer();
     let mut pending = Vec::new();
@@ -328,7 +328,7 @@ async fn tampered_hash_is_reported_at_its_seq() {
 async fn compute_state_follows_the_projection() {
     let db = TempDb::new();
     let store = db.open();
-    assert_eq!(store.mint_fence("s", 5).await.unwrap(), 1);
+    assert_eq!(store.mint_fence("s", 5, None).await.unwrap(), 1);
     let info = store.session_info("s").await.unwrap();
     assert_eq!(info.compute_state, ComputeState::ComputeNone);
     assert_eq!(
@@ -412,7 +412,7 @@ async fn put_session_upserts_metadata_only() {
     );
 
     // Journal activity, then a metadata update: fence and compute_state stay.
-    assert_eq!(store.mint_fence("x", 150).await.unwrap(), 1);
+    assert_eq!(store.mint_fence("x", 150, None).await.unwrap(), 1);
     store
         .append(batch("x", 0, 1, vec![input("a")]))
         .await
@@ -461,7 +461,7 @@ async fn commit_failure_poisons_the_handle_and_fails_the_whole_batch() {
         ..SqliteOptions::default()
     };
     let store = open_with(&db.path(), options);
-    store.mint_fence("a", 1).await.unwrap();
+    store.mint_fence("a", 1, None).await.unwrap();
     let hold = store.hold_writer();
     let pending: Vec<_> = ["a", "b", "c"]
         .iter()
@@ -481,7 +481,7 @@ async fn commit_failure_poisons_the_handle_and_fails_the_whole_batch() {
     ));
     assert!(matches!(store.head("a").await, Err(StoreError::Poisoned)));
     assert!(matches!(
-        store.mint_fence("a", 2).await,
+        store.mint_fence("a", 2, None).await,
         Err(StoreError::Poisoned)
     ));
     drop(store);
@@ -593,7 +593,7 @@ async fn an_idle_writer_commits_in_place_and_a_busy_one_gives_the_batch_back() {
         .unwrap()
         .unwrap();
     assert_eq!(recs[0].seq, 1);
-    assert_eq!(store.try_mint_fence_now("s", 5).unwrap().unwrap(), 1);
+    assert_eq!(store.try_mint_fence_now("s", 5, None).unwrap().unwrap(), 1);
     // A conflict is answered in place like any other outcome.
     assert!(matches!(
         store
@@ -609,7 +609,7 @@ async fn an_idle_writer_commits_in_place_and_a_busy_one_gives_the_batch_back() {
             panic!("a busy writer must give the batch back");
         };
         assert_eq!(back.expected_last_seq, 1);
-        assert!(store.try_mint_fence_now("s", 6).is_none());
+        assert!(store.try_mint_fence_now("s", 6, None).is_none());
     }
     assert_eq!(store.read("s", 1, 0).await.unwrap().len(), 1);
     store.verify("s").await.unwrap();
@@ -668,7 +668,7 @@ async fn in_place_gives_the_batch_back_when_another_process_holds_the_write_lock
     let Err(back) = store.try_append_now(batch("s", 1, 0, vec![input("b")])) else {
         panic!("a held write lock must give the batch back");
     };
-    assert!(store.try_mint_fence_now("s", 2).is_none());
+    assert!(store.try_mint_fence_now("s", 2, None).is_none());
     assert!(
         started.elapsed() < std::time::Duration::from_secs(1),
         "the in-place attempt waited on the lock"

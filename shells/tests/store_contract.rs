@@ -26,8 +26,8 @@ use agentsessions_shells::journal::memory::{Durability, MemoryDisk};
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessState,
-    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionMeta,
-    StaleScan, StoreError,
+    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionMeta, StaleScan, StoreError,
 };
 
 const S: &str = "sess-000000000000000000000001";
@@ -67,7 +67,7 @@ fn reg(name: &str, digest: &str) -> HarnessRegistration {
 }
 
 async fn appends_chain_from_genesis_and_the_store_verifies_them<J: JournalStore>(j: &J) {
-    assert_eq!(j.mint_fence(S, 1).await.unwrap(), 1);
+    assert_eq!(j.mint_fence(S, 1, None).await.unwrap(), 1);
     let first = j.append(batch(0, 1, vec![input("a"), input("b")])).await;
     let first = first.unwrap();
     assert_eq!(first.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
@@ -82,7 +82,7 @@ async fn appends_chain_from_genesis_and_the_store_verifies_them<J: JournalStore>
 }
 
 async fn a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing<J: JournalStore>(j: &J) {
-    j.mint_fence(S, 1).await.unwrap();
+    j.mint_fence(S, 1, None).await.unwrap();
     j.append(batch(0, 1, vec![input("a")])).await.unwrap();
     for stale in [0, 2, 7] {
         let got = j.append(batch(stale, 1, vec![input("late")])).await;
@@ -95,8 +95,8 @@ async fn a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing<J: Journa
 }
 
 async fn an_older_fence_is_fenced_and_a_newer_one_writes<J: JournalStore>(j: &J) {
-    assert_eq!(j.mint_fence(S, 1).await.unwrap(), 1);
-    assert_eq!(j.mint_fence(S, 2).await.unwrap(), 2);
+    assert_eq!(j.mint_fence(S, 1, None).await.unwrap(), 1);
+    assert_eq!(j.mint_fence(S, 2, None).await.unwrap(), 2);
     let got = j.append(batch(0, 1, vec![input("zombie")])).await;
     assert!(
         matches!(got, Err(AppendError::Fenced { current: 2 })),
@@ -107,11 +107,11 @@ async fn an_older_fence_is_fenced_and_a_newer_one_writes<J: JournalStore>(j: &J)
     // A larger fence is accepted and does not advance the stored one.
     j.append(batch(1, 9, vec![input("ahead")])).await.unwrap();
     assert_eq!(j.session_info(S).await.unwrap().fence, 2);
-    assert_eq!(j.mint_fence(S, 3).await.unwrap(), 3);
+    assert_eq!(j.mint_fence(S, 3, None).await.unwrap(), 3);
 }
 
 async fn reads_return_exactly_the_asked_range<J: JournalStore>(j: &J) {
-    j.mint_fence(S, 1).await.unwrap();
+    j.mint_fence(S, 1, None).await.unwrap();
     let evs = (0..5).map(|i| input(&format!("m{i}"))).collect();
     j.append(batch(0, 1, evs)).await.unwrap();
     let seqs = |r: Vec<agentsessions_proto::v1::LogRecord>| -> Vec<i64> {
@@ -124,7 +124,7 @@ async fn reads_return_exactly_the_asked_range<J: JournalStore>(j: &J) {
 }
 
 async fn the_compute_state_is_the_one_the_append_carries<J: JournalStore>(j: &J) {
-    j.mint_fence(S, 1).await.unwrap();
+    j.mint_fence(S, 1, None).await.unwrap();
     let mut told = batch(0, 1, vec![input("a")]);
     told.compute_state = Some(ComputeState::ComputeLive);
     j.append(told).await.unwrap();
@@ -325,7 +325,7 @@ async fn a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes<J: 
     j: &J,
 ) {
     j.put_session(meta(S, "p", 10), 10).await.unwrap();
-    let fence = j.mint_fence(S, 11).await.unwrap();
+    let fence = j.mint_fence(S, 11, None).await.unwrap();
     j.append(batch(0, fence, vec![input("a"), input("b")]))
         .await
         .unwrap();
@@ -361,7 +361,7 @@ async fn a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes<J: 
 
     // Every write to the uid is refused, so nothing brings it back.
     assert!(matches!(
-        j.mint_fence(S, 12).await,
+        j.mint_fence(S, 12, None).await,
         Err(StoreError::SessionDeleted { .. })
     ));
     assert!(matches!(
@@ -383,7 +383,7 @@ async fn a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes<J: 
 }
 
 async fn a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing<J: JournalStore>(j: &J) {
-    let fence = j.mint_fence(S, 1).await.unwrap();
+    let fence = j.mint_fence(S, 1, None).await.unwrap();
     j.append(batch(0, fence, vec![input("a")])).await.unwrap();
     assert!(matches!(
         j.delete_session(delete(S, 0)).await,
@@ -432,7 +432,7 @@ async fn a_stale_scan_walks_the_table_in_bounded_steps<J: JournalStore>(j: &J) {
 }
 
 async fn concurrent_appends_at_one_head_commit_exactly_one<J: JournalStore>(j: &J) {
-    let fence = j.mint_fence(S, 1).await.unwrap();
+    let fence = j.mint_fence(S, 1, None).await.unwrap();
     j.append(batch(0, fence, vec![input("a")])).await.unwrap();
     let racers = (0..8).map(|i| j.append(batch(1, fence, vec![input(&format!("r{i}"))])));
     let results = futures_util::future::join_all(racers).await;
@@ -448,6 +448,129 @@ async fn concurrent_appends_at_one_head_commit_exactly_one<J: JournalStore>(j: &
     assert_eq!(records.len(), 2);
     chain::verify(&records).unwrap();
     j.verify(S).await.unwrap();
+}
+
+fn claim(owner: &str, ttl: Duration, force: bool) -> LeaseClaim {
+    LeaseClaim {
+        owner: owner.into(),
+        ttl: i64::try_from(ttl.as_nanos()).unwrap(),
+        force,
+    }
+}
+
+// Leases are judged by the store's clock (PostgreSQL's own, the host's for
+// the embedded stores), so these checks pass real time and really wait.
+fn now() -> i64 {
+    agentsessions_shells::journal::system_now_unix_nanos()
+}
+
+async fn a_live_lease_refuses_another_owners_mint_and_changes_nothing<J: JournalStore>(j: &J) {
+    let short = Duration::from_millis(300);
+    let a = claim("host-a", short, false);
+    let b = claim("host-b", Duration::from_secs(60), false);
+    assert_eq!(j.mint_fence(S, now(), Some(&a)).await.unwrap(), 1);
+    let refused = j.mint_fence(S, now(), Some(&b)).await;
+    match refused {
+        Err(StoreError::Leased {
+            owner,
+            remaining_ms,
+            ..
+        }) => {
+            assert_eq!(owner, "host-a");
+            assert!((1..=300).contains(&remaining_ms), "{remaining_ms}");
+        }
+        other => panic!("want Leased, got {other:?}"),
+    }
+    assert_eq!(j.session_info(S).await.unwrap().fence, 1, "no fence taken");
+    // The holder's own mint goes through (a restarted host keeps its id).
+    assert_eq!(j.mint_fence(S, now(), Some(&a)).await.unwrap(), 2);
+    tokio::time::sleep(short + Duration::from_millis(100)).await;
+    assert_eq!(j.mint_fence(S, now(), Some(&b)).await.unwrap(), 3, "lapsed");
+    assert!(
+        matches!(
+            j.mint_fence(S, now(), Some(&a)).await,
+            Err(StoreError::Leased { .. })
+        ),
+        "b holds it now"
+    );
+    // A forced claim (Cancel) takes it from a live holder.
+    let forced = claim("host-a", short, true);
+    assert_eq!(j.mint_fence(S, now(), Some(&forced)).await.unwrap(), 4);
+    // A mint without a claim ignores leases (a single-host journal).
+    assert_eq!(j.mint_fence(S, now(), None).await.unwrap(), 5);
+}
+
+async fn a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence<J: JournalStore>(j: &J) {
+    let ttl = Duration::from_secs(60);
+    let ttl_nanos = i64::try_from(ttl.as_nanos()).unwrap();
+    let f = j
+        .mint_fence(S, now(), Some(&claim("host-a", ttl, false)))
+        .await
+        .unwrap();
+    assert!(
+        !j.hold_lease(S, "host-b", f, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !j.hold_lease(S, "host-a", f + 1, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        !j.hold_lease("no-such", "host-a", f, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+    assert!(
+        j.hold_lease(S, "host-a", f, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+    let b = claim("host-b", ttl, false);
+    assert!(j.mint_fence(S, now(), Some(&b)).await.is_err(), "renewed");
+    assert!(
+        j.hold_lease(S, "host-a", f, 0, now()).await.unwrap(),
+        "released"
+    );
+    assert!(
+        !j.hold_lease(S, "host-a", f, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+    let g = j.mint_fence(S, now(), Some(&b)).await.unwrap();
+    assert_eq!(g, f + 1, "free at once after the release");
+    // A delete takes the lease with the session.
+    j.append(batch(0, g, vec![input("x")])).await.unwrap();
+    j.delete_session(delete(S, 1)).await.unwrap();
+    assert!(
+        !j.hold_lease(S, "host-b", g, ttl_nanos, now())
+            .await
+            .unwrap()
+    );
+}
+
+async fn concurrent_claims_by_several_hosts_leave_exactly_one_holder<J: JournalStore>(j: &J) {
+    let claims: Vec<LeaseClaim> = (0..8)
+        .map(|i| claim(&format!("host-{i}"), Duration::from_secs(60), false))
+        .collect();
+    let racers = claims.iter().map(|c| j.mint_fence(S, now(), Some(c)));
+    let results = futures_util::future::join_all(racers).await;
+    let won: Vec<usize> = (0..8).filter(|i| results[*i].is_ok()).collect();
+    assert_eq!(won.len(), 1, "{results:?}");
+    for r in &results {
+        assert!(
+            matches!(r, Ok(1) | Err(StoreError::Leased { .. })),
+            "a loser takes no fence: {r:?}"
+        );
+    }
+    assert_eq!(j.session_info(S).await.unwrap().fence, 1);
+    let holder = format!("host-{}", won[0]);
+    assert!(
+        j.hold_lease(S, &holder, 1, 1_000_000_000, now())
+            .await
+            .unwrap()
+    );
 }
 
 macro_rules! backends {
@@ -507,4 +630,7 @@ backends!(
     a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing,
     a_stale_scan_walks_the_table_in_bounded_steps,
     concurrent_appends_at_one_head_commit_exactly_one,
+    a_live_lease_refuses_another_owners_mint_and_changes_nothing,
+    a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence,
+    concurrent_claims_by_several_hosts_leave_exactly_one_holder,
 );

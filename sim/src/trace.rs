@@ -157,6 +157,7 @@ pub fn describe(item: &Item) -> String {
 pub fn outcome_name(o: &Outcome) -> &'static str {
     match o {
         Outcome::Store(StoreOutcome::Appended(_)) => "Appended",
+        Outcome::Store(StoreOutcome::LeaseHeld(_)) => "LeaseHeld",
         Outcome::Store(StoreOutcome::Fence(_)) => "Fence",
         Outcome::Store(StoreOutcome::Log(_)) => "Log",
         Outcome::Store(StoreOutcome::Session(_)) => "Session",

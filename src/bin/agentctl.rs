@@ -182,6 +182,7 @@ impl Link {
             retain_completed: None,
             ledger: None,
             retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
+            lease: None,
         };
         let daemon = Daemon::start(config)
             .await

@@ -86,6 +86,58 @@ struct Args {
     /// Pause between retention passes over the whole journal.
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
     retention_interval: Duration,
+    /// This daemon's id as a session lease owner; keep it stable across
+    /// restarts so a restarted daemon takes its own leases back at once.
+    /// Default: `<hostname>:<port of --addr>`.
+    #[arg(long, value_name = "ID")]
+    host_id: Option<String>,
+    /// How long a session lease lasts; another daemon on the same journal
+    /// takes over a session only after its holder's lease lapses. Default:
+    /// 15s on a PostgreSQL journal, off (0s) on SQLite, which has one host.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    lease: Option<Duration>,
+    /// How often a held lease is renewed. Default: a third of --lease.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    heartbeat: Option<Duration>,
+}
+
+/// The lease settings the flags ask for (`None`: no leases).
+fn lease_settings(
+    args: &Args,
+    postgres: bool,
+) -> anyhow::Result<Option<agentsessions_shells::daemon::app::LeaseSettings>> {
+    let default = Duration::from_nanos(agentsessions_machine::host::DEFAULT_LEASE.unsigned_abs());
+    let ttl = match args.lease {
+        Some(d) => d,
+        None if postgres => default,
+        None => Duration::ZERO,
+    };
+    if ttl.is_zero() {
+        anyhow::ensure!(
+            args.heartbeat.is_none(),
+            "--heartbeat needs a lease (--lease is off)"
+        );
+        return Ok(None);
+    }
+    let host_id = match &args.host_id {
+        Some(id) => id.clone(),
+        None => {
+            let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_default();
+            let name = if name.is_empty() {
+                "localhost".into()
+            } else {
+                name
+            };
+            format!("{name}:{}", args.addr.port())
+        }
+    };
+    Ok(Some(agentsessions_shells::daemon::app::LeaseSettings {
+        host_id,
+        ttl,
+        heartbeat: args.heartbeat.unwrap_or(ttl / 3),
+    }))
 }
 
 fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
@@ -131,6 +183,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let postgres =
         args.journal.starts_with("postgres://") || args.journal.starts_with("postgresql://");
     let ledger = args.tools_ledger.clone();
+    let lease = lease_settings(&args, postgres)?;
     let config = DaemonConfig {
         addr: args.addr,
         registry_addr: args.registry_addr,
@@ -154,6 +207,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         max_in_flight: args.max_in_flight,
         retain_completed: args.retain_completed,
         retention_interval: args.retention_interval,
+        lease,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

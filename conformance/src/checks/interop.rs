@@ -138,7 +138,7 @@ pub async fn preload_records(
     for rec in records {
         while fence < rec.fence {
             fence = store
-                .mint_fence(uid, now)
+                .mint_fence(uid, now, None)
                 .await
                 .map_err(|e| Failure(format!("mint_fence: {e}")))?;
         }

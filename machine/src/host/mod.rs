@@ -55,6 +55,7 @@ impl std::fmt::Debug for Host {
             .field("waiting", &self.core.waiting())
             .field("conns", &self.core.open_conns())
             .field("guards", self.core.guards())
+            .field("leases", &self.core.leases.sessions().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -126,6 +127,8 @@ impl Host {
         let Some(id) = self.core.take_waiter(effect) else {
             panic!("outcome for unknown effect {effect:?}: each effect is answered once");
         };
+        let alive = self.ops.contains_key(&id);
+        self.core.observe_leases(effect, &outcome, alive);
         self.dispatch(id, |op, cx| op.on_outcome(cx, effect, outcome));
         Ok(())
     }
@@ -188,6 +191,11 @@ impl Host {
         self.core.next_deadline()
     }
 
+    /// Sessions whose lease this host holds (a host at rest holds none).
+    pub fn leased(&self) -> Vec<String> {
+        self.core.leases.sessions().map(str::to_owned).collect()
+    }
+
     /// Operations in flight (a host at rest holds none).
     pub fn in_flight(&self) -> usize {
         self.ops.len()
@@ -237,6 +245,7 @@ impl Host {
                 self.dispatch(id, |op, cx| op.on_deadline(cx));
             }
         }
+        self.core.renew_due(now);
         debug_assert!(self.core.next_deadline().is_none_or(|at| at > now));
         Ok(())
     }

@@ -123,7 +123,7 @@ impl CancelOp {
                     Ok(None) => self.reply_session(cx),
                     Ok(Some(events)) => {
                         let head = log.last().map_or(0, |r| r.seq);
-                        let fence = cx.mint_fence(&self.req.session);
+                        let fence = cx.mint_fence_forced(&self.req.session);
                         self.stage = Stage::Fence(fence, head, events);
                         Flow::Continue
                     }

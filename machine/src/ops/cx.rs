@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use crate::ops::leases::Leases;
 use crate::vocab::{
     ClientEffect, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig, IdSource,
-    Nanos, RequestId, Response, Route, SessionRow, Status, StoreEffect, StreamItem,
+    Nanos, Outcome, RequestId, Response, Route, SessionRow, Status, StoreEffect, StreamItem,
 };
 
 /// Identifies one operation (one client request in flight).
@@ -38,12 +39,14 @@ pub(crate) struct Core {
     conns: BTreeMap<ConnId, OpId>,
     guards: BTreeMap<String, OpId>,
     timers: BTreeSet<(Nanos, OpId)>,
+    pub(crate) leases: Leases<OpId>,
 }
 
 impl Core {
     /// A core at time zero serving `config`'s static routes.
     pub(crate) fn new(config: HostConfig, ids: Box<dyn IdSource + Send>) -> Self {
         let routes = config.harnesses.clone();
+        let leases = Leases::new(config.lease.clone());
         Self {
             now: 0,
             config,
@@ -58,6 +61,7 @@ impl Core {
             conns: BTreeMap::new(),
             guards: BTreeMap::new(),
             timers: BTreeSet::new(),
+            leases,
         }
     }
 
@@ -98,9 +102,40 @@ impl Core {
         Some(id)
     }
 
-    /// The earliest armed deadline.
+    /// The earliest armed deadline or lease renewal.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
-        self.timers.first().map(|(at, _)| *at)
+        let op = self.timers.first().map(|(at, _)| *at);
+        match (op, self.leases.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Sends every lease renewal due by `now`. A renewal's outcome is
+    /// nobody's but the lease table's.
+    pub(crate) fn renew_due(&mut self, now: Nanos) {
+        while let Some((session, fence, ttl)) = self.leases.pop_due(now) {
+            let id = self.hold_lease(session.clone(), fence, ttl);
+            self.leases.renewing(id, session, fence);
+        }
+    }
+
+    /// Lets the lease table see an outcome before its operation does.
+    pub(crate) fn observe_leases(&mut self, effect: EffectId, outcome: &Outcome, alive: bool) {
+        let now = self.now;
+        if let Some((session, fence)) = self.leases.observe(now, effect, outcome, alive) {
+            self.hold_lease(session, fence, 0);
+        }
+    }
+
+    /// Emits a HoldLease (ttl 0 releases) owned by no operation.
+    fn hold_lease(&mut self, session: String, fence: i64, ttl: Nanos) -> EffectId {
+        self.next_effect += 1;
+        let id = EffectId(self.next_effect);
+        let effect = self.leases.hold_effect(id, session, fence, ttl, self.now);
+        self.waiting.insert(id, OpId::NOBODY);
+        self.effects.push_back(effect);
+        id
     }
 
     /// Effects waiting for an outcome (for reports).
@@ -147,6 +182,9 @@ impl Core {
                 .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
         debug_assert!(self.conns.values().all(|holder| *holder != id));
+        for (session, fence) in self.leases.release(id) {
+            self.hold_lease(session, fence, 0);
+        }
     }
 
     pub(crate) fn add_route(&mut self, name: &str, route: Route) -> bool {
@@ -235,11 +273,32 @@ impl Cx<'_> {
         })
     }
 
-    /// Mints the session's next fence.
+    /// Mints the session's next fence (and takes its lease, when this host
+    /// takes leases; another host's live lease refuses it).
     pub(crate) fn mint_fence(&mut self, session: &str) -> EffectId {
-        let session = session.to_owned();
+        self.mint(session, false)
+    }
+
+    /// Mints the session's next fence taking its lease even from a live
+    /// holder on another host: Cancel exists to stop a live execution.
+    pub(crate) fn mint_fence_forced(&mut self, session: &str) -> EffectId {
+        self.mint(session, true)
+    }
+
+    fn mint(&mut self, session: &str, force: bool) -> EffectId {
+        let lease = self.core.leases.claim(force);
         let now = self.core.now;
-        self.request(|id| Effect::Store(StoreEffect::MintFence { id, session, now }))
+        let owned = session.to_owned();
+        let id = self.request(|id| {
+            Effect::Store(StoreEffect::MintFence {
+                id,
+                session: owned,
+                now,
+                lease,
+            })
+        });
+        self.core.leases.minting(id, self.op, session);
+        id
     }
 
     /// Appends `events` after `expected_last_seq` under `fence`.

@@ -12,6 +12,7 @@ pub(crate) mod cx;
 mod delete;
 mod exec;
 mod fork;
+pub(crate) mod leases;
 mod load;
 mod override_check;
 mod placement;

@@ -8,6 +8,7 @@
 //! [`Backend`].
 
 use super::ids::Nanos;
+use super::lease::LeaseConfig;
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::HarnessSpec;
@@ -87,6 +88,9 @@ pub struct HostConfig {
     /// in flight, are deleted by [`Request::Retain`](super::Request::Retain)
     /// steps. `None` (the default) keeps everything.
     pub retain_completed: Option<Nanos>,
+    /// Session leases, for hosts sharing a journal (`None`: this host is
+    /// the journal's only writer and takes none).
+    pub lease: Option<LeaseConfig>,
 }
 
 impl Default for HostConfig {
@@ -113,6 +117,7 @@ impl Default for HostConfig {
             has_executor: true,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             retain_completed: None,
+            lease: None,
         }
     }
 }

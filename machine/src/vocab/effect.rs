@@ -10,6 +10,7 @@ use agentsessions_proto::v1::{
 use super::committed::Committed;
 use super::config::Backend;
 use super::ids::{ConnId, EffectId, Nanos, RequestId};
+use super::lease::LeaseClaim;
 use super::request::{Response, StreamItem};
 use super::rows::{HarnessCheck, HarnessRow, SessionRow};
 use super::status::Status;
@@ -101,13 +102,34 @@ pub enum StoreEffect {
         /// The machine's time, for what the store stamps.
         now: Nanos,
     },
-    /// Mint the next fence for `session` (creating its row if missing).
+    /// Mint the next fence for `session` (creating its row if missing),
+    /// taking its lease in the same transaction when `lease` is set; a
+    /// live lease of another host refuses the mint (a busy fault).
     MintFence {
         /// Completion key.
         id: EffectId,
         /// Session uid.
         session: String,
         /// The machine's time, for what the store stamps.
+        now: Nanos,
+        /// The lease to take with the fence (hosts sharing a journal).
+        lease: Option<LeaseClaim>,
+    },
+    /// Extend `owner`'s lease on `session` to `ttl` from the store's now
+    /// (0: release it), if `owner` still holds it under `fence`. Answered
+    /// with whether it still does.
+    HoldLease {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+        /// The holding host.
+        owner: String,
+        /// The fence the lease was taken with.
+        fence: i64,
+        /// New length from now; 0 releases.
+        ttl: Nanos,
+        /// The machine's time (the embedded stores' clock).
         now: Nanos,
     },
     /// Read records `from_seq..=to_seq` (`to_seq` 0 = to the head).
@@ -364,6 +386,7 @@ impl StoreEffect {
         match self {
             Self::Append { id, .. }
             | Self::MintFence { id, .. }
+            | Self::HoldLease { id, .. }
             | Self::ReadLog { id, .. }
             | Self::GetSession { id, .. }
             | Self::PutSession { id, .. }
@@ -383,6 +406,7 @@ impl StoreEffect {
         match self {
             Self::Append { .. } => "Append",
             Self::MintFence { .. } => "MintFence",
+            Self::HoldLease { .. } => "HoldLease",
             Self::ReadLog { .. } => "ReadLog",
             Self::GetSession { .. } => "GetSession",
             Self::PutSession { .. } => "PutSession",

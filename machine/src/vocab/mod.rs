@@ -10,6 +10,7 @@ pub mod committed;
 pub mod config;
 pub mod effect;
 pub mod ids;
+pub mod lease;
 pub mod outcome;
 pub mod request;
 pub mod rows;
@@ -22,9 +23,11 @@ pub use effect::{
     StoreEffect,
 };
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
+pub use lease::{DEFAULT_LEASE, LeaseClaim, LeaseConfig};
 pub use outcome::{
-    AppendError, DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome,
-    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreFault, StoreOutcome,
+    AppendError, DeleteRefusal, FaultKind, HarnessFailure, HarnessInput, HarnessOutcome,
+    ModelReply, Outcome, ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply,
+    StoreFault, StoreOutcome,
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

@@ -7,22 +7,34 @@ use agentsessions_proto::v1::{
 use super::rows::{HarnessRow, SessionRow};
 use super::status::Status;
 
-/// A store failure as the machine decides on it: its text, and whether the
-/// store itself is down (disk full, database unreachable, a commit whose
-/// outcome is unknown), so a retry after backoff may succeed.
+/// A store failure as the machine decides on it: its text, and what kind
+/// of failure it is (which decides the reply's status).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreFault {
-    /// The store cannot serve now; callers see UNAVAILABLE, not INTERNAL.
-    pub transient: bool,
+    /// Whether a retry can mend it, and when.
+    pub kind: FaultKind,
     /// What failed, for the caller and the logs.
     pub message: String,
+}
+
+/// The kinds of [`StoreFault`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    /// Retrying will not mend it (corrupt row, undecodable blob): INTERNAL.
+    Permanent,
+    /// The store itself is down for now (disk full, database unreachable, a
+    /// commit whose outcome is unknown): UNAVAILABLE.
+    Transient,
+    /// Another host holds the session's live lease: ABORTED, as for an
+    /// overlapping call on one host.
+    Busy,
 }
 
 impl StoreFault {
     /// A failure retrying will not mend (corrupt row, undecodable blob).
     pub fn permanent(message: impl Into<String>) -> Self {
         Self {
-            transient: false,
+            kind: FaultKind::Permanent,
             message: message.into(),
         }
     }
@@ -30,15 +42,28 @@ impl StoreFault {
     /// The store is down for now.
     pub fn transient(message: impl Into<String>) -> Self {
         Self {
-            transient: true,
+            kind: FaultKind::Transient,
             message: message.into(),
         }
+    }
+
+    /// The session is leased to another host.
+    pub fn busy(message: impl Into<String>) -> Self {
+        Self {
+            kind: FaultKind::Busy,
+            message: message.into(),
+        }
+    }
+
+    /// Whether the store itself is down (callers see UNAVAILABLE).
+    pub fn is_transient(&self) -> bool {
+        self.kind == FaultKind::Transient
     }
 
     /// The same failure, its text prefixed with what was being done.
     pub fn within(&self, what: impl std::fmt::Display) -> Self {
         Self {
-            transient: self.transient,
+            kind: self.kind,
             message: format!("{what}: {}", self.message),
         }
     }
@@ -46,10 +71,10 @@ impl StoreFault {
     /// The reply status for this failure while doing `what`.
     pub fn status(&self, what: impl std::fmt::Display) -> Status {
         let message = format!("{what}: {}", self.message);
-        if self.transient {
-            Status::unavailable(message)
-        } else {
-            Status::internal(message)
+        match self.kind {
+            FaultKind::Permanent => Status::internal(message),
+            FaultKind::Transient => Status::unavailable(message),
+            FaultKind::Busy => Status::aborted(message),
         }
     }
 }
@@ -180,6 +205,8 @@ pub enum StoreOutcome {
     Appended(Result<Vec<LogRecord>, AppendError>),
     /// For `MintFence`.
     Fence(Result<i64, StoreFault>),
+    /// For `HoldLease`: whether the lease is still the caller's.
+    LeaseHeld(Result<bool, StoreFault>),
     /// For `ReadLog`.
     Log(Result<Vec<LogRecord>, StoreFault>),
     /// For `GetSession`: `None` when the session is unknown.

@@ -33,6 +33,11 @@ impl MemStore {
         }
     }
 
+    /// The session's lease as stored (`None`: nobody holds one).
+    pub fn lease(&self, session: &str) -> Option<agentsessions_shells::journal::StoredLease> {
+        self.tables.lease(session)
+    }
+
     /// The records of a session (empty when unknown).
     pub fn records(&self, session: &str) -> &[LogRecord] {
         self.tables.records(session)

@@ -65,7 +65,7 @@ fn emit(line: &str) {
 async fn run_session(store: SqliteJournal, session: String) -> Result<(), String> {
     let now = system_now_unix_nanos();
     let fence = store
-        .mint_fence(&session, now)
+        .mint_fence(&session, now, None)
         .await
         .map_err(|e| e.to_string())?;
     emit(&format!("FENCE {session} {fence}"));

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Backend, Host, HostConfig, IdSource, Request, Response, Route};
+use agentsessions_machine::host::{
+    Backend, Host, HostConfig, IdSource, LeaseConfig, Request, Response, Route,
+};
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use tokio::sync::mpsc;
@@ -60,6 +62,43 @@ pub struct DaemonConfig {
     pub retain_completed: Option<std::time::Duration>,
     /// Pause between retention passes over the whole table.
     pub retention_interval: std::time::Duration,
+    /// Session leases, for daemons sharing a journal (`None`: this daemon
+    /// is the journal's only writer).
+    pub lease: Option<LeaseSettings>,
+}
+
+/// How a daemon leases the sessions it runs (see the machine's
+/// `vocab::lease`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSettings {
+    /// This daemon's lease owner id; stable across restarts.
+    pub host_id: String,
+    /// How long a lease lasts after it is taken or renewed.
+    pub ttl: std::time::Duration,
+    /// How often a held lease is renewed; shorter than `ttl`.
+    pub heartbeat: std::time::Duration,
+}
+
+impl LeaseSettings {
+    /// The machine's lease settings, or why these cannot hold a lease.
+    pub fn to_machine(&self) -> Result<LeaseConfig, StartError> {
+        let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
+        let (ttl, heartbeat) = (nanos(self.ttl), nanos(self.heartbeat));
+        if self.host_id.is_empty() {
+            return Err(StartError::Config("--host-id: want a non-empty id".into()));
+        }
+        if ttl <= 0 || heartbeat <= 0 || heartbeat >= ttl {
+            return Err(StartError::Config(format!(
+                "--heartbeat {:?} must be positive and shorter than --lease {:?}",
+                self.heartbeat, self.ttl
+            )));
+        }
+        Ok(LeaseConfig {
+            host_id: self.host_id.clone(),
+            ttl,
+            heartbeat,
+        })
+    }
 }
 
 /// Default [`DaemonConfig::retention_interval`].
@@ -141,6 +180,11 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
                 }
             },
         },
+        lease: config
+            .lease
+            .as_ref()
+            .map(LeaseSettings::to_machine)
+            .transpose()?,
         ..HostConfig::default()
     };
     host.harnesses.clear();

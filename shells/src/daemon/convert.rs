@@ -142,7 +142,9 @@ pub fn put_error_of(e: store::RegistryError) -> m::PutError {
 
 /// A store failure as the machine's fault, keeping whether it is transient.
 pub fn fault_of(e: &store::StoreError) -> m::StoreFault {
-    if e.is_transient() {
+    if matches!(e, store::StoreError::Leased { .. }) {
+        m::StoreFault::busy(e.to_string())
+    } else if e.is_transient() {
         m::StoreFault::transient(e.to_string())
     } else {
         m::StoreFault::permanent(e.to_string())

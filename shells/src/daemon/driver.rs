@@ -736,18 +736,33 @@ impl<S: JournalStore + 'static> Driver<S> {
                 },
             ),
             // In place when idle, as for appends.
-            StoreEffect::MintFence { id, session, now } if self.idle() => {
-                match self.ports.store.try_mint_fence_now(&session, now) {
+            StoreEffect::MintFence {
+                id,
+                session,
+                now,
+                lease,
+            } if self.idle() => {
+                match self
+                    .ports
+                    .store
+                    .try_mint_fence_now(&session, now, lease.as_ref())
+                {
                     Some(r) => {
                         let r = Outcome::Store(StoreOutcome::Fence(r.map_err(text)));
                         self.start(std::future::ready(Input::Outcome(id, r)));
                     }
-                    None => self.start_store(StoreEffect::MintFence { id, session, now }),
+                    None => self.start_store(StoreEffect::MintFence {
+                        id,
+                        session,
+                        now,
+                        lease,
+                    }),
                 }
             }
             // Named, not a catch-all: a new store effect must be placed here.
             other @ (StoreEffect::ReadLog { .. }
             | StoreEffect::MintFence { .. }
+            | StoreEffect::HoldLease { .. }
             | StoreEffect::GetSession { .. }
             | StoreEffect::PutSession { .. }
             | StoreEffect::ListSessions { .. }

@@ -59,10 +59,26 @@ pub async fn perform_store<S: JournalStore>(
             let r = store.append(batch).await.map_err(append_error_of);
             (id, StoreOutcome::Appended(r))
         }
-        StoreEffect::MintFence { id, session, now } => (
+        StoreEffect::MintFence {
             id,
-            StoreOutcome::Fence(store.mint_fence(&session, now).await.map_err(text)),
-        ),
+            session,
+            now,
+            lease,
+        } => {
+            let r = store.mint_fence(&session, now, lease.as_ref()).await;
+            (id, StoreOutcome::Fence(r.map_err(text)))
+        }
+        StoreEffect::HoldLease {
+            id,
+            session,
+            owner,
+            fence,
+            ttl,
+            now,
+        } => {
+            let r = store.hold_lease(&session, &owner, fence, ttl, now).await;
+            (id, StoreOutcome::LeaseHeld(r.map_err(text)))
+        }
         StoreEffect::ReadLog {
             id,
             session,

@@ -54,6 +54,13 @@ pub enum StoreError {
     /// A `list_sessions` token that we did not produce.
     #[error("invalid page token")]
     InvalidPageToken,
+    /// Another host holds the session's live lease.
+    #[error("session {session} is leased to host {owner} for {remaining_ms} ms more; retry after")]
+    Leased {
+        session: String,
+        owner: String,
+        remaining_ms: i64,
+    },
     /// A request that can never succeed as given.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -35,9 +35,9 @@ use tokio::sync::Notify;
 
 use super::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 
 mod instant;
@@ -79,7 +79,8 @@ pub enum Durability {
 #[derive(Debug, Clone)]
 enum WriteOp {
     Append(AppendBatch),
-    Mint(String, i64),
+    Mint(String, i64, Option<LeaseClaim>),
+    HoldLease(String, String, i64, i64, i64),
     Put(SessionMeta, i64),
     PutOnActive(SessionMeta, bool, i64),
     Register(HarnessRegistration, i64),
@@ -95,8 +96,12 @@ impl WriteOp {
         let text = |e: &dyn std::fmt::Display| e.to_string();
         match self {
             Self::Append(b) => t.append(b, project).map(drop).map_err(|e| text(&e)),
-            Self::Mint(s, now) => t
-                .mint_fence(s, *now, project)
+            Self::Mint(s, now, lease) => t
+                .mint_fence(s, *now, project, lease.as_ref())
+                .map(drop)
+                .map_err(|e| text(&e)),
+            Self::HoldLease(s, owner, fence, ttl, now) => t
+                .hold_lease(s, owner, *fence, *ttl, *now)
                 .map(drop)
                 .map_err(|e| text(&e)),
             Self::Put(m, now) => t.put_session(m, *now, project).map_err(|e| text(&e)),
@@ -464,10 +469,36 @@ impl JournalStore for MemoryJournal {
         self.write(op, |t, p| t.append(&batch, p)).await
     }
 
-    async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {
-        let op = WriteOp::Mint(session.to_owned(), now_unix_nanos);
-        self.write(op, |t, p| t.mint_fence(session, now_unix_nanos, p))
+    async fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> Result<i64, StoreError> {
+        let op = WriteOp::Mint(session.to_owned(), now_unix_nanos, lease.cloned());
+        self.write(op, |t, p| t.mint_fence(session, now_unix_nanos, p, lease))
             .await
+    }
+
+    async fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        now_unix_nanos: i64,
+    ) -> Result<bool, StoreError> {
+        let op = WriteOp::HoldLease(
+            session.to_owned(),
+            owner.to_owned(),
+            fence,
+            ttl_nanos,
+            now_unix_nanos,
+        );
+        self.write(op, |t, _| {
+            t.hold_lease(session, owner, fence, ttl_nanos, now_unix_nanos)
+        })
+        .await
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {

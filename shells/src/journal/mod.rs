@@ -46,6 +46,7 @@ use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 pub mod compute_text;
 pub mod encode;
 mod error;
+pub mod lease;
 pub mod memory;
 pub mod page_token;
 pub mod reopen;
@@ -55,6 +56,7 @@ pub mod reopen;
 pub mod sqlite;
 
 pub use error::{AppendError, BackendError, DeleteError, RegistryError, StoreError, VerifyError};
+pub use lease::{LeaseClaim, StoredLease};
 
 /// The project a session lands in when none is given.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -336,11 +338,27 @@ pub trait JournalStore: Send + Sync {
 
     /// Increments and returns the session's fence (1 for the first mint),
     /// superseding every older holder. Creates the session row if missing.
+    /// With `lease`, takes the session's lease in the same transaction, or
+    /// refuses with [`StoreError::Leased`] (and changes nothing) while
+    /// another owner's lease is live and the claim is not forced.
     fn mint_fence(
         &self,
         session: &str,
         now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    /// Extends `owner`'s lease on `session` to `ttl_nanos` from the store's
+    /// now if `owner` still holds it under `fence`; `ttl_nanos == 0`
+    /// releases it. Returns whether `owner` held it.
+    fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// [`JournalStore::append`] done now, on the caller's thread, when the
     /// store can commit it without waiting for other writers; otherwise the
@@ -361,6 +379,7 @@ pub trait JournalStore: Send + Sync {
         &self,
         _session: &str,
         _now_unix_nanos: i64,
+        _lease: Option<&LeaseClaim>,
     ) -> Option<Result<i64, StoreError>> {
         None
     }

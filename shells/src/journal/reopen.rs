@@ -26,8 +26,9 @@ use tokio::time::Instant;
 
 use super::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
+    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
 };
 
 /// Opens a fresh backend handle.
@@ -281,9 +282,29 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
         self.run(|s| async move { s.append(batch).await }).await
     }
 
-    async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {
-        self.run(|s| async move { s.mint_fence(session, now_unix_nanos).await })
+    async fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> Result<i64, StoreError> {
+        self.run(|s| async move { s.mint_fence(session, now_unix_nanos, lease).await })
             .await
+    }
+
+    async fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        now_unix_nanos: i64,
+    ) -> Result<bool, StoreError> {
+        self.run(|s| async move {
+            s.hold_lease(session, owner, fence, ttl_nanos, now_unix_nanos)
+                .await
+        })
+        .await
     }
 
     fn try_append_now(
@@ -304,13 +325,14 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
         &self,
         session: &str,
         now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
     ) -> Option<Result<i64, StoreError>> {
         let store = match self.live() {
             Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
         let outcome = store
-            .try_mint_fence_now(session, now_unix_nanos)
+            .try_mint_fence_now(session, now_unix_nanos, lease)
             .map(|o| self.check(&store, o));
         self.release(store);
         outcome

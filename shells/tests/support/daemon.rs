@@ -27,6 +27,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         retain_completed: None,
         ledger: None,
         retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
+        lease: None,
     }
 }
 

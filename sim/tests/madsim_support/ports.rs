@@ -23,8 +23,9 @@ use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
+    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
 };
 use agentsessions_shells::model::EchoModel;
 use agentsessions_sim::digest::Fnv;
@@ -173,8 +174,13 @@ impl JournalStore for ObservedStore {
         result
     }
 
-    async fn mint_fence(&self, session: &str, now: i64) -> Result<i64, StoreError> {
-        let r = self.inner.mint_fence(session, now).await;
+    async fn mint_fence(
+        &self,
+        session: &str,
+        now: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> Result<i64, StoreError> {
+        let r = self.inner.mint_fence(session, now, lease).await;
         if let Ok(f) = r {
             let inc = self.inc;
             self.shared.check(|o, _| {
@@ -183,6 +189,17 @@ impl JournalStore for ObservedStore {
             });
         }
         r
+    }
+
+    async fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.hold_lease(session, owner, fence, ttl, now).await
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {

@@ -15,8 +15,9 @@ use agentsessions_proto::v1::LogRecord;
 use super::tables::Tables;
 use crate::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
+    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
+    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
+    VerifyError,
 };
 
 /// Tables owned for the length of a few calls; see the module docs.
@@ -50,9 +51,26 @@ impl JournalStore for InstantStore {
         self.lock().append(&batch, &self.default_project)
     }
 
-    async fn mint_fence(&self, session: &str, now_unix_nanos: i64) -> Result<i64, StoreError> {
+    async fn mint_fence(
+        &self,
+        session: &str,
+        now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> Result<i64, StoreError> {
         self.lock()
-            .mint_fence(session, now_unix_nanos, &self.default_project)
+            .mint_fence(session, now_unix_nanos, &self.default_project, lease)
+    }
+
+    async fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        now_unix_nanos: i64,
+    ) -> Result<bool, StoreError> {
+        self.lock()
+            .hold_lease(session, owner, fence, ttl_nanos, now_unix_nanos)
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
+use crate::journal::lease::{self, LeaseClaim, StoredLease};
 use crate::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
     HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
@@ -23,6 +24,7 @@ pub struct Session {
     fence: i64,
     compute: ComputeState,
     records: Vec<LogRecord>,
+    lease: Option<StoredLease>,
 }
 
 impl Session {
@@ -38,6 +40,7 @@ impl Session {
             fence: 0,
             compute: ComputeState::ComputeNone,
             records: Vec::new(),
+            lease: None,
         }
     }
 
@@ -362,21 +365,64 @@ impl Tables {
     }
 
     /// fence = fence + 1 (1 on first mint); creates the row if missing.
+    /// With a claim, takes the lease too, or refuses and changes nothing.
     pub fn mint_fence(
         &mut self,
         session: &str,
         now: i64,
         default_project: &str,
+        lease: Option<&LeaseClaim>,
     ) -> Result<i64, StoreError> {
         required("session", session)?;
         self.refuse_deleted(session)?;
+        if let Some(claim) = lease {
+            let held = self.sessions.get(session).and_then(|s| s.lease.as_ref());
+            lease::check_claim(session, held, claim, now)?;
+        }
         let s = self
             .sessions
             .entry(session.to_owned())
             .or_insert_with(|| Session::new(session, default_project, now));
         s.fill(default_project, now);
         s.fence += 1;
+        if let Some(claim) = lease {
+            s.lease = Some(lease::taken(claim, s.fence, now));
+        }
         Ok(s.fence)
+    }
+
+    /// Renews (ttl > 0) or releases (0) `owner`'s lease taken under
+    /// `fence`; whether `owner` held it.
+    pub fn hold_lease(
+        &mut self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl: i64,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        required("session", session)?;
+        required("lease owner", owner)?;
+        let Some(s) = self.sessions.get_mut(session) else {
+            return Ok(false);
+        };
+        let Some(held) = s.lease.as_mut() else {
+            return Ok(false);
+        };
+        if held.owner != owner || held.fence != fence {
+            return Ok(false);
+        }
+        if ttl == 0 {
+            s.lease = None;
+        } else {
+            held.expires_at = now.saturating_add(ttl);
+        }
+        Ok(true)
+    }
+
+    /// The session's lease as stored (for tests and reports).
+    pub fn lease(&self, session: &str) -> Option<StoredLease> {
+        self.sessions.get(session)?.lease.clone()
     }
 
     /// The metadata upsert; never touches fence, compute state or events.

@@ -45,7 +45,7 @@ async fn until(mut done: impl FnMut() -> bool) {
 #[tokio::test]
 async fn appends_are_checked_against_head_and_fence() {
     let (_disk, j) = immediate();
-    j.mint_fence("s", 1).await.unwrap();
+    j.mint_fence("s", 1, None).await.unwrap();
     // What each append must answer, in a form both sides of assert_eq! share.
     fn shape(r: &Result<Vec<LogRecord>, AppendError>) -> String {
         match r {
@@ -213,12 +213,12 @@ async fn another_writer_waits_for_the_write_lock() {
     let new = Arc::new(disk.open(Durability::After(Duration::ZERO)));
     let held = {
         let old = Arc::clone(&old);
-        tokio::spawn(async move { old.mint_fence("s", 1).await })
+        tokio::spawn(async move { old.mint_fence("s", 1, None).await })
     };
     until(|| disk.pending_of(old.writer()).len() == 1).await;
     let waiting = {
         let new = Arc::clone(&new);
-        tokio::spawn(async move { new.mint_fence("s", 2).await })
+        tokio::spawn(async move { new.mint_fence("s", 2, None).await })
     };
     for _ in 0..10 {
         tokio::task::yield_now().await;
@@ -229,7 +229,7 @@ async fn another_writer_waits_for_the_write_lock() {
     assert_eq!(waiting.await.unwrap().unwrap(), 1, "the lost mint is gone");
     // The zombie's append under an old fence is refused by a newer fence.
     let zombie = disk.open(Durability::After(Duration::ZERO));
-    new.mint_fence("s", 3).await.unwrap();
+    new.mint_fence("s", 3, None).await.unwrap();
     assert!(matches!(
         zombie.append(batch("s", 0, 1, vec![input("late")])).await,
         Err(AppendError::Fenced { current: 2 })
@@ -273,7 +273,7 @@ async fn metadata_paging_and_registry_follow_the_sqlite_rules() {
         Err(StoreError::SessionNotFound { .. })
     ));
     // put_session keeps created_at when given 0 and never touches the fence.
-    j.mint_fence("a", 100).await.unwrap();
+    j.mint_fence("a", 100, None).await.unwrap();
     let meta = SessionMeta {
         uid: "a".into(),
         ..SessionMeta::default()

@@ -33,9 +33,9 @@ use tokio::sync::oneshot;
 
 use super::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 
 mod read_ops;
@@ -184,6 +184,7 @@ impl SqliteJournal {
         schema::enable_full_sync(&conn)?;
         schema::migrate(&conn, (options.clock)())?;
         conn.execute_batch(schema::DELETED_SESSIONS)?;
+        conn.execute_batch(schema::SESSION_LEASES)?;
 
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -574,12 +575,14 @@ impl JournalStore for SqliteJournal {
         &self,
         session: &str,
         now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
     ) -> Option<Result<i64, StoreError>> {
         let conn = self.begin_if_idle()?;
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
+        let lease = lease.cloned();
         Some(self.commit_in_place(conn, move |conn| {
-            write_ops::mint_fence(conn, &session, now_unix_nanos, &project)
+            write_ops::mint_fence(conn, &session, now_unix_nanos, &project, lease.as_ref())
         }))
     }
 
@@ -587,11 +590,28 @@ impl JournalStore for SqliteJournal {
         &self,
         session: &str,
         now_unix_nanos: i64,
+        lease: Option<&LeaseClaim>,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send {
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
+        let lease = lease.cloned();
         self.submit_write(move |conn| {
-            write_ops::mint_fence(conn, &session, now_unix_nanos, &project)
+            write_ops::mint_fence(conn, &session, now_unix_nanos, &project, lease.as_ref())
+        })
+    }
+
+    fn hold_lease(
+        &self,
+        session: &str,
+        owner: &str,
+        fence: i64,
+        ttl_nanos: i64,
+        now_unix_nanos: i64,
+    ) -> impl Future<Output = Result<bool, StoreError>> + Send {
+        let session = session.to_owned();
+        let owner = owner.to_owned();
+        self.submit_write(move |conn| {
+            write_ops::hold_lease(conn, &session, &owner, fence, ttl_nanos, now_unix_nanos)
         })
     }
 

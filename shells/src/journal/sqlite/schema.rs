@@ -83,6 +83,18 @@ CREATE TABLE IF NOT EXISTS deleted_sessions (
 );
 ";
 
+/// Session leases (owner host, the fence they were taken with, expiry).
+/// Like `deleted_sessions`, outside the Go schema and `user_version`: a Go
+/// host ignores it.
+pub const SESSION_LEASES: &str = "\
+CREATE TABLE IF NOT EXISTS session_leases (
+    session    TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    fence      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+";
+
 /// How long a connection waits on another writer's lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 

@@ -11,6 +11,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 use super::read_ops::harness_row;
 use crate::journal::compute_text::to_text;
 use crate::journal::encode::encode_event;
+use crate::journal::lease::{self, LeaseClaim, StoredLease};
 use crate::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
     HarnessState, RegisterOutcome, RegistryError, SessionMeta, StoreError, Tombstone,
@@ -167,17 +168,36 @@ fn touch_session(
     Ok(())
 }
 
-/// fence = fence + 1 (1 on first mint); creates the row if missing.
+/// fence = fence + 1 (1 on first mint); creates the row if missing. With
+/// a claim, takes the lease too, or refuses before writing anything (the
+/// caller's transaction holds the write lock, so the check and the write
+/// see the same row).
 pub fn mint_fence(
     conn: &Connection,
     session: &str,
     now: i64,
     default_project: &str,
+    lease: Option<&LeaseClaim>,
 ) -> Result<i64, StoreError> {
     if session.is_empty() {
         return Err(StoreError::InvalidArgument("session is required".into()));
     }
     refuse_deleted(conn, session)?;
+    if let Some(claim) = lease {
+        let held = conn
+            .prepare_cached(
+                "SELECT owner, fence, expires_at FROM session_leases WHERE session = ?1",
+            )?
+            .query_row([session], |r| {
+                Ok(StoredLease {
+                    owner: r.get(0)?,
+                    fence: r.get(1)?,
+                    expires_at: r.get(2)?,
+                })
+            })
+            .optional()?;
+        lease::check_claim(session, held.as_ref(), claim, now)?;
+    }
     let fence: i64 = conn
         .prepare_cached(
             "INSERT INTO sessions(session, fence, project, created_at, updated_at)
@@ -191,7 +211,47 @@ pub fn mint_fence(
         )?
         .query_row(params![session, default_project, now], |r| r.get(0))?;
     assert!(fence >= 1, "a minted fence is positive");
+    if let Some(claim) = lease {
+        let taken = lease::taken(claim, fence, now);
+        conn.prepare_cached(
+            "INSERT INTO session_leases(session, owner, fence, expires_at) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT(session) DO UPDATE SET
+                owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at",
+        )?
+        .execute(params![session, taken.owner, taken.fence, taken.expires_at])?;
+    }
     Ok(fence)
+}
+
+/// Renews (ttl > 0) or releases (0) `owner`'s lease taken under `fence`;
+/// whether `owner` held it.
+pub fn hold_lease(
+    conn: &Connection,
+    session: &str,
+    owner: &str,
+    fence: i64,
+    ttl: i64,
+    now: i64,
+) -> Result<bool, StoreError> {
+    if session.is_empty() || owner.is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "session and lease owner are required".into(),
+        ));
+    }
+    let n = if ttl == 0 {
+        conn.prepare_cached(
+            "DELETE FROM session_leases WHERE session = ?1 AND owner = ?2 AND fence = ?3",
+        )?
+        .execute(params![session, owner, fence])?
+    } else {
+        conn.prepare_cached(
+            "UPDATE session_leases SET expires_at = ?4
+             WHERE session = ?1 AND owner = ?2 AND fence = ?3",
+        )?
+        .execute(params![session, owner, fence, now.saturating_add(ttl)])?
+    };
+    assert!(n <= 1, "a session has one lease row");
+    Ok(n == 1)
 }
 
 /// The metadata upsert; never touches fence or compute_state.
@@ -285,6 +345,8 @@ pub fn delete_session(conn: &Connection, req: &DeleteSession) -> Result<Tombston
     let records = i64::try_from(records).expect("a row count fits i64");
     assert!(records >= head, "seqs are 1..=head, all removed");
     conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")?
+        .execute([&req.uid])?;
+    conn.prepare_cached("DELETE FROM session_leases WHERE session = ?1")?
         .execute([&req.uid])?;
     conn.prepare_cached(
         "INSERT INTO deleted_sessions(session, deleted_at, records, principal)

@@ -1,0 +1,196 @@
+//! The leases this host holds, kept beside the operations that took them.
+//!
+//! Invariants: a session is held by at most one operation (the one whose
+//! mint last succeeded for it); every held lease has exactly one renewal
+//! either armed in `due` or outstanding in `renewals`; a finished
+//! operation's leases are released (after an outstanding renewal is
+//! answered, so a late renewal cannot outlive the release).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::vocab::{
+    Effect, EffectId, LeaseClaim, LeaseConfig, Nanos, Outcome, StoreEffect, StoreOutcome,
+};
+
+/// One held lease; `Op` names the operation holding it.
+#[derive(Debug)]
+struct Held<Op> {
+    op: Op,
+    fence: i64,
+    /// Its operation finished while a renewal was outstanding: release it
+    /// when that renewal is answered.
+    released: bool,
+}
+
+/// The host's leases. Inert (no claims, no effects) without a config.
+#[derive(Debug)]
+pub(crate) struct Leases<Op> {
+    config: Option<LeaseConfig>,
+    held: BTreeMap<String, Held<Op>>,
+    due: BTreeSet<(Nanos, String)>,
+    mints: BTreeMap<EffectId, (Op, String)>,
+    renewals: BTreeMap<EffectId, (String, i64)>,
+}
+
+impl<Op: Copy + Eq> Leases<Op> {
+    pub(crate) fn new(config: Option<LeaseConfig>) -> Self {
+        if let Some(c) = &config {
+            c.check();
+        }
+        Self {
+            config,
+            held: BTreeMap::new(),
+            due: BTreeSet::new(),
+            mints: BTreeMap::new(),
+            renewals: BTreeMap::new(),
+        }
+    }
+
+    /// The claim a mint by this host carries, if it takes leases.
+    pub(crate) fn claim(&self, force: bool) -> Option<LeaseClaim> {
+        self.config.as_ref().map(|c| LeaseClaim {
+            owner: c.host_id.clone(),
+            ttl: c.ttl,
+            force,
+        })
+    }
+
+    /// Remembers that mint `effect` of `op` takes `session`'s lease.
+    pub(crate) fn minting(&mut self, effect: EffectId, op: Op, session: &str) {
+        if self.config.is_some() {
+            self.mints.insert(effect, (op, session.to_owned()));
+        }
+    }
+
+    /// Every held session (for reports and tests).
+    pub(crate) fn sessions(&self) -> impl Iterator<Item = &str> {
+        self.held.keys().map(String::as_str)
+    }
+
+    /// The earliest renewal due.
+    pub(crate) fn next_due(&self) -> Option<Nanos> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// Learns from an outcome the leases it took or lost. `alive`: whether
+    /// the operation the outcome belongs to still runs. Returns a lease
+    /// nobody holds any more, as (session, fence), to release.
+    pub(crate) fn observe(
+        &mut self,
+        now: Nanos,
+        effect: EffectId,
+        outcome: &Outcome,
+        alive: bool,
+    ) -> Option<(String, i64)> {
+        let config = self.config.as_ref()?;
+        let heartbeat = config.heartbeat;
+        if let Some((op, session)) = self.mints.remove(&effect) {
+            let Outcome::Store(StoreOutcome::Fence(Ok(fence))) = outcome else {
+                return None;
+            };
+            if !alive {
+                // Cut short while minting: nobody will renew it.
+                return Some((session, *fence));
+            }
+            self.due.retain(|(_, s)| *s != session);
+            let renewing = self.renewals.values().any(|(s, _)| *s == session);
+            self.held.insert(
+                session.clone(),
+                Held {
+                    op,
+                    fence: *fence,
+                    released: false,
+                },
+            );
+            if !renewing {
+                self.due.insert((now + heartbeat, session));
+            }
+            return None;
+        }
+        let (session, fence) = self.renewals.remove(&effect)?;
+        let Outcome::Store(StoreOutcome::LeaseHeld(result)) = outcome else {
+            panic!("a lease renewal is answered by LeaseHeld, not {outcome:?}");
+        };
+        let held = self.held.get(&session)?;
+        if held.released {
+            let fence = held.fence;
+            self.held.remove(&session);
+            return Some((session, fence));
+        }
+        if matches!(result, Ok(false)) && held.fence == fence {
+            // Superseded (a forced Cancel, or a takeover after a lapse):
+            // the fence refuses this host's appends from here on.
+            self.held.remove(&session);
+            return None;
+        }
+        self.due.insert((now + heartbeat, session));
+        None
+    }
+
+    /// Pops the next renewal due at or before `now`, as (session, fence, ttl).
+    pub(crate) fn pop_due(&mut self, now: Nanos) -> Option<(String, i64, Nanos)> {
+        let (at, _) = self.due.first()?;
+        if *at > now {
+            return None;
+        }
+        let (_, session) = self.due.pop_first().expect("a first entry");
+        let held = self.held.get(&session).expect("a due renewal is held");
+        let ttl = self.config.as_ref().expect("leases configured").ttl;
+        Some((session, held.fence, ttl))
+    }
+
+    /// Records that renewal `effect` of `session` under `fence` went out.
+    pub(crate) fn renewing(&mut self, effect: EffectId, session: String, fence: i64) {
+        let fresh = self.renewals.insert(effect, (session, fence)).is_none();
+        assert!(fresh, "one renewal per effect id");
+    }
+
+    /// Releases every lease finished operation `op` held; returns the
+    /// (session, fence) pairs to release now.
+    pub(crate) fn release(&mut self, op: Op) -> Vec<(String, i64)> {
+        let mut now = Vec::new();
+        let mine: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.op == op && !h.released)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for session in mine {
+            let renewing = self.renewals.values().any(|(s, _)| *s == session);
+            self.due.retain(|(_, s)| *s != session);
+            if renewing {
+                self.held.get_mut(&session).expect("held").released = true;
+            } else {
+                let held = self.held.remove(&session).expect("held");
+                now.push((session, held.fence));
+            }
+        }
+        debug_assert!(self.held.values().all(|h| h.op != op || h.released));
+        now
+    }
+
+    /// The store effect holding (ttl > 0) or releasing (0) a lease.
+    pub(crate) fn hold_effect(
+        &self,
+        id: EffectId,
+        session: String,
+        fence: i64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> Effect {
+        let owner = self
+            .config
+            .as_ref()
+            .expect("leases configured")
+            .host_id
+            .clone();
+        Effect::Store(StoreEffect::HoldLease {
+            id,
+            session,
+            owner,
+            fence,
+            ttl,
+            now,
+        })
+    }
+}
