@@ -197,11 +197,12 @@ async fn a_daemon_reaches_a_tls_only_database_through_its_journal_ca() {
 }
 
 /// A zombie host: daemon A is paused (SIGSTOP) in the middle of a turn,
-/// its model call in flight; daemon B takes the session over and finishes
-/// the turn; A wakes (SIGCONT) with its model answer and cannot append it:
-/// its fence is older than B's.
+/// its model call in flight. While A's lease is live, daemon B refuses to
+/// take the session (ABORTED); once it lapses, B takes it over and
+/// finishes the turn; A wakes (SIGCONT) past its lease with its model
+/// answer and cannot append it: its fence is older than B's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_paused_host_whose_session_was_taken_over_cannot_append() {
+async fn a_host_paused_past_its_lease_is_taken_over_and_cannot_append() {
     let Some(url) = pg::fresh_database().await else {
         return;
     };
@@ -218,6 +219,10 @@ async fn a_paused_host_whose_session_was_taken_over_cannot_append() {
             model.base_url().to_owned(),
             "--tools-ledger".to_owned(),
             d.join(format!("{name}.tools.db")).display().to_string(),
+            "--host-id".to_owned(),
+            format!("host-{name}"),
+            "--lease".to_owned(),
+            "2s".to_owned(),
         ]
     };
     let (fa, fb) = (flags("a"), flags("b"));
@@ -259,8 +264,16 @@ async fn a_paused_host_whose_session_was_taken_over_cannot_append() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     a.signal("STOP");
+    let paused = std::time::Instant::now();
 
-    // B re-drives the interrupted turn under a fence of its own.
+    // A's lease is live: B does not fight it.
+    let early = agentctl(&d, &["--server", &b.sessions, "resume", "--session", &sid]);
+    assert_eq!(early.status.code(), Some(20), "ABORTED (10 + 10): {}", stderr(&early));
+    assert!(stderr(&early).contains("leased to host host-a"), "{}", stderr(&early));
+
+    // Past the lease, B re-drives the interrupted turn under its own fence.
+    tokio::time::sleep(std::time::Duration::from_millis(2500).saturating_sub(paused.elapsed()))
+        .await;
     let on_b = ok(&d, &b.sessions, &["resume", "--session", &sid]);
     assert!(on_b.contains(" resume "), "{on_b}");
 

@@ -270,7 +270,13 @@ impl Host {
                 self.ops.insert(id, op);
             }
             Flow::Done => {
-                self.core.release(id);
+                let requests: Vec<RequestId> = self
+                    .requests
+                    .iter()
+                    .filter(|(_, op)| **op == id)
+                    .map(|(r, _)| *r)
+                    .collect();
+                self.core.release(id, &requests);
                 self.requests.retain(|_, op| *op != id);
             }
         }

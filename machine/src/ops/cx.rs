@@ -40,6 +40,10 @@ pub(crate) struct Core {
     guards: BTreeMap<String, OpId>,
     timers: BTreeSet<(Nanos, OpId)>,
     pub(crate) leases: Leases<OpId>,
+    /// Lease releases in flight, by session.
+    releasing: BTreeMap<EffectId, String>,
+    /// Replies held until the releases of these sessions are answered.
+    deferred: Vec<(BTreeSet<String>, Vec<Effect>)>,
 }
 
 impl Core {
@@ -62,6 +66,8 @@ impl Core {
             guards: BTreeMap::new(),
             timers: BTreeSet::new(),
             leases,
+            releasing: BTreeMap::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -122,10 +128,35 @@ impl Core {
 
     /// Lets the lease table see an outcome before its operation does.
     pub(crate) fn observe_leases(&mut self, effect: EffectId, outcome: &Outcome, alive: bool) {
+        if let Some(session) = self.releasing.remove(&effect) {
+            // Whatever the answer: a failed release lapses by itself.
+            self.released(&session);
+            return;
+        }
         let now = self.now;
         if let Some((session, fence)) = self.leases.observe(now, effect, outcome, alive) {
-            self.hold_lease(session, fence, 0);
+            self.release_lease(session, fence);
         }
+    }
+
+    fn release_lease(&mut self, session: String, fence: i64) {
+        let id = self.hold_lease(session.clone(), fence, 0);
+        self.releasing.insert(id, session);
+    }
+
+    /// `session`'s release was answered: sends the replies that waited
+    /// for nothing else.
+    fn released(&mut self, session: &str) {
+        let mut waiting = Vec::with_capacity(self.deferred.len());
+        for (mut sessions, replies) in std::mem::take(&mut self.deferred) {
+            sessions.remove(session);
+            if sessions.is_empty() {
+                self.effects.extend(replies);
+            } else {
+                waiting.push((sessions, replies));
+            }
+        }
+        self.deferred = waiting;
     }
 
     /// Emits a HoldLease (ttl 0 releases) owned by no operation.
@@ -163,10 +194,12 @@ impl Core {
     }
 
     /// Drops everything finished operation `id` held: its guards, timers and
-    /// chunk routes, and its connections, each closed. Effects it left
-    /// outstanding (cut short by a deadline or a cancel) stay in `waiting`;
-    /// their outcomes are dropped on arrival.
-    pub(crate) fn release(&mut self, id: OpId) {
+    /// chunk routes, its connections, each closed, and its leases, each
+    /// released, with the replies to `requests` held back until those
+    /// releases are answered. Effects it left outstanding (cut short by a
+    /// deadline or a cancel) stay in `waiting`; their outcomes are dropped
+    /// on arrival.
+    pub(crate) fn release(&mut self, id: OpId, requests: &[RequestId]) {
         self.guards.retain(|_, holder| *holder != id);
         self.timers.retain(|(_, holder)| *holder != id);
         self.chunks.retain(|_, holder| *holder != id);
@@ -182,8 +215,26 @@ impl Core {
                 .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
         debug_assert!(self.conns.values().all(|holder| *holder != id));
-        for (session, fence) in self.leases.release(id) {
-            self.hold_lease(session, fence, 0);
+        let (now, later) = self.leases.release(id);
+        let sessions: BTreeSet<String> = now
+            .iter()
+            .map(|(s, _)| s.clone())
+            .chain(later)
+            .collect();
+        for (session, fence) in now {
+            self.release_lease(session, fence);
+        }
+        if sessions.is_empty() || requests.is_empty() {
+            return;
+        }
+        let (replies, rest): (VecDeque<Effect>, VecDeque<Effect>) =
+            std::mem::take(&mut self.effects).into_iter().partition(|e| {
+                matches!(e, Effect::Client(ClientEffect::Reply { request, .. })
+                    if requests.contains(request))
+            });
+        self.effects = rest;
+        if !replies.is_empty() {
+            self.deferred.push((sessions, replies.into()));
         }
     }
 

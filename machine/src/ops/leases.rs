@@ -4,7 +4,10 @@
 //! mint last succeeded for it); every held lease has exactly one renewal
 //! either armed in `due` or outstanding in `renewals`; a finished
 //! operation's leases are released (after an outstanding renewal is
-//! answered, so a late renewal cannot outlive the release).
+//! answered, so a late renewal cannot outlive the release). The replies of
+//! an operation that held leases leave only once they are released (see
+//! `Core::release`), so a client's next call, on any host, finds the
+//! session free.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -145,10 +148,11 @@ impl<Op: Copy + Eq> Leases<Op> {
         assert!(fresh, "one renewal per effect id");
     }
 
-    /// Releases every lease finished operation `op` held; returns the
-    /// (session, fence) pairs to release now.
-    pub(crate) fn release(&mut self, op: Op) -> Vec<(String, i64)> {
-        let mut now = Vec::new();
+    /// Releases every lease finished operation `op` held. Returns the
+    /// (session, fence) pairs to release now, and the sessions whose
+    /// release waits for an outstanding renewal's answer.
+    pub(crate) fn release(&mut self, op: Op) -> (Vec<(String, i64)>, Vec<String>) {
+        let (mut now, mut later) = (Vec::new(), Vec::new());
         let mine: Vec<String> = self
             .held
             .iter()
@@ -160,13 +164,14 @@ impl<Op: Copy + Eq> Leases<Op> {
             self.due.retain(|(_, s)| *s != session);
             if renewing {
                 self.held.get_mut(&session).expect("held").released = true;
+                later.push(session);
             } else {
                 let held = self.held.remove(&session).expect("held");
                 now.push((session, held.fence));
             }
         }
         debug_assert!(self.held.values().all(|h| h.op != op || h.released));
-        now
+        (now, later)
     }
 
     /// The store effect holding (ttl > 0) or releasing (0) a lease.
