@@ -268,8 +268,17 @@ async fn a_host_paused_past_its_lease_is_taken_over_and_cannot_append() {
 
     // A's lease is live: B does not fight it.
     let early = agentctl(&d, &["--server", &b.sessions, "resume", "--session", &sid]);
-    assert_eq!(early.status.code(), Some(20), "ABORTED (10 + 10): {}", stderr(&early));
-    assert!(stderr(&early).contains("leased to host host-a"), "{}", stderr(&early));
+    assert_eq!(
+        early.status.code(),
+        Some(20),
+        "ABORTED (10 + 10): {}",
+        stderr(&early)
+    );
+    assert!(
+        stderr(&early).contains("leased to host host-a"),
+        "{}",
+        stderr(&early)
+    );
 
     // Past the lease, B re-drives the interrupted turn under its own fence.
     tokio::time::sleep(std::time::Duration::from_millis(2500).saturating_sub(paused.elapsed()))

@@ -57,7 +57,14 @@ impl Daemon {
 
     /// A daemon on `journal` (a file or a database URL) with `extra` flags.
     pub fn start_with(journal: &std::ffi::OsStr, extra: &[&str]) -> Self {
+        Self::start_in(Path::new("."), journal, extra)
+    }
+
+    /// [`Daemon::start_with`] with `dir` as the daemon's working directory
+    /// (where relative paths, such as its notes, land).
+    pub fn start_in(dir: &Path, journal: &std::ffi::OsStr, extra: &[&str]) -> Self {
         let mut child = Command::new(DAEMON)
+            .current_dir(dir)
             .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
             .arg("--journal")
             .arg(journal)

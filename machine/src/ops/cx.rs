@@ -216,11 +216,7 @@ impl Core {
         }
         debug_assert!(self.conns.values().all(|holder| *holder != id));
         let (now, later) = self.leases.release(id);
-        let sessions: BTreeSet<String> = now
-            .iter()
-            .map(|(s, _)| s.clone())
-            .chain(later)
-            .collect();
+        let sessions: BTreeSet<String> = now.iter().map(|(s, _)| s.clone()).chain(later).collect();
         for (session, fence) in now {
             self.release_lease(session, fence);
         }
@@ -228,10 +224,12 @@ impl Core {
             return;
         }
         let (replies, rest): (VecDeque<Effect>, VecDeque<Effect>) =
-            std::mem::take(&mut self.effects).into_iter().partition(|e| {
-                matches!(e, Effect::Client(ClientEffect::Reply { request, .. })
+            std::mem::take(&mut self.effects)
+                .into_iter()
+                .partition(|e| {
+                    matches!(e, Effect::Client(ClientEffect::Reply { request, .. })
                     if requests.contains(request))
-            });
+                });
         self.effects = rest;
         if !replies.is_empty() {
             self.deferred.push((sessions, replies.into()));
