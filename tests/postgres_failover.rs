@@ -377,7 +377,7 @@ async fn sessions_survive_kill_9_of_either_daemon_with_no_record_lost_and_no_too
     );
 
     let store = PgJournal::open(&url, PgOptions::default()).await.unwrap();
-    let seen = seen.lock().unwrap();
+    let acked = std::mem::take(&mut seen.lock().unwrap().acked);
     let mut receipts = BTreeSet::new();
     for sid in &sids {
         store
@@ -399,7 +399,7 @@ async fn sessions_survive_kill_9_of_either_daemon_with_no_record_lost_and_no_too
             .unwrap();
         assert!(s.pending_approval.is_none(), "{sid} at rest");
     }
-    for ((sid, seq), hash) in &seen.acked {
+    for ((sid, seq), hash) in &acked {
         let r = store.read(sid, *seq, *seq).await.unwrap();
         assert_eq!(r.len(), 1, "{sid} lost acknowledged seq {seq}");
         assert_eq!(&r[0].content_hash, hash, "{sid} seq {seq} changed");
@@ -415,7 +415,7 @@ async fn sessions_survive_kill_9_of_either_daemon_with_no_record_lost_and_no_too
     assert!(!receipts.is_empty());
     eprintln!(
         "failover: {} acknowledged records, {} tool runs",
-        seen.acked.len(),
+        acked.len(),
         lines.len()
     );
 }
