@@ -24,6 +24,8 @@
 //! `a_seed_alone_repeats_its_run_in_a_batch`).
 #![cfg(madsim)]
 
+#[path = "madsim_support/netstore.rs"]
+mod netstore;
 #[path = "madsim_support/ports.rs"]
 mod ports;
 
@@ -34,7 +36,7 @@ use std::time::Duration;
 
 use agentsessions_machine::faults::{self, Fault};
 use agentsessions_machine::host::{
-    Backend, CountingIds, Host, HostConfig, Request, Response, Route,
+    Backend, CountingIds, Host, HostConfig, LeaseConfig, Request, Response, Route,
 };
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
@@ -75,14 +77,41 @@ fn harness_ip(kind: &str) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 2, 1 + n as u8))
 }
 
+const STORE_PORT: u16 = 7200;
+
+fn store_addr() -> SocketAddr {
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 4, 1)), STORE_PORT)
+}
+
+/// Lease length of hosts on the store node (virtual time).
+const LEASE: Duration = Duration::from_secs(2);
+
 fn client_ip(i: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 3, 1 + i as u8))
 }
 
 /// The routing table: both built-ins on their harness nodes.
-fn host_config() -> HostConfig {
+/// The journal the hosts of a run share.
+#[derive(Clone)]
+enum Journal {
+    /// Each host opens the memory disk in process (a crash loses what the
+    /// host had pending).
+    InProcess,
+    /// One store node over the network; each host's clock is skewed by
+    /// its entry (nanos), and hosts take leases.
+    Node { skews: Vec<i64> },
+}
+
+fn host_config(i: usize, journal: &Journal) -> HostConfig {
     let mut c = HostConfig {
         describe_timeout_ms: 2_000,
+        lease: match journal {
+            Journal::InProcess => None,
+            Journal::Node { .. } => Some(LeaseConfig::new(
+                format!("host{i}"),
+                LEASE.as_nanos() as i64,
+            )),
+        },
         ..HostConfig::default()
     };
     c.harnesses.clear();
@@ -106,6 +135,10 @@ fn host_config() -> HostConfig {
 struct Cluster {
     shared: Arc<Shared>,
     hosts: Vec<NodeHandle>,
+    /// Where the hosts' journal lives.
+    journal: Journal,
+    /// The store node, when the journal is one.
+    store: Option<NodeHandle>,
     /// The journal writer of each host's current incarnation.
     writers: Arc<Mutex<Vec<u64>>>,
     harnesses: Vec<NodeHandle>,
@@ -114,8 +147,14 @@ struct Cluster {
     sessions: Arc<Mutex<Vec<String>>>,
 }
 
-fn host_node(i: usize, shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> NodeHandle {
+fn host_node(
+    i: usize,
+    shared: &Arc<Shared>,
+    writers: &Arc<Mutex<Vec<u64>>>,
+    journal: &Journal,
+) -> NodeHandle {
     let (shared, writers) = (Arc::clone(shared), Arc::clone(writers));
+    let journal = journal.clone();
     // A process's incarnation number names its fences for the oracle and
     // keeps its ids apart from every other incarnation's.
     let incarnations = Arc::new(Mutex::new(0u64));
@@ -125,39 +164,27 @@ fn host_node(i: usize, shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> 
         .ip(host_ip(i))
         .init(move || {
             let (shared, writers) = (Arc::clone(&shared), Arc::clone(&writers));
+            let journal = journal.clone();
             let inc = {
                 let mut n = incarnations.lock().unwrap();
                 *n += 1;
                 (i as u64 + 1) * 1_000 + *n
             };
             async move {
-                let latency = Duration::from_micros(thread_rng().gen_range(100..3_000));
-                let journal = shared.disk.open(Durability::After(latency));
-                writers.lock().unwrap()[i] = journal.writer();
                 shared.log(format!("host{i} up inc={inc}"));
-                let ports = Ports {
-                    store: Arc::new(ObservedStore {
-                        inner: journal,
-                        inc,
-                        shared: Arc::clone(&shared),
-                    }),
-                    harness: Arc::new(ObservedHarnesses {
-                        inner: GrpcHarnesses::default(),
-                        shared: Arc::clone(&shared),
-                    }),
-                    runtime: Arc::new(RemoteRuntime),
-                    model: Arc::new(SimModel {
-                        inc,
-                        shared: Arc::clone(&shared),
-                    }),
-                    tools: Arc::new(SimTools {
-                        inc,
-                        shared: Arc::clone(&shared),
-                    }),
+                let config = host_config(i, &journal);
+                let handle = match &journal {
+                    Journal::InProcess => {
+                        let latency = Duration::from_micros(thread_rng().gen_range(100..3_000));
+                        let store = shared.disk.open(Durability::After(latency));
+                        writers.lock().unwrap()[i] = store.writer();
+                        start_host(&shared, inc, config, store)
+                    }
+                    Journal::Node { skews } => {
+                        let store = netstore::NetStore::connect(store_addr(), skews[i]).await;
+                        start_host(&shared, inc, config, store)
+                    }
                 };
-                let host = Host::new(host_config(), Box::new(CountingIds::starting_at(inc << 32)));
-                let (driver, handle) = Driver::new(host, ports);
-                tokio::spawn(driver.run());
                 ports::lock(&shared.drivers).insert(i, handle.clone());
                 let addr = SocketAddr::new(host_ip(i), HOST_PORT);
                 Server::builder()
@@ -165,6 +192,62 @@ fn host_node(i: usize, shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> 
                     .serve(addr)
                     .await
                     .expect("serve Sessions");
+            }
+        })
+        .build()
+}
+
+/// One host incarnation's drive loop over `store`.
+fn start_host<S: agentsessions_shells::journal::JournalStore + 'static>(
+    shared: &Arc<Shared>,
+    inc: u64,
+    config: HostConfig,
+    store: S,
+) -> agentsessions_shells::daemon::driver::DriverHandle {
+    let ports = Ports {
+        store: Arc::new(ObservedStore {
+            inner: store,
+            inc,
+            shared: Arc::clone(shared),
+        }),
+        harness: Arc::new(ObservedHarnesses {
+            inner: GrpcHarnesses::default(),
+            shared: Arc::clone(shared),
+        }),
+        runtime: Arc::new(RemoteRuntime),
+        model: Arc::new(SimModel {
+            inc,
+            shared: Arc::clone(shared),
+        }),
+        tools: Arc::new(SimTools {
+            inc,
+            shared: Arc::clone(shared),
+        }),
+    };
+    let host = Host::new(config, Box::new(CountingIds::starting_at(inc << 32)));
+    let (driver, handle) = Driver::new(host, ports);
+    tokio::spawn(driver.run());
+    handle
+}
+
+/// The node serving the one store every host reaches over the network.
+fn store_node(shared: &Arc<Shared>, writers: &Arc<Mutex<Vec<u64>>>) -> NodeHandle {
+    let (shared, writers) = (Arc::clone(shared), Arc::clone(writers));
+    Handle::current()
+        .create_node()
+        .name("store")
+        .ip(store_addr().ip())
+        .init(move || {
+            let (shared, writers) = (Arc::clone(&shared), Arc::clone(&writers));
+            async move {
+                let latency = Duration::from_micros(thread_rng().gen_range(100..3_000));
+                let store = shared.disk.open(Durability::After(latency));
+                // Every host's writes are the store's: a host crash loses
+                // none of them (the store keeps running).
+                for w in writers.lock().unwrap().iter_mut() {
+                    *w = store.writer();
+                }
+                netstore::serve(store_addr(), Arc::new(store)).await;
             }
         })
         .build()
@@ -453,7 +536,23 @@ async fn fault(cl: &Cluster) {
     let net = NetSim::current();
     let mut rng = thread_rng();
     let i = rng.gen_range(0..cl.hosts.len());
+    if let Some(store) = &cl.store
+        && rng.gen_bool(0.5)
+    {
+        return store_fault(cl, i, store.id()).await;
+    }
     match rng.gen_range(0..6) {
+        0 | 1 if cl.store.is_some() => {
+            // The host process dies; the store it talked to does not, and
+            // may still apply what the host sent last.
+            h.kill(cl.hosts[i].id());
+            cl.shared
+                .log(format!("fault: kill host{i} (store node keeps running)"));
+            cl.shared.note("crash: host beside the store node");
+            cl.shared.check(|o, v| o.on_crash(v));
+            sleep(Duration::from_millis(rng.gen_range(10..300))).await;
+            h.restart(cl.hosts[i].id());
+        }
         0 | 1 => {
             // Most crashes land while a write is pending (the interesting
             // cut); some land wherever the clock says. Some wait for a
@@ -542,6 +641,34 @@ async fn fault(cl: &Cluster) {
     }
 }
 
+/// A fault between host `i` and the store node.
+async fn store_fault(cl: &Cluster, i: usize, store: madsim::task::NodeId) {
+    let net = NetSim::current();
+    let mut rng = thread_rng();
+    let host = cl.hosts[i].id();
+    let hold = Duration::from_millis(rng.gen_range(100..3_000));
+    if rng.gen_bool(0.5) {
+        // Both ways: the host can neither write nor read; held past its
+        // lease, another host may take its sessions over.
+        cl.shared
+            .log(format!("fault: partition host{i} from the store"));
+        cl.shared.note("store: partition");
+        net.clog_link(host, store);
+        net.clog_link(store, host);
+        sleep(hold).await;
+        net.unclog_link(host, store);
+        net.unclog_link(store, host);
+    } else {
+        // Requests arrive and commit; their answers are lost.
+        cl.shared
+            .log(format!("fault: the store's answers to host{i} are lost"));
+        cl.shared.note("store: answers lost");
+        net.clog_link(store, host);
+        sleep(hold).await;
+        net.unclog_link(store, host);
+    }
+}
+
 /// Digests of seeds already run in this process: a seed run again (the
 /// determinism check) must reproduce its digest.
 static DIGESTS: Mutex<BTreeMap<u64, u64>> = Mutex::new(BTreeMap::new());
@@ -558,8 +685,21 @@ async fn run(shared: Arc<Shared>) -> Run {
     let mut rng = thread_rng();
     let n_hosts = if rng.gen_bool(0.35) { 2 } else { 1 };
     let writers = Arc::new(Mutex::new(vec![0; n_hosts]));
+    // Half the two-host runs share a store node; their clocks disagree by
+    // up to twice the lease.
+    let journal = if n_hosts == 2 && rng.gen_bool(0.5) {
+        let bound = 2 * LEASE.as_nanos() as i64;
+        Journal::Node {
+            skews: (0..n_hosts)
+                .map(|_| rng.gen_range(-bound..=bound))
+                .collect(),
+        }
+    } else {
+        Journal::InProcess
+    };
+    let store = matches!(journal, Journal::Node { .. }).then(|| store_node(&shared, &writers));
     let hosts = (0..n_hosts)
-        .map(|i| host_node(i, &shared, &writers))
+        .map(|i| host_node(i, &shared, &writers, &journal))
         .collect();
     let harnesses = vec![
         harness_node("echo", builtin::Echo),
@@ -578,6 +718,8 @@ async fn run(shared: Arc<Shared>) -> Run {
     let cl = Cluster {
         shared: Arc::clone(&shared),
         hosts,
+        journal: journal.clone(),
+        store,
         writers,
         harnesses,
         clients,
@@ -632,8 +774,14 @@ async fn run(shared: Arc<Shared>) -> Run {
     let digest = shared.digest();
     let stats = shared.disk.stats();
     let summary = format!(
-        "hosts={n_hosts} faults={n_faults} records={records} crashes={} torn={} lost={}",
-        stats.crashes, stats.torn, stats.lost
+        "hosts={n_hosts} journal={} faults={n_faults} records={records} crashes={} torn={} lost={}",
+        match &cl.journal {
+            Journal::InProcess => "in-process".to_owned(),
+            Journal::Node { skews } => format!("store-node skews={skews:?}"),
+        },
+        stats.crashes,
+        stats.torn,
+        stats.lost
     );
     Run {
         shared,

@@ -134,14 +134,15 @@ impl Shared {
     }
 }
 
-/// The memory journal of one host incarnation, reporting to the oracle.
-pub struct ObservedStore {
-    pub inner: MemoryJournal,
+/// The journal of one host incarnation (the memory journal in process, or
+/// the store node over the network), reporting to the oracle.
+pub struct ObservedStore<S = MemoryJournal> {
+    pub inner: S,
     pub inc: u64,
     pub shared: Arc<Shared>,
 }
 
-impl ObservedStore {
+impl<S> ObservedStore<S> {
     fn observed(&self, session: &str, records: &[LogRecord]) {
         if let Some(last) = records.last() {
             let (inc, seq) = (self.inc, last.seq);
@@ -153,7 +154,7 @@ impl ObservedStore {
     }
 }
 
-impl JournalStore for ObservedStore {
+impl<S: JournalStore> JournalStore for ObservedStore<S> {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         let (inc, session, expected, fence) = (
             self.inc,
@@ -166,6 +167,9 @@ impl JournalStore for ObservedStore {
         // later, so this never blames an append that was legal when applied.
         let stored = self.shared.view().fence(&session);
         let result = self.inner.append(batch).await;
+        if let Err(AppendError::Failed(StoreError::CommitFailed { .. })) = &result {
+            self.shared.note("append outcome unknown");
+        }
         self.shared
             .check(|o, _| o.on_commit(&session, expected, fence, stored, &map_err(&result)));
         if let Ok(records) = &result {
@@ -181,6 +185,9 @@ impl JournalStore for ObservedStore {
         lease: Option<&LeaseClaim>,
     ) -> Result<i64, StoreError> {
         let r = self.inner.mint_fence(session, now, lease).await;
+        if let Err(StoreError::Leased { .. }) = &r {
+            self.shared.note("mint refused: leased to another host");
+        }
         if let Ok(f) = r {
             let inc = self.inc;
             self.shared.check(|o, _| {
@@ -199,7 +206,11 @@ impl JournalStore for ObservedStore {
         ttl: i64,
         now: i64,
     ) -> Result<bool, StoreError> {
-        self.inner.hold_lease(session, owner, fence, ttl, now).await
+        let r = self.inner.hold_lease(session, owner, fence, ttl, now).await;
+        if matches!(r, Ok(false)) && ttl > 0 {
+            self.shared.note("lease lost while held");
+        }
+        r
     }
 
     async fn head(&self, session: &str) -> Result<i64, StoreError> {
