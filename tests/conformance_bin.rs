@@ -28,10 +28,13 @@ async fn conformance_cli_certifies_our_daemon_on_postgres() {
     let template = format!(
         "bash {script} {admin} {{dir}} {{journal}} {agentctl} {daemon} --addr {{addr}} \
          --model {{model}} --model-base-url {{model_url}} {{harnesses}} \
-         --tools-ledger {{dir}}/tools.db",
+         --tools-ledger {{dir}}/tools.db --host-id conformance",
         agentctl = env!("CARGO_BIN_EXE_agentctl"),
         daemon = env!("CARGO_BIN_EXE_agentsessionsd"),
     );
+    // A stable --host-id, as a deployment that restarts its daemons needs:
+    // the crash checks restart the host on a new port, and a restarted
+    // daemon must take its own unexpired leases back at once.
     // Without --notes-beside-journal: the daemon's notes file sits beside a
     // SQLite journal, and this one is a database.
     run_suite(vec!["conformance".into(), "--host-cmd".into(), template]).await;

@@ -49,6 +49,7 @@ async fn two_daemons_opening_a_fresh_database_at_once_both_get_version_2() {
             "events",
             "harnesses",
             "reserved_harness_names",
+            "session_leases",
             "sessions",
             "tool_ledger"
         ]
