@@ -41,14 +41,25 @@ impl LeaseConfig {
         config
     }
 
-    /// Panics on settings that could never hold a lease.
+    /// Why these settings could never hold a lease, if they cannot.
+    pub fn problem(&self) -> Option<&'static str> {
+        if self.host_id.is_empty() {
+            Some("a lease needs a host id")
+        } else if self.ttl <= 0 {
+            Some("a lease lasts a positive time")
+        } else if self.heartbeat <= 0 || self.heartbeat >= self.ttl {
+            Some("the heartbeat must be positive and shorter than the lease")
+        } else {
+            None
+        }
+    }
+
+    /// Panics on settings that could never hold a lease (the shells refuse
+    /// them at startup through [`LeaseConfig::problem`]).
     pub fn check(&self) {
-        assert!(!self.host_id.is_empty(), "a lease needs a host id");
-        assert!(self.ttl > 0, "a lease lasts a positive time");
-        assert!(
-            self.heartbeat > 0 && self.heartbeat < self.ttl,
-            "the heartbeat renews a lease before it lapses"
-        );
+        if let Some(p) = self.problem() {
+            panic!("lease config: {p}");
+        }
     }
 }
 
@@ -65,4 +76,26 @@ pub struct LeaseClaim {
     /// Take the lease even from a live holder (Cancel: stopping a live
     /// execution is its purpose).
     pub force: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_that_cannot_hold_a_lease_name_their_problem() {
+        assert_eq!(LeaseConfig::new("h", 3_000).problem(), None);
+        let bad = |host: &str, ttl, heartbeat| LeaseConfig {
+            host_id: host.into(),
+            ttl,
+            heartbeat,
+        };
+        assert!(bad("", 10, 1).problem().is_some());
+        assert!(bad("h", 0, 1).problem().is_some());
+        assert!(bad("h", 10, 0).problem().is_some());
+        assert!(
+            bad("h", 10, 10).problem().is_some(),
+            "a heartbeat as long as the lease"
+        );
+    }
 }

@@ -83,21 +83,18 @@ impl LeaseSettings {
     /// The machine's lease settings, or why these cannot hold a lease.
     pub fn to_machine(&self) -> Result<LeaseConfig, StartError> {
         let nanos = |d: std::time::Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-        let (ttl, heartbeat) = (nanos(self.ttl), nanos(self.heartbeat));
-        if self.host_id.is_empty() {
-            return Err(StartError::Config("--host-id: want a non-empty id".into()));
-        }
-        if ttl <= 0 || heartbeat <= 0 || heartbeat >= ttl {
-            return Err(StartError::Config(format!(
-                "--heartbeat {:?} must be positive and shorter than --lease {:?}",
-                self.heartbeat, self.ttl
-            )));
-        }
-        Ok(LeaseConfig {
+        let config = LeaseConfig {
             host_id: self.host_id.clone(),
-            ttl,
-            heartbeat,
-        })
+            ttl: nanos(self.ttl),
+            heartbeat: nanos(self.heartbeat),
+        };
+        match config.problem() {
+            None => Ok(config),
+            Some(p) => Err(StartError::Config(format!(
+                "--host-id {:?} --lease {:?} --heartbeat {:?}: {p}",
+                self.host_id, self.ttl, self.heartbeat
+            ))),
+        }
     }
 }
 
