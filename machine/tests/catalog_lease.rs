@@ -61,8 +61,19 @@ fn cancel(sid: &str) -> Request {
     })
 }
 
+/// The release each Append carries, in order.
+fn append_releases(effects: &[Effect]) -> Vec<Option<String>> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store(StoreEffect::Append { release, .. }) => Some(release.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
-fn every_mint_claims_the_lease_and_the_end_of_the_turn_releases_it() {
+fn every_mint_claims_the_lease_and_the_turns_last_append_ends_it() {
     let mut world = host("a");
     let sid = create(&mut world, "");
     let mark = world.trace.len();
@@ -75,14 +86,86 @@ fn every_mint_claims_the_lease_and_the_end_of_the_turn_releases_it() {
         force: false,
     };
     assert_eq!(mints(turn), vec![Some(claim)]);
-    let fence = world.store.records(&sid).last().unwrap().fence;
-    assert_eq!(
-        holds(turn),
-        vec![(fence, 0)],
-        "one release, nothing renewed"
+    let releases = append_releases(turn);
+    let (last, rest) = releases.split_last().expect("the turn appended");
+    assert_eq!(last.as_deref(), Some("a"), "the END carries the release");
+    assert!(rest.iter().all(Option::is_none), "{releases:?}");
+    assert!(
+        holds(turn).is_empty(),
+        "no release of its own, nothing renewed"
     );
     assert_eq!(world.store.lease(&sid), None, "released in the store");
     assert!(world.host.leased().is_empty());
+}
+
+#[test]
+fn a_refused_last_append_keeps_the_lease_until_a_release_of_its_own() {
+    let mut world = host("a");
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let mark = world.trace.len();
+    let turn = world.start(exec(&sid, "", "hi"));
+    // Another writer moves the head while the turn waits on its model:
+    // every append of the turn from here on is refused by the CAS.
+    let head = world.store.records(&sid).last().unwrap().clone();
+    let other = agentsessions_machine::events::lifecycle(
+        agentsessions_proto::v1::lifecycle::Kind::LifecycleSuspend,
+        "",
+    );
+    world
+        .store
+        .append(&sid, head.seq, head.fence, &[other], world.now)
+        .unwrap();
+    world.release();
+    let call = world.take(turn);
+    assert_ne!(call.code(), Code::Ok, "{call:?}");
+    let effects = since(&world, mark);
+    assert_eq!(
+        append_releases(effects)
+            .last()
+            .cloned()
+            .flatten()
+            .as_deref(),
+        Some("a"),
+        "the ERROR tried to end the lease"
+    );
+    assert_eq!(holds(effects), vec![(head.fence, 0)], "then released alone");
+    assert_eq!(world.store.lease(&sid), None);
+    assert!(world.host.leased().is_empty());
+}
+
+#[test]
+fn another_host_takes_the_next_turn_as_soon_as_the_reply_arrives() {
+    let mut a = host("a");
+    let sid = create(&mut a, "");
+    for text in ["one", "two", "three"] {
+        assert_eq!(a.call(exec(&sid, "", text)).code(), Code::Ok);
+        let mut b = beside(&a, "b");
+        let call = b.call(exec(&sid, "", text));
+        assert_eq!(call.code(), Code::Ok, "the session is free: {call:?}");
+        // Back to a, over the journal as b left it.
+        a.store = b.store.clone();
+        a.now = b.now;
+    }
+    agentsessions_machine::chain::verify(a.store.records(&sid)).unwrap();
+}
+
+#[test]
+fn suspend_and_resume_end_their_leases_with_their_last_append() {
+    let mut world = host("a");
+    let sid = create(&mut world, "");
+    assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Ok);
+    for request in [suspend(&sid), resume(&sid)] {
+        let mark = world.trace.len();
+        let call = world.call(request);
+        assert_eq!(call.code(), Code::Ok, "{call:?}");
+        let effects = since(&world, mark);
+        assert_eq!(mints(effects).len(), 1, "one claim");
+        let releases = append_releases(effects);
+        assert_eq!(releases.last().cloned().flatten().as_deref(), Some("a"));
+        assert!(holds(effects).is_empty(), "no release commit: {releases:?}");
+        assert_eq!(world.store.lease(&sid), None);
+    }
 }
 
 #[test]
@@ -217,4 +300,11 @@ fn cancel_takes_the_lease_even_from_a_live_holder_on_another_host() {
     );
     let kinds = kinds(&b, &sid);
     assert_eq!(kinds.last(), Some(&EventKind::EventEnd), "{kinds:?}");
+    let releases = append_releases(since(&b, mark));
+    assert_eq!(
+        releases,
+        vec![Some("b".to_owned())],
+        "the END ends b's lease"
+    );
+    assert_eq!(b.store.lease(&sid), None);
 }

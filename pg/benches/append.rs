@@ -52,6 +52,7 @@ fn one_event(session: &str, head: i64, fence: i64) -> AppendBatch {
         events: vec![ev],
         compute_state: None,
         now_unix_nanos: 1_700_000_000_000_000_000 + head,
+        release_lease: None,
     }
 }
 

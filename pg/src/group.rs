@@ -35,7 +35,7 @@ use agentsessions_shells::journal::compute_text::to_text;
 use agentsessions_shells::journal::encode::encode_event;
 use agentsessions_shells::journal::{AppendBatch, AppendError, StoreError};
 use deadpool_postgres::Pool;
-use futures_util::future::join3;
+use futures_util::future::{join3, join4};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{backend, ops, pool_error};
@@ -168,6 +168,8 @@ struct Rows<'a> {
     blobs: Vec<Vec<u8>>,
     /// Per session: (first now, last now, last compute_state written).
     touched: BTreeMap<&'a str, (i64, i64, Option<&'static str>)>,
+    /// Leases the accepted appends end: (session, owner, fence) columns.
+    released: (Vec<&'a str>, Vec<&'a str>, Vec<i64>),
 }
 
 impl<'a> Rows<'a> {
@@ -190,6 +192,11 @@ impl<'a> Rows<'a> {
         entry.1 = now;
         if state.is_some() {
             entry.2 = state;
+        }
+        if let Some(owner) = &batch.release_lease {
+            self.released.0.push(&batch.session);
+            self.released.1.push(owner.as_str());
+            self.released.2.push(batch.fence);
         }
     }
 }
@@ -263,6 +270,11 @@ fn decide<'a>(
     assert_eq!(decisions.len(), batches.len(), "one decision per batch");
     (decisions, rows)
 }
+
+/// The one-append release, for many (session, owner, fence) at once.
+const RELEASE: &str = "DELETE FROM session_leases l \
+     USING UNNEST($1::text[], $2::text[], $3::bigint[]) AS r(session, owner, fence) \
+     WHERE l.session = r.session AND l.owner = r.owner AND l.fence = r.fence";
 
 const LOCK: &str = "SELECT session, fence FROM sessions WHERE session = ANY($1) \
      ORDER BY session FOR UPDATE";
@@ -378,6 +390,7 @@ impl Committer {
         let tail = conn.prepare_cached(TAIL).await.map_err(before)?;
         let insert = conn.prepare_cached(INSERT).await.map_err(before)?;
         let touch = conn.prepare_cached(TOUCH).await.map_err(before)?;
+        let release = conn.prepare_cached(RELEASE).await.map_err(before)?;
         let client: &tokio_postgres::Client = conn;
 
         // `join3` polls in order and the driver sends a request on its
@@ -444,25 +457,38 @@ impl Committer {
             &states,
             &self.default_project,
         ];
-        let (inserted, updated, committed) = join3(
+        let (owners, fences) = (&rows.released.1, &rows.released.2);
+        let release_params: [Param; 3] = [&rows.released.0, owners, fences];
+        // Sent only when some append ends a lease; polled third, so the
+        // server runs it before COMMIT like the others.
+        let ended = async {
+            if rows.released.0.is_empty() {
+                Ok(0)
+            } else {
+                client.execute(&release, &release_params).await
+            }
+        };
+        let (inserted, updated, ended, committed) = join4(
             client.execute(&insert, &insert_params),
             client.execute(&touch, &touch_params),
+            ended,
             client.batch_execute("COMMIT"),
         )
         .await;
-        match (inserted, updated, committed) {
-            (Ok(inserted), Ok(updated), Ok(())) => {
+        match (inserted, updated, ended, committed) {
+            (Ok(inserted), Ok(updated), Ok(ended), Ok(())) => {
                 assert_eq!(inserted as usize, rows.seqs.len(), "one row per record");
                 assert_eq!(updated as usize, touched.len(), "one touch per session");
+                assert!(ended as usize <= rows.released.0.len(), "one lease per end");
             }
             // The server refused a statement: the transaction was aborted
             // and its COMMIT became a rollback, so nothing was written.
-            (Err(e), _, _) | (_, Err(e), _) if e.code().is_some() => {
+            (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) if e.code().is_some() => {
                 rollback(client).await;
                 return Err(before(e));
             }
             // The connection broke, or COMMIT itself failed: unknown.
-            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
                 return Err(GroupFailure::Commit(e.to_string()));
             }
         }
@@ -500,6 +526,7 @@ mod tests {
                 .collect(),
             compute_state: None,
             now_unix_nanos: now,
+            release_lease: None,
         }
     }
 

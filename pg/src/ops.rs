@@ -178,6 +178,12 @@ pub(crate) async fn append(
         }
         Err(e) => return Err(backend(e).into()),
     }
+    if let Some(owner) = &batch.release_lease {
+        let release = tx.prepare_cached(RELEASE).await.map_err(backend)?;
+        tx.execute(&release, &[&batch.session, owner, &batch.fence])
+            .await
+            .map_err(backend)?;
+    }
     tx.commit().await.map_err(|e| StoreError::CommitFailed {
         reason: e.to_string(),
     })?;
@@ -250,6 +256,9 @@ pub(crate) async fn mint_fence(
     Ok(fence)
 }
 
+/// Ends `owner`'s lease taken at `fence`; anyone else's stays.
+const RELEASE: &str = "DELETE FROM session_leases WHERE session = $1 AND owner = $2 AND fence = $3";
+
 /// Renews (ttl > 0, from the database's now) or releases (0) `owner`'s
 /// lease taken under `fence`; whether `owner` held it.
 pub(crate) async fn hold_lease<C: GenericClient>(
@@ -262,11 +271,7 @@ pub(crate) async fn hold_lease<C: GenericClient>(
     required("session", session)?;
     required("lease owner", owner)?;
     let n = if ttl == 0 {
-        c.execute(
-            "DELETE FROM session_leases WHERE session = $1 AND owner = $2 AND fence = $3",
-            &[&session, &owner, &fence],
-        )
-        .await
+        c.execute(RELEASE, &[&session, &owner, &fence]).await
     } else {
         c.execute(
             &format!(

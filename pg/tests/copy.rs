@@ -62,6 +62,7 @@ async fn source(path: &Path) -> usize {
                     compute_state: batch_compute_state(std::slice::from_ref(&event)),
                     events: vec![event],
                     now_unix_nanos: 1,
+                    release_lease: None,
                 })
                 .await
                 .unwrap();
@@ -79,6 +80,7 @@ async fn source(path: &Path) -> usize {
                 events: vec![ev],
                 compute_state: None,
                 now_unix_nanos: 3 + head,
+                release_lease: None,
             })
             .await
             .unwrap();

@@ -22,6 +22,7 @@ fn one(session: &str, head: i64, fence: i64) -> AppendBatch {
         )],
         compute_state: None,
         now_unix_nanos: 1_700_000_000_000_000_000 + head,
+        release_lease: None,
     }
 }
 

@@ -225,6 +225,7 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
                             compute_state: Some(agentsessions_proto::v1::ComputeState::ComputeLive),
                             events: vec![output_event(first + j)],
                             now_unix_nanos: 1,
+                            release_lease: None,
                         };
                         // The path the drive loop takes: in place when the
                         // writer is idle, else through the writer thread.

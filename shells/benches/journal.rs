@@ -92,6 +92,7 @@ fn latency(dir: &Path, rt: &tokio::runtime::Runtime) {
         compute_state: Some(agentsessions_proto::v1::ComputeState::ComputeLive),
         events: vec![ev(i)],
         now_unix_nanos: 1,
+        release_lease: None,
     };
     // Interleave blocks so disk and neighbour noise hit all sides alike.
     for block in 0..n.div_ceil(50) {
@@ -203,6 +204,7 @@ fn throughput_one(
                                 ),
                                 events: vec![ev(head as usize)],
                                 now_unix_nanos: 1,
+                                release_lease: None,
                             })
                             .await
                             .unwrap();

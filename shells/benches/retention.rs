@@ -129,6 +129,7 @@ async fn appends(daemon: &Daemon, n: usize) -> Vec<Duration> {
             events: vec![events::output("e1", events::assistant_text("x"))],
             compute_state: None,
             now_unix_nanos: agentsessions_shells::journal::system_now_unix_nanos(),
+            release_lease: None,
         };
         let t = Instant::now();
         store.append(batch).await.unwrap();

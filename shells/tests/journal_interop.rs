@@ -74,6 +74,7 @@ async fn go_fixtures_round_trip_through_sqlite() {
                                 .unwrap()]),
                         events: vec![rec.event.clone().unwrap()],
                         now_unix_nanos: 1,
+                        release_lease: None,
                     })
                     .await
                     .unwrap_or_else(|e| panic!("{name} seq {}: {e}", rec.seq));

@@ -44,6 +44,7 @@ fn batch(expected: i64, fence: i64, events: Vec<Event>) -> AppendBatch {
         compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
         events,
         now_unix_nanos: 1_000 + expected,
+        release_lease: None,
     }
 }
 
@@ -550,6 +551,68 @@ async fn a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence<J: Jour
     );
 }
 
+fn ending(mut b: AppendBatch, owner: &str) -> AppendBatch {
+    b.release_lease = Some(owner.into());
+    b
+}
+
+async fn an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits<
+    J: JournalStore,
+>(
+    j: &J,
+) {
+    let ttl = Duration::from_secs(60);
+    let b = claim("host-b", ttl, false);
+    let f = j
+        .mint_fence(S, now(), Some(&claim("host-a", ttl, false)))
+        .await
+        .unwrap();
+    j.append(ending(batch(0, f, vec![input("x")]), "host-b"))
+        .await
+        .unwrap();
+    assert!(
+        j.mint_fence(S, now(), Some(&b)).await.is_err(),
+        "another owner's name ends nothing"
+    );
+    let stale = j
+        .append(ending(batch(0, f, vec![input("y")]), "host-a"))
+        .await;
+    assert!(matches!(stale, Err(AppendError::Conflict { head: 1 })));
+    assert!(
+        j.mint_fence(S, now(), Some(&b)).await.is_err(),
+        "a refused append keeps the lease"
+    );
+    j.append(ending(batch(1, f, vec![input("y")]), "host-a"))
+        .await
+        .unwrap();
+    assert_eq!(j.head(S).await.unwrap(), 2);
+    assert_eq!(
+        j.mint_fence(S, now(), Some(&b)).await.unwrap(),
+        f + 1,
+        "free with the commit"
+    );
+    // Many at once (one group on PostgreSQL): each ends its own.
+    let sessions: Vec<String> = (0..8).map(|i| format!("{S}-{i}")).collect();
+    for s in &sessions {
+        let f = j
+            .mint_fence(s, now(), Some(&claim("host-a", ttl, false)))
+            .await
+            .unwrap();
+        assert_eq!(f, 1);
+    }
+    let appends = sessions.iter().map(|s| {
+        let mut one = ending(batch(0, 1, vec![input("z")]), "host-a");
+        one.session = s.clone();
+        j.append(one)
+    });
+    for r in futures_util::future::join_all(appends).await {
+        r.unwrap();
+    }
+    for s in &sessions {
+        assert_eq!(j.mint_fence(s, now(), Some(&b)).await.unwrap(), 2, "{s}");
+    }
+}
+
 async fn concurrent_claims_by_several_hosts_leave_exactly_one_holder<J: JournalStore>(j: &J) {
     let claims: Vec<LeaseClaim> = (0..8)
         .map(|i| claim(&format!("host-{i}"), Duration::from_secs(60), false))
@@ -633,4 +696,5 @@ backends!(
     a_live_lease_refuses_another_owners_mint_and_changes_nothing,
     a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence,
     concurrent_claims_by_several_hosts_leave_exactly_one_holder,
+    an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits,
 );

@@ -153,6 +153,7 @@ pub async fn preload_records(
                 ),
                 events: vec![event],
                 now_unix_nanos: now,
+                release_lease: None,
             })
             .await
             .map_err(|e| Failure(format!("append seq {}: {e}", rec.seq)))?;

@@ -74,6 +74,7 @@ impl Invocation {
         out.push(Action::Append {
             expected_last_seq: self.head,
             events,
+            last: true,
         });
     }
 }

@@ -90,6 +90,9 @@ pub enum Action {
         expected_last_seq: i64,
         /// Events, in order.
         events: Vec<Event>,
+        /// Once this commits the run writes nothing more (its END, its
+        /// cancel records, its ERROR): its owner may end the lease with it.
+        last: bool,
     },
     /// Invoke the model; answer with [`Invocation::on_model`].
     InvokeModel(ModelCall),
@@ -601,10 +604,12 @@ impl Invocation {
             self.setup.mode != Mode::Replay,
             "replay never appends (invariant I5)"
         );
+        let last = matches!(after, AfterAppend::Finish | AfterAppend::Canceled);
         self.wait = Wait::Append(after);
         out.push(Action::Append {
             expected_last_seq: self.head,
             events,
+            last,
         });
     }
 
@@ -769,6 +774,7 @@ impl Invocation {
         out.push(Action::Append {
             expected_last_seq: self.head,
             events: vec![ev],
+            last: true,
         });
     }
 

@@ -77,10 +77,19 @@ impl Rig {
         let Action::Append {
             expected_last_seq,
             events,
+            last,
         } = action
         else {
             panic!("not an append: {action:?}")
         };
+        // The run's last write (END, its cancel records, its ERROR) and
+        // nothing else may carry its operation's lease release.
+        let ends = events.last().map(events::kind_of);
+        let terminal = matches!(ends, Some(EventKind::EventEnd | EventKind::EventError));
+        assert_eq!(
+            *last, terminal,
+            "last marks exactly the terminal write: {events:?}"
+        );
         assert_eq!(*expected_last_seq, self.log.len() as i64, "CAS at the head");
         events
             .iter()

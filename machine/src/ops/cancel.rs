@@ -138,7 +138,7 @@ impl CancelOp {
                 match r {
                     Ok(fence) => {
                         assert!(fence > 0, "fences start at 1");
-                        let append = cx.append(&self.req.session, head, fence, events);
+                        let append = cx.append_last(&self.req.session, head, fence, events);
                         self.stage = Stage::Append(append);
                         Flow::Continue
                     }

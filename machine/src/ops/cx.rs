@@ -358,6 +358,38 @@ impl Cx<'_> {
         fence: i64,
         events: Vec<agentsessions_proto::v1::Event>,
     ) -> EffectId {
+        self.append_with(session, expected_last_seq, fence, events, None)
+    }
+
+    /// Like [`Cx::append`] for the operation's last write to `session`:
+    /// the append also ends the lease this operation holds on it, in the
+    /// same transaction, so the reply need not wait for a release of its
+    /// own. Once it commits, nothing more may be written under `fence`
+    /// without risking a fence conflict with the next holder.
+    pub(crate) fn append_last(
+        &mut self,
+        session: &str,
+        expected_last_seq: i64,
+        fence: i64,
+        events: Vec<agentsessions_proto::v1::Event>,
+    ) -> EffectId {
+        let owner = self.core.leases.releasable(self.op, session, fence);
+        let releasing = owner.is_some();
+        let id = self.append_with(session, expected_last_seq, fence, events, owner);
+        if releasing {
+            self.core.leases.ending(id, session, fence);
+        }
+        id
+    }
+
+    fn append_with(
+        &mut self,
+        session: &str,
+        expected_last_seq: i64,
+        fence: i64,
+        events: Vec<agentsessions_proto::v1::Event>,
+        release: Option<String>,
+    ) -> EffectId {
         let session = session.to_owned();
         let now = self.core.now;
         let compute_state = crate::journal::projection::batch_compute_state(&events);
@@ -370,6 +402,7 @@ impl Cx<'_> {
                 expected_last_seq,
                 fence,
                 events,
+                release,
             })
         })
     }

@@ -437,7 +437,9 @@ impl ExecOp {
                 resume_from_seq: self.req.resume_from_seq,
             })),
         };
-        let run = Run::start(cx, Invocation::new(setup), conn, start, Some(self.request));
+        // Whatever ends the run ends the Exec: its last append may release.
+        let run = Run::start(cx, Invocation::new(setup), conn, start, Some(self.request))
+            .ending_the_operation();
         self.stage = Stage::Running(Box::new(run));
         Flow::Continue
     }

@@ -33,6 +33,8 @@ pub(crate) struct Leases<Op> {
     due: BTreeSet<(Nanos, String)>,
     mints: BTreeMap<EffectId, (Op, String)>,
     renewals: BTreeMap<EffectId, (String, i64)>,
+    /// Last appends that end a lease when they commit, by session.
+    endings: BTreeMap<EffectId, (String, i64)>,
 }
 
 impl<Op: Copy + Eq> Leases<Op> {
@@ -46,6 +48,7 @@ impl<Op: Copy + Eq> Leases<Op> {
             due: BTreeSet::new(),
             mints: BTreeMap::new(),
             renewals: BTreeMap::new(),
+            endings: BTreeMap::new(),
         }
     }
 
@@ -63,6 +66,24 @@ impl<Op: Copy + Eq> Leases<Op> {
         if self.config.is_some() {
             self.mints.insert(effect, (op, session.to_owned()));
         }
+    }
+
+    /// The owner to name on `op`'s last append to `session` under
+    /// `fence`, if `op` holds that lease (and so may end it).
+    pub(crate) fn releasable(&self, op: Op, session: &str, fence: i64) -> Option<String> {
+        let config = self.config.as_ref()?;
+        let held = self.held.get(session)?;
+        (held.op == op && held.fence == fence && !held.released).then(|| config.host_id.clone())
+    }
+
+    /// Remembers that append `effect` ends `session`'s lease at `fence` if
+    /// it commits.
+    pub(crate) fn ending(&mut self, effect: EffectId, session: &str, fence: i64) {
+        let fresh = self
+            .endings
+            .insert(effect, (session.to_owned(), fence))
+            .is_none();
+        assert!(fresh, "one ending per effect id");
     }
 
     /// Every held session (for reports and tests).
@@ -87,6 +108,19 @@ impl<Op: Copy + Eq> Leases<Op> {
     ) -> Option<(String, i64)> {
         let config = self.config.as_ref()?;
         let heartbeat = config.heartbeat;
+        if let Some((session, fence)) = self.endings.remove(&effect) {
+            // Committed: the store removed the lease with the records. A
+            // refused or unknown append keeps it for the usual release (a
+            // release of a lease already gone changes nothing). A renewal
+            // still outstanding finds no row and no entry here. A lease
+            // minted again since (a Cancel on this host) is not this one.
+            let committed = matches!(outcome, Outcome::Store(StoreOutcome::Appended(Ok(_))));
+            if committed && self.held.get(&session).is_some_and(|h| h.fence == fence) {
+                self.held.remove(&session);
+                self.due.retain(|(_, s)| *s != session);
+            }
+            return None;
+        }
         if let Some((op, session)) = self.mints.remove(&effect) {
             let Outcome::Store(StoreOutcome::Fence(Ok(fence))) = outcome else {
                 return None;

@@ -605,7 +605,8 @@ impl ResumeOp {
 
     fn append_resume(&mut self, cx: &mut Cx<'_>, fence: i64, head: i64) -> Flow {
         let event = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
-        self.stage = Stage::Marker(cx.append(&self.session, head, fence, vec![event]));
+        let append = cx.append_last(&self.session, head, fence, vec![event]);
+        self.stage = Stage::Marker(append);
         Flow::Continue
     }
 

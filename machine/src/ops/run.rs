@@ -32,6 +32,9 @@ pub(crate) struct Run {
     fence: i64,
     stream_to: Option<RequestId>,
     pending: Option<(EffectId, Pending)>,
+    /// The run's last append is its operation's last write too, and ends
+    /// the lease (see [`Run::ending_the_operation`]).
+    releases: bool,
 }
 
 impl Run {
@@ -51,7 +54,15 @@ impl Run {
             fence,
             stream_to,
             pending: None,
+            releases: false,
         }
+    }
+
+    /// Marks the run's end as its operation's end: the run's last append
+    /// (END, the cancel records, an ERROR) carries the lease release.
+    pub(crate) fn ending_the_operation(mut self) -> Self {
+        self.releases = true;
+        self
     }
 
     /// The final report, once the run is over.
@@ -155,9 +166,14 @@ impl Run {
                 Action::Append {
                     expected_last_seq,
                     events,
+                    last,
                 } => {
                     let (session, fence) = (session.clone(), self.fence);
-                    let id = cx.append(&session, expected_last_seq, fence, events);
+                    let id = if last && self.releases {
+                        cx.append_last(&session, expected_last_seq, fence, events)
+                    } else {
+                        cx.append(&session, expected_last_seq, fence, events)
+                    };
                     self.set_pending(id, Pending::Append);
                 }
                 Action::InvokeModel(request) => {
@@ -400,7 +416,9 @@ impl Handoff {
                 };
                 let (session, fence, head) = (self.session.clone(), self.fence, self.head);
                 let event = suspend_event(&snapshot);
-                self.step = HandoffStep::Append(cx.append(&session, head, fence, vec![event]));
+                // The park's SUSPEND is the last write of the operation.
+                let append = cx.append_last(&session, head, fence, vec![event]);
+                self.step = HandoffStep::Append(append);
                 Handed::Pending
             }
             (HandoffStep::Append(_), Outcome::Store(StoreOutcome::Appended(r))) => match r {

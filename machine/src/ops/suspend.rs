@@ -152,7 +152,8 @@ impl SuspendOp {
                     }
                 };
                 let event = suspend_event(&snapshot);
-                self.stage = Stage::Append(cx.append(&self.session, head, fence, vec![event]));
+                let append = cx.append_last(&self.session, head, fence, vec![event]);
+                self.stage = Stage::Append(append);
                 Flow::Continue
             }
             (Stage::Append(want), Outcome::Store(StoreOutcome::Appended(r))) => {

@@ -101,6 +101,11 @@ pub enum StoreEffect {
         compute_state: Option<ComputeState>,
         /// The machine's time, for what the store stamps.
         now: Nanos,
+        /// Ends this host's lease on the session in the same transaction
+        /// (the owner whose lease at `fence` the store removes): set on an
+        /// operation's last append, so the release costs no commit of its
+        /// own. A refused append keeps the lease.
+        release: Option<String>,
     },
     /// Mint the next fence for `session` (creating its row if missing),
     /// taking its lease in the same transaction when `lease` is set; a

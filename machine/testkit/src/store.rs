@@ -90,6 +90,7 @@ impl MemStore {
             events: events.to_vec(),
             compute_state: batch_compute_state(events),
             now_unix_nanos: now,
+            release_lease: None,
         };
         self.tables
             .append(&batch, &self.default_project)

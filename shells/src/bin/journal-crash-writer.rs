@@ -81,6 +81,7 @@ async fn run_session(store: SqliteJournal, session: String) -> Result<(), String
             compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
             events,
             now_unix_nanos: system_now_unix_nanos(),
+            release_lease: None,
         };
         // Every other append is offered for an in-place commit, so kills
         // land in both commit paths (in place when the writer is idle).

@@ -724,6 +724,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 events,
                 compute_state,
                 now,
+                release,
             } => self.append(
                 id,
                 AppendBatch {
@@ -733,6 +734,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                     events,
                     compute_state,
                     now_unix_nanos: now,
+                    release_lease: release,
                 },
             ),
             // In place when idle, as for appends.

@@ -47,6 +47,7 @@ pub async fn perform_store<S: JournalStore>(
             events,
             compute_state,
             now,
+            release,
         } => {
             let batch = AppendBatch {
                 session,
@@ -55,6 +56,7 @@ pub async fn perform_store<S: JournalStore>(
                 events,
                 compute_state,
                 now_unix_nanos: now,
+                release_lease: release,
             };
             let r = store.append(batch).await.map_err(append_error_of);
             (id, StoreOutcome::Appended(r))

@@ -81,6 +81,10 @@ pub struct AppendBatch {
     pub compute_state: Option<ComputeState>,
     /// Stamped on the session row (`updated_at`, and `created_at` if new).
     pub now_unix_nanos: i64,
+    /// The lease owner whose lease on the session at `fence` this append
+    /// ends, in its own transaction (an operation's last write). Only a
+    /// committed append removes it, and only that owner's at that fence.
+    pub release_lease: Option<String>,
 }
 
 impl AppendBatch {

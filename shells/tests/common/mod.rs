@@ -85,6 +85,7 @@ pub fn batch(session: &str, expected: i64, fence: i64, events: Vec<Event>) -> Ap
         compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
         events,
         now_unix_nanos: 1_700_000_000_000_000_000 + expected,
+        release_lease: None,
     }
 }
 

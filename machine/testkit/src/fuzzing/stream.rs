@@ -393,6 +393,7 @@ impl Rig {
                 Action::Append {
                     expected_last_seq,
                     events,
+                    ..
                 } => {
                     assert_ne!(self.mode(), Mode::Replay, "replay never appends");
                     self.check_batch(&events);

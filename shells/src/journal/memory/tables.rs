@@ -361,6 +361,12 @@ impl Tables {
             session.compute = state;
         }
         session.records.extend(records.iter().cloned());
+        if let Some(owner) = &batch.release_lease {
+            let ends = |l: &StoredLease| l.owner == *owner && l.fence == batch.fence;
+            if session.lease.as_ref().is_some_and(ends) {
+                session.lease = None;
+            }
+        }
         Ok(records)
     }
 

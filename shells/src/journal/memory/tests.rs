@@ -21,6 +21,7 @@ fn batch(session: &str, expected: i64, fence: i64, events: Vec<Event>) -> Append
         compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
         events,
         now_unix_nanos: 100 + expected,
+        release_lease: None,
     }
 }
 

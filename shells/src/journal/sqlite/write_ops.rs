@@ -114,8 +114,15 @@ pub fn append(
         }
     }
     touch_session(conn, batch, row, default_project)?;
+    if let Some(owner) = &batch.release_lease {
+        conn.prepare_cached(RELEASE)?
+            .execute(params![batch.session, owner, batch.fence])?;
+    }
     Ok(records)
 }
+
+/// Ends `owner`'s lease taken at `fence`; anyone else's stays.
+const RELEASE: &str = "DELETE FROM session_leases WHERE session = ?1 AND owner = ?2 AND fence = ?3";
 
 /// What the append's precondition read found in `sessions`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,10 +246,8 @@ pub fn hold_lease(
         ));
     }
     let n = if ttl == 0 {
-        conn.prepare_cached(
-            "DELETE FROM session_leases WHERE session = ?1 AND owner = ?2 AND fence = ?3",
-        )?
-        .execute(params![session, owner, fence])?
+        conn.prepare_cached(RELEASE)?
+            .execute(params![session, owner, fence])?
     } else {
         conn.prepare_cached(
             "UPDATE session_leases SET expires_at = ?4
