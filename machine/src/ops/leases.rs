@@ -33,7 +33,8 @@ pub(crate) struct Leases<Op> {
     due: BTreeSet<(Nanos, String)>,
     mints: BTreeMap<EffectId, (Op, String)>,
     renewals: BTreeMap<EffectId, (String, i64)>,
-    /// Last appends that end a lease when they commit, by session.
+    /// Last appends that end a lease if they commit: the (session, fence)
+    /// each ends, by effect.
     endings: BTreeMap<EffectId, (String, i64)>,
 }
 

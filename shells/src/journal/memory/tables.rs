@@ -28,6 +28,17 @@ pub struct Session {
 }
 
 impl Session {
+    /// Ends `owner`'s lease taken at `fence` (anyone else's stays);
+    /// whether it was held.
+    fn end_lease(&mut self, owner: &str, fence: i64) -> bool {
+        let mine = |l: &StoredLease| l.owner == owner && l.fence == fence;
+        let held = self.lease.as_ref().is_some_and(mine);
+        if held {
+            self.lease = None;
+        }
+        held
+    }
+
     fn new(uid: &str, project: &str, now: i64) -> Self {
         Self {
             meta: SessionMeta {
@@ -362,10 +373,7 @@ impl Tables {
         }
         session.records.extend(records.iter().cloned());
         if let Some(owner) = &batch.release_lease {
-            let ends = |l: &StoredLease| l.owner == *owner && l.fence == batch.fence;
-            if session.lease.as_ref().is_some_and(ends) {
-                session.lease = None;
-            }
+            session.end_lease(owner, batch.fence);
         }
         Ok(records)
     }
@@ -412,17 +420,16 @@ impl Tables {
         let Some(s) = self.sessions.get_mut(session) else {
             return Ok(false);
         };
+        if ttl == 0 {
+            return Ok(s.end_lease(owner, fence));
+        }
         let Some(held) = s.lease.as_mut() else {
             return Ok(false);
         };
         if held.owner != owner || held.fence != fence {
             return Ok(false);
         }
-        if ttl == 0 {
-            s.lease = None;
-        } else {
-            held.expires_at = now.saturating_add(ttl);
-        }
+        held.expires_at = now.saturating_add(ttl);
         Ok(true)
     }
 
