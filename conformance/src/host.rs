@@ -133,6 +133,7 @@ impl Launcher for InProcess {
                 ledger: None,
                 retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
                 lease: None,
+                security: Default::default(),
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

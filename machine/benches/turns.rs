@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput,
-    HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError, Request,
-    RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
+    Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
+    HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError,
+    Request, RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
 };
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};
 use agentsessions_testkit::harness::{Echo, Script};
@@ -123,7 +123,12 @@ impl Driver {
         let replies = self.replies;
         let t = Instant::now();
         self.host
-            .handle_request(self.now, RequestId(self.next_request), request)
+            .handle_request(
+                self.now,
+                RequestId(self.next_request),
+                Caller::Open,
+                request,
+            )
             .expect("drained");
         self.in_host += t.elapsed();
         self.drain();

@@ -119,6 +119,13 @@ pub fn approval_result(
     ev
 }
 
+/// `ev` attributed to `actor` (the verified caller whose request wrote it;
+/// none when authentication is off, which leaves the bytes as before).
+pub fn by(mut ev: Event, actor: Option<&IdentityRef>) -> Event {
+    ev.actor = actor.filter(|a| !identity_is_empty(a)).cloned();
+    ev
+}
+
 /// A session-scoped LIFECYCLE marker (no execution id).
 pub fn lifecycle(kind: lifecycle::Kind, detail: &str) -> Event {
     event(

@@ -18,10 +18,10 @@ use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    Backend, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
-    HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Nanos, Outcome,
-    Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect,
-    StoreOutcome, StreamItem,
+    Backend, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool,
+    HarnessEffect, HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Nanos,
+    Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status,
+    StoreEffect, StoreOutcome, StreamItem,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
@@ -232,6 +232,17 @@ impl Sim {
         session: &str,
         req: Request,
     ) -> Result<RequestId, crate::oracle::Violation> {
+        self.request_as(host, session, Caller::Open, req)
+    }
+
+    /// Makes a client call on `host` as `caller`.
+    pub fn request_as(
+        &mut self,
+        host: usize,
+        session: &str,
+        caller: Caller,
+        req: Request,
+    ) -> Result<RequestId, crate::oracle::Violation> {
         self.d.now += 1_000;
         let slot = &mut self.hosts[host];
         slot.next_request += 1;
@@ -245,7 +256,7 @@ impl Sim {
             },
         );
         slot.host
-            .handle_request(self.d.now, id, req)
+            .handle_request(self.d.now, id, caller, req)
             .expect("the world drains after every input");
         self.drain(host)?;
         Ok(id)

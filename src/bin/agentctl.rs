@@ -183,6 +183,7 @@ impl Link {
             ledger: None,
             retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
             lease: None,
+            security: Default::default(),
         };
         let daemon = Daemon::start(config)
             .await

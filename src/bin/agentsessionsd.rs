@@ -14,7 +14,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
+use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
+use agentsessions_shells::daemon::security::{Security, TlsFiles};
 use anyhow::Context as _;
 use clap::Parser;
 
@@ -99,6 +103,78 @@ struct Args {
     /// How often a held lease is renewed. Default: a third of --lease.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
     heartbeat: Option<Duration>,
+    /// Serve the Sessions API over TLS with this PEM certificate chain.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Require client certificates signed by this PEM CA (mTLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// Serve the registry over TLS with this PEM certificate chain.
+    #[arg(long, value_name = "FILE", requires_all = ["registry_tls_key", "registry_addr"])]
+    registry_tls_cert: Option<PathBuf>,
+    /// The PEM private key of --registry-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "registry_tls_cert")]
+    registry_tls_key: Option<PathBuf>,
+    /// Require registry client certificates signed by this PEM CA.
+    #[arg(long, value_name = "FILE", requires = "registry_tls_cert")]
+    registry_tls_client_ca: Option<PathBuf>,
+    /// Allow plaintext on a non-loopback --addr (otherwise a startup error).
+    #[arg(long)]
+    insecure_listen: bool,
+    /// Check credentials on every call (TOML: [[api_key]], [jwt], [mtls];
+    /// see docs/security.md). Without it every caller may do everything.
+    /// SIGHUP re-reads the JWKS file it names.
+    #[arg(long, value_name = "FILE")]
+    auth: Option<PathBuf>,
+}
+
+/// The TLS and authentication settings the flags ask for.
+fn security(args: &Args) -> anyhow::Result<Security> {
+    let auth = match &args.auth {
+        None => Authenticator::Off,
+        Some(path) => {
+            let file = AuthFile::load(path)?;
+            Authenticator::from_file(&file).with_context(|| format!("--auth {}", path.display()))?
+        }
+    };
+    let files = |cert: &Option<PathBuf>, key: &Option<PathBuf>, ca: &Option<PathBuf>| {
+        Some(TlsFiles {
+            cert: cert.clone()?,
+            key: key.clone()?,
+            client_ca: ca.clone(),
+        })
+    };
+    Ok(Security {
+        auth: Arc::new(auth),
+        tls: files(&args.tls_cert, &args.tls_key, &args.tls_client_ca),
+        registry_tls: files(
+            &args.registry_tls_cert,
+            &args.registry_tls_key,
+            &args.registry_tls_client_ca,
+        ),
+        insecure_listen: args.insecure_listen,
+    })
+}
+
+/// Re-reads the JWKS file on every SIGHUP; a bad file keeps the old keys.
+fn reload_on_hangup(auth: Arc<Authenticator>) -> anyhow::Result<()> {
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("install SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match auth.reload() {
+                Some(Ok(keys)) => eprintln!("agentsessionsd: JWKS reloaded ({keys} keys)"),
+                Some(Err(e)) => {
+                    eprintln!("agentsessionsd: JWKS reload failed, keeping the old keys: {e}")
+                }
+                None => {}
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The lease settings the flags ask for (`None`: no leases).
@@ -184,6 +260,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         args.journal.starts_with("postgres://") || args.journal.starts_with("postgresql://");
     let ledger = args.tools_ledger.clone();
     let lease = lease_settings(&args, postgres)?;
+    let security = security(&args)?;
+    reload_on_hangup(security.auth.clone())?;
     let config = DaemonConfig {
         addr: args.addr,
         registry_addr: args.registry_addr,
@@ -208,6 +286,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         retain_completed: args.retain_completed,
         retention_interval: args.retention_interval,
         lease,
+        security,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

@@ -30,6 +30,7 @@ pub use crate::ops::render;
 pub use crate::vocab::*;
 pub use crate::vocab::{config, status};
 
+use crate::ops::authorize::{self, Gate, GateOp};
 use crate::ops::cx::{Core, Cx};
 use crate::ops::{Flow, Op};
 
@@ -71,11 +72,13 @@ impl Host {
         }
     }
 
-    /// A client call arrived.
+    /// A client call arrived from `caller` (see [`Caller`]: the shell
+    /// verified it; whether it may make this call is decided here).
     pub fn handle_request(
         &mut self,
         now: Nanos,
         request: RequestId,
+        caller: Caller,
         call: Request,
     ) -> Result<(), NotDrained> {
         self.enter(now)?;
@@ -83,6 +86,29 @@ impl Host {
             !self.requests.contains_key(&request),
             "request ids are unique while in flight"
         );
+        match authorize::gate(&caller, &call, &self.core.config.default_project) {
+            Gate::Open => self.admit(request, caller, call),
+            Gate::Refused(status) => self.core.refuse(request, status),
+            Gate::ByProject { session, role } => {
+                let Caller::Verified(principal) = caller else {
+                    unreachable!("an open caller is never gated")
+                };
+                let Some(id) = self.new_op(request) else {
+                    return Ok(());
+                };
+                let mut cx = Cx {
+                    core: &mut self.core,
+                    op: id,
+                };
+                let gate = GateOp::start(&mut cx, request, principal, call, &session, role);
+                self.ops.insert(id, Box::new(Op::Gate(gate)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the operation of a permitted call.
+    fn admit(&mut self, request: RequestId, caller: Caller, call: Request) {
         // A Cancel goes to the operation holding its session, if any: only
         // that operation can stop what it runs. Taken even at the in-flight
         // cap, since it makes room.
@@ -91,8 +117,22 @@ impl Host {
             && self.ops.contains_key(&holder)
         {
             self.dispatch(holder, |op, cx| op.on_cancel_request(cx, request, req));
-            return Ok(());
+            return;
         }
+        let Some(id) = self.new_op(request) else {
+            return;
+        };
+        let mut op = Box::new(Op::new(request, caller, call));
+        let flow = op.start(&mut Cx {
+            core: &mut self.core,
+            op: id,
+        });
+        self.settle(id, op, flow);
+    }
+
+    /// A fresh operation id for `request`, or None (and a refusal) at the
+    /// in-flight cap.
+    fn new_op(&mut self, request: RequestId) -> Option<OpId> {
         if self.ops.len() >= self.core.config.max_in_flight {
             let status = Status::new(
                 Code::ResourceExhausted,
@@ -102,18 +142,12 @@ impl Host {
                 ),
             );
             self.core.refuse(request, status);
-            return Ok(());
+            return None;
         }
         self.next_op += 1;
         let id = OpId(self.next_op);
         self.requests.insert(request, id);
-        let mut op = Box::new(Op::new(request, call));
-        let flow = op.start(&mut Cx {
-            core: &mut self.core,
-            op: id,
-        });
-        self.settle(id, op, flow);
-        Ok(())
+        Some(id)
     }
 
     /// The answer to an effect.
@@ -264,21 +298,37 @@ impl Host {
         self.settle(id, op, flow);
     }
 
-    fn settle(&mut self, id: OpId, op: Box<Op>, flow: Flow) {
+    fn settle(&mut self, id: OpId, mut op: Box<Op>, flow: Flow) {
+        // A gate that let its call through hands it on: the gate ends and
+        // the call's own operation starts.
+        if let Op::Gate(gate) = &mut *op
+            && let Some((caller, call)) = gate.take_admitted()
+        {
+            let request = self.finish(id);
+            assert_eq!(request.len(), 1, "a gate serves one request");
+            self.admit(request[0], caller, call);
+            return;
+        }
         match flow {
             Flow::Continue => {
                 self.ops.insert(id, op);
             }
             Flow::Done => {
-                let requests: Vec<RequestId> = self
-                    .requests
-                    .iter()
-                    .filter(|(_, op)| **op == id)
-                    .map(|(r, _)| *r)
-                    .collect();
-                self.core.release(id, &requests);
-                self.requests.retain(|_, op| *op != id);
+                self.finish(id);
             }
         }
+    }
+
+    /// Drops finished operation `id`; returns the requests it served.
+    fn finish(&mut self, id: OpId) -> Vec<RequestId> {
+        let requests: Vec<RequestId> = self
+            .requests
+            .iter()
+            .filter(|(_, op)| **op == id)
+            .map(|(r, _)| *r)
+            .collect();
+        self.core.release(id, &requests);
+        self.requests.retain(|_, op| *op != id);
+        requests
     }
 }

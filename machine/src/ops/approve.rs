@@ -5,6 +5,11 @@
 //! without fencing anyone; any other decision on a decided request is
 //! refused. A new decision mints a fence and appends at the head its scan
 //! saw, so a racing writer turns it into ABORTED.
+//!
+//! With authentication on, the decider is the verified caller: its
+//! identity replaces whatever the request named, both on the record and in
+//! the exact-retry comparison, and a caller marked `separate_approver` may
+//! not decide calls of a session it created.
 
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
@@ -19,7 +24,8 @@ use crate::events;
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::ops::render::timestamp;
-use crate::vocab::{EffectId, Outcome, RequestId, Response, Status};
+use crate::vocab::caller::Caller;
+use crate::vocab::{Code, EffectId, Outcome, RequestId, Response, SessionRow, Status};
 
 enum Stage {
     Load(Load),
@@ -33,6 +39,8 @@ pub(crate) struct ApproveOp {
     request: RequestId,
     req: ApproveRequest,
     stage: Stage,
+    /// Set for a verified caller that may not approve its own sessions.
+    separate: bool,
 }
 
 fn same_identity(a: Option<&IdentityRef>, b: Option<&IdentityRef>) -> bool {
@@ -41,11 +49,19 @@ fn same_identity(a: Option<&IdentityRef>, b: Option<&IdentityRef>) -> bool {
 }
 
 impl ApproveOp {
-    pub(crate) fn new(request: RequestId, req: ApproveRequest) -> Self {
+    pub(crate) fn new(request: RequestId, mut req: ApproveRequest, caller: &Caller) -> Self {
+        let separate = match caller {
+            Caller::Open => false,
+            Caller::Verified(p) => {
+                req.identity = Some(p.identity());
+                p.separate_approver
+            }
+        };
         Self {
             request,
             req,
             stage: Stage::Over,
+            separate,
         }
     }
 
@@ -76,6 +92,12 @@ impl ApproveOp {
         // Look the session up before anything that could create it.
         self.stage = Stage::Load(Load::start_guarded(cx, &self.req.session));
         Flow::Continue
+    }
+
+    /// True when the decider is the one who created the session.
+    fn is_creator(&self, row: &SessionRow) -> bool {
+        let decider = self.req.identity.as_ref();
+        decider.is_some() && same_identity(row.identity.as_ref(), decider)
     }
 
     /// The decision rules over the scanned journal.
@@ -139,6 +161,13 @@ impl ApproveOp {
                     self.stage = Stage::Load(load);
                     Flow::Continue
                 }
+                Loaded::Ready(row, _) if self.separate && self.is_creator(&row) => self.fail(
+                    cx,
+                    Status::new(
+                        Code::PermissionDenied,
+                        "permission denied: the session's creator may not approve its calls",
+                    ),
+                ),
                 Loaded::Ready(_, log) => self.decide(cx, &log),
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {

@@ -11,7 +11,7 @@
 //! answers the session again. A live turn of this host takes its Cancel
 //! itself (`ExecOp::on_cancel_request`).
 
-use agentsessions_proto::v1::{CancelRequest, LogRecord, lifecycle};
+use agentsessions_proto::v1::{CancelRequest, IdentityRef, LogRecord, lifecycle};
 
 use super::load::{Load, Loaded};
 use super::routing::mapping;
@@ -35,11 +35,14 @@ pub(crate) struct CancelOp {
     request: RequestId,
     req: CancelRequest,
     stage: Stage,
+    /// The verified caller, recorded on the CANCEL marker and the END.
+    actor: Option<IdentityRef>,
 }
 
 impl CancelOp {
-    pub(crate) fn new(request: RequestId, req: CancelRequest) -> Self {
+    pub(crate) fn new(request: RequestId, req: CancelRequest, actor: Option<IdentityRef>) -> Self {
         Self {
+            actor,
             request,
             req,
             stage: Stage::Over,
@@ -82,7 +85,8 @@ impl CancelOp {
             };
             return Err(Status::failed_precondition(msg));
         }
-        let end = events::end_canceled(&last.id);
+        let actor = self.actor.as_ref();
+        let end = events::by(events::end_canceled(&last.id), actor);
         let short = matches!(
             executions::validate_inputs(last),
             Err(crate::error::LogError::IncompleteInvocation(_))
@@ -106,6 +110,7 @@ impl CancelOp {
             ))),
             (false, false) => {
                 let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, &self.req.reason);
+                let marker = events::by(marker, actor);
                 Ok(Some(vec![marker, end]))
             }
         }

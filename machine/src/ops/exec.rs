@@ -10,7 +10,7 @@
 
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
-    CancelRequest, ControllerFrame, ExecRequest, ExecutionStart, LogRecord, Start,
+    CancelRequest, ControllerFrame, ExecRequest, ExecutionStart, IdentityRef, LogRecord, Start,
     controller_frame::Frame,
 };
 
@@ -64,10 +64,12 @@ pub(crate) struct ExecOp {
     deadline: Option<Status>,
     /// Cancel calls waiting for this turn's cancel to be durable.
     cancels: CancelCalls,
+    /// The verified caller, recorded on the turn's header and inputs.
+    actor: Option<IdentityRef>,
 }
 
 impl ExecOp {
-    pub(crate) fn new(request: RequestId, req: ExecRequest) -> Self {
+    pub(crate) fn new(request: RequestId, req: ExecRequest, actor: Option<IdentityRef>) -> Self {
         Self {
             request,
             session: req.session.clone(),
@@ -80,6 +82,7 @@ impl ExecOp {
             execution_id: String::new(),
             deadline: None,
             cancels: CancelCalls::default(),
+            actor,
         }
     }
 
@@ -322,6 +325,7 @@ impl ExecOp {
                     self.request,
                     self.session.clone(),
                     self.req.expected_last_seq,
+                    self.actor.clone(),
                 );
                 let flow = op.start(cx);
                 self.stage = Stage::Recovery(Box::new(op));
@@ -385,12 +389,14 @@ impl ExecOp {
             harness: self.harness.clone(),
             harness_version: descriptor.version.clone(),
         };
-        let mut batch = vec![events::execution_start(&self.execution_id, start)];
+        let actor = self.actor.as_ref();
+        let header = events::execution_start(&self.execution_id, start);
+        let mut batch = vec![events::by(header, actor)];
         batch.extend(
             self.req
                 .inputs
                 .iter()
-                .map(|m| events::input(&self.execution_id, m.clone())),
+                .map(|m| events::by(events::input(&self.execution_id, m.clone()), actor)),
         );
         let id = cx.append(&self.session, expected, placement.fence, batch);
         self.stage = Stage::Starting(id, Box::new(placement));

@@ -6,6 +6,7 @@
 //! returns [`Flow::Done`] once it has replied.
 
 mod approve;
+pub(crate) mod authorize;
 mod boot;
 mod cancel;
 pub(crate) mod cx;
@@ -26,6 +27,7 @@ mod session;
 mod suspend;
 
 use crate::ops::cx::Cx;
+use crate::vocab::caller::Caller;
 use crate::vocab::{ConnId, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
 
 /// Whether an operation is still running.
@@ -54,20 +56,25 @@ pub(crate) enum Op {
     Cancel(cancel::CancelOp),
     Delete(delete::DeleteOp),
     Retain(delete::RetainOp),
+    /// A call waiting for its session's project (see `authorize`).
+    Gate(authorize::GateOp),
 }
 
 impl Op {
     /// The operation for a client call.
-    pub(crate) fn new(request: RequestId, call: Request) -> Self {
+    pub(crate) fn new(request: RequestId, caller: Caller, call: Request) -> Self {
+        let actor = caller.actor();
         match call {
-            Request::CreateSession(r) => Self::Create(session::CreateOp::new(request, r)),
+            Request::CreateSession(r) => Self::Create(session::CreateOp::new(request, r, actor)),
             Request::GetSession(r) => Self::Get(session::GetOp::new(request, r.uid)),
             Request::ListSessions(r) => Self::List(session::ListOp::new(request, r)),
             Request::Replay(r) => Self::Replay(replay::ReplayOp::new(request, r)),
-            Request::Exec(r) => Self::Exec(exec::ExecOp::new(request, r)),
-            Request::Resume(r) => Self::Resume(resume::ResumeOp::unary(request, r.session)),
-            Request::Suspend(r) => Self::Suspend(suspend::SuspendOp::new(request, r.session)),
-            Request::Approve(r) => Self::Approve(approve::ApproveOp::new(request, r)),
+            Request::Exec(r) => Self::Exec(exec::ExecOp::new(request, r, actor)),
+            Request::Resume(r) => Self::Resume(resume::ResumeOp::unary(request, r.session, actor)),
+            Request::Suspend(r) => {
+                Self::Suspend(suspend::SuspendOp::new(request, r.session, actor))
+            }
+            Request::Approve(r) => Self::Approve(approve::ApproveOp::new(request, r, &caller)),
             Request::Fork(r) => Self::Fork(fork::ForkOp::new(request, r)),
             Request::ReplayHarness { session } => {
                 Self::ReplayHarness(replay::ReplayHarnessOp::new(request, session))
@@ -81,7 +88,7 @@ impl Op {
             Request::Boot => Self::Boot(boot::BootOp::new(request)),
             Request::DeleteSession(r) => Self::Delete(delete::DeleteOp::new(request, r.uid)),
             Request::Retain { after } => Self::Retain(delete::RetainOp::new(request, after)),
-            Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r)),
+            Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r, actor)),
         }
     }
 
@@ -102,6 +109,7 @@ impl Op {
             Self::Cancel(op) => op.start(cx),
             Self::Delete(op) => op.start(cx),
             Self::Retain(op) => op.start(cx),
+            Self::Gate(_) => unreachable!("a gate starts when it is made"),
         }
     }
 
@@ -122,6 +130,7 @@ impl Op {
             Self::Cancel(op) => op.on_outcome(cx, id, outcome),
             Self::Delete(op) => op.on_outcome(cx, id, outcome),
             Self::Retain(op) => op.on_outcome(cx, id, outcome),
+            Self::Gate(op) => op.on_outcome(cx, id, outcome),
         }
     }
 
@@ -167,6 +176,7 @@ impl Op {
 
     pub(crate) fn on_cancel(&mut self, cx: &mut Cx<'_>) -> Flow {
         match self {
+            Self::Gate(op) => op.on_cancel(cx),
             Self::Exec(op) => op.on_deadline(
                 cx,
                 Status::new(crate::vocab::Code::Cancelled, "client cancelled"),

@@ -16,7 +16,7 @@ mod cancel;
 
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
-    ControllerFrame, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
+    ControllerFrame, IdentityRef, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
 };
 
 use super::load::{Load, Loaded};
@@ -93,6 +93,8 @@ pub(crate) struct ResumeOp {
     deadline: Option<Status>,
     /// Cancel calls waiting for this recovery's cancel to be durable.
     cancels: CancelCalls,
+    /// The verified caller, recorded on the RESUME marker.
+    actor: Option<IdentityRef>,
 }
 
 /// The session's own latest snapshot; a ref copied from a fork parent names
@@ -115,20 +117,22 @@ pub(crate) fn last_suspend_ref(log: &[LogRecord], uid: &str) -> SnapshotRef {
 }
 
 impl ResumeOp {
-    pub(crate) fn unary(request: RequestId, session: String) -> Self {
-        Self::new(request, session, Style::Unary)
+    pub(crate) fn unary(request: RequestId, session: String, actor: Option<IdentityRef>) -> Self {
+        Self::new(request, session, Style::Unary, actor)
     }
 
     pub(crate) fn exec_recovery(
         request: RequestId,
         session: String,
         expected: Option<i64>,
+        actor: Option<IdentityRef>,
     ) -> Self {
-        Self::new(request, session, Style::ExecStream { expected })
+        Self::new(request, session, Style::ExecStream { expected }, actor)
     }
 
-    fn new(request: RequestId, session: String, style: Style) -> Self {
+    fn new(request: RequestId, session: String, style: Style, actor: Option<IdentityRef>) -> Self {
         Self {
+            actor,
             request,
             style,
             session,
@@ -604,7 +608,8 @@ impl ResumeOp {
     }
 
     fn append_resume(&mut self, cx: &mut Cx<'_>, fence: i64, head: i64) -> Flow {
-        let event = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
+        let marker = events::lifecycle(lifecycle::Kind::LifecycleResume, "");
+        let event = events::by(marker, self.actor.as_ref());
         let append = cx.append_last(&self.session, head, fence, vec![event]);
         self.stage = Stage::Marker(append);
         Flow::Continue

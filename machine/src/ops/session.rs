@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::{
-    CreateSessionRequest, ListSessionsRequest, ListSessionsResponse, LogRecord, Session,
+    CreateSessionRequest, IdentityRef, ListSessionsRequest, ListSessionsResponse, LogRecord,
+    Session,
 };
 use base64::Engine as _;
 
@@ -59,14 +60,22 @@ pub(crate) fn new_row(
 pub(crate) struct CreateOp {
     request: RequestId,
     req: CreateSessionRequest,
+    /// The verified creator, recorded as the session's identity in place
+    /// of what the client wrote (none when auth is off).
+    actor: Option<IdentityRef>,
     put: Option<(EffectId, SessionRow)>,
 }
 
 impl CreateOp {
-    pub(crate) fn new(request: RequestId, req: CreateSessionRequest) -> Self {
+    pub(crate) fn new(
+        request: RequestId,
+        req: CreateSessionRequest,
+        actor: Option<IdentityRef>,
+    ) -> Self {
         Self {
             request,
             req,
+            actor,
             put: None,
         }
     }
@@ -84,7 +93,7 @@ impl CreateOp {
             labels: spec.labels,
             annotations: spec.annotations,
             origin: spec.origin,
-            identity: spec.identity,
+            identity: self.actor.clone().or(spec.identity),
             ..SessionRow::default()
         };
         let uid = cx.ids().session_uid();

@@ -5,13 +5,14 @@
 //! parked on an unreceipted approval is routed to the harness its turn
 //! recorded, with no fallback.
 
-use agentsessions_proto::v1::{LogRecord, SnapshotRef};
+use agentsessions_proto::v1::{IdentityRef, LogRecord, SnapshotRef};
 
 use super::load::{Load, Loaded};
 use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
 use super::run::suspend_event;
 use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
+use crate::events;
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
@@ -34,11 +35,14 @@ pub(crate) struct SuspendOp {
     session: String,
     stored: String,
     stage: Stage,
+    /// The verified caller, recorded on the SUSPEND marker.
+    actor: Option<IdentityRef>,
 }
 
 impl SuspendOp {
-    pub(crate) fn new(request: RequestId, session: String) -> Self {
+    pub(crate) fn new(request: RequestId, session: String, actor: Option<IdentityRef>) -> Self {
         Self {
+            actor,
             request,
             session,
             stored: String::new(),
@@ -151,7 +155,7 @@ impl SuspendOp {
                         return self.fail(cx, e.status("suspend: head"));
                     }
                 };
-                let event = suspend_event(&snapshot);
+                let event = events::by(suspend_event(&snapshot), self.actor.as_ref());
                 let append = cx.append_last(&self.session, head, fence, vec![event]);
                 self.stage = Stage::Append(append);
                 Flow::Continue

@@ -6,6 +6,7 @@
 //! nothing from the crate above it, so every layer can speak it (see
 //! `docs/architecture.md`, "Layers").
 
+pub mod caller;
 pub mod committed;
 pub mod config;
 pub mod effect;
@@ -16,6 +17,7 @@ pub mod request;
 pub mod rows;
 pub mod status;
 
+pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
 pub use committed::Committed;
 pub use config::{Backend, HostConfig, Route};
 pub use effect::{

@@ -11,7 +11,7 @@ use super::harness::{self, Script};
 use super::store::MemStore;
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
-    AppendError, Backend, BootReport, ClientEffect, ConnId, CountingIds, Effect, EffectId,
+    AppendError, Backend, BootReport, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId,
     ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, Host, HostConfig,
     InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall,
     RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
@@ -304,7 +304,12 @@ impl World {
     /// Makes one call and runs the world until it is idle; the call must
     /// have replied by then.
     pub fn call(&mut self, request: Request) -> Call {
-        let id = self.start(request);
+        self.call_as(Caller::Open, request)
+    }
+
+    /// [`World::call`] made by `caller`.
+    pub fn call_as(&mut self, caller: Caller, request: Request) -> Call {
+        let id = self.start_as(caller, request);
         let call = self.take(id);
         assert_eq!(
             self.host.in_flight(),
@@ -317,12 +322,17 @@ impl World {
     /// Starts a call and runs the world until it is idle, without requiring
     /// a reply (a call waiting on held harness events stays open).
     pub fn start(&mut self, request: Request) -> RequestId {
+        self.start_as(Caller::Open, request)
+    }
+
+    /// [`World::start`] made by `caller`.
+    pub fn start_as(&mut self, caller: Caller, request: Request) -> RequestId {
         self.next_request += 1;
         let id = RequestId(self.next_request);
         self.replies.insert(id, (Vec::new(), None));
         self.now += 1_000_000;
         self.host
-            .handle_request(self.now, id, request)
+            .handle_request(self.now, id, caller, request)
             .expect("drained");
         self.run();
         id

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentsessions_machine::host::{
-    Backend, Host, HostConfig, IdSource, LeaseConfig, Request, Response, Route,
+    Backend, Caller, Host, HostConfig, IdSource, LeaseConfig, Request, Response, Route,
 };
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
@@ -19,6 +19,7 @@ use super::harness_client::parse_address;
 use super::inproc::{Harnesses, InProcess};
 use super::retention;
 use super::runtime::Runtimes;
+use super::security::{Security, check_listen};
 use crate::journal::reopen::{Backoff, Opener, Reopening};
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, StoreError};
@@ -65,6 +66,8 @@ pub struct DaemonConfig {
     /// Session leases, for daemons sharing a journal (`None`: this daemon
     /// is the journal's only writer).
     pub lease: Option<LeaseSettings>,
+    /// TLS and authentication (default: plaintext, loopback, auth off).
+    pub security: Security,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -412,6 +415,21 @@ impl Daemon {
         shared_ledger: Option<Arc<dyn LedgerStore>>,
     ) -> Result<Self, StartError> {
         let host_config = host_config(&config)?;
+        let security = &config.security;
+        check_listen(
+            "--addr",
+            config.addr,
+            security.tls.is_some(),
+            security.insecure_listen,
+        )?;
+        let tls = match &security.tls {
+            Some(files) => Some(files.server_config("tls")?),
+            None => None,
+        };
+        let registry_tls = match &security.registry_tls {
+            Some(files) => Some(files.server_config("registry-tls")?),
+            None => None,
+        };
         if let Some(addr) = config.registry_addr
             && !addr.ip().is_loopback()
         {
@@ -451,7 +469,7 @@ impl Daemon {
         // The host boots before anything is served: static names are
         // reserved for good (a stored registration under one fails the
         // start) and stored registrations are loaded.
-        match handle.unary(Request::Boot).await {
+        match handle.unary(Caller::Open, Request::Boot).await {
             Ok(Response::Booted(report)) => {
                 for (name, reason) in &report.isolated {
                     tracing::warn!(harness = %name, %reason, "stored registration not served");
@@ -482,12 +500,17 @@ impl Daemon {
             addr: config.addr,
             reason: e.to_string(),
         })?;
+        let guard = Guard {
+            tls,
+            auth: security.auth.clone(),
+        };
         servers.push(serve_sessions(
             listener,
             handle.clone(),
+            guard,
             store_health,
             stop.subscribe(),
-        ));
+        )?);
         let mut registry_addr = None;
         if let Some(raddr) = config.registry_addr {
             let listener =
@@ -498,7 +521,16 @@ impl Daemon {
                         reason: e.to_string(),
                     })?;
             registry_addr = listener.local_addr().ok();
-            servers.push(serve_registry(listener, handle.clone(), stop.subscribe()));
+            let guard = Guard {
+                tls: registry_tls,
+                auth: security.auth.clone(),
+            };
+            servers.push(serve_registry(
+                listener,
+                handle.clone(),
+                guard,
+                stop.subscribe(),
+            )?);
         }
         Ok(Self {
             driver: handle,
@@ -604,13 +636,33 @@ async fn follow_store_health(
     }
 }
 
+/// What one listener checks: its TLS settings and the credentials.
+struct Guard {
+    tls: Option<tonic::transport::ServerTlsConfig>,
+    auth: Arc<crate::auth::Authenticator>,
+}
+
+impl Guard {
+    fn builder(&mut self, what: &str) -> Result<tonic::transport::Server, StartError> {
+        let builder = tonic::transport::Server::builder();
+        match self.tls.take() {
+            None => Ok(builder),
+            Some(tls) => builder
+                .tls_config(tls)
+                .map_err(|e| StartError::Config(format!("{what} TLS: {e}"))),
+        }
+    }
+}
+
 fn serve_sessions(
     listener: tokio::net::TcpListener,
     driver: DriverHandle,
+    mut guard: Guard,
     store_health: Option<tokio::sync::watch::Receiver<bool>>,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    let builder = guard.builder("sessions")?;
+    Ok(tokio::spawn(async move {
         let (health, health_service) = tonic_health::server::health_reporter();
         health
             .set_serving::<SessionsServer<SessionsService>>()
@@ -628,9 +680,12 @@ fn serve_sessions(
         // the client's delayed ACK (~40 ms per Exec or Replay).
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let mut router = tonic::transport::Server::builder()
+        let mut builder = builder;
+        let mut router = builder
             .add_service(health_service)
-            .add_service(SessionsServer::new(SessionsService::new(driver)));
+            .add_service(SessionsServer::new(SessionsService::new(
+                driver, guard.auth,
+            )));
         if let Some(service) = reflection_v1 {
             router = router.add_service(service);
         }
@@ -643,20 +698,23 @@ fn serve_sessions(
         if let Some(f) = follower {
             f.abort();
         }
-    })
+    }))
 }
 
 fn serve_registry(
     listener: tokio::net::TcpListener,
     driver: DriverHandle,
+    mut guard: Guard,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) -> Result<tokio::task::JoinHandle<()>, StartError> {
+    let mut builder = guard.builder("registry")?;
+    Ok(tokio::spawn(async move {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let _ = tonic::transport::Server::builder()
-            .add_service(HarnessRegistryServer::new(RegistryService::new(driver)))
+        let service = RegistryService::new(driver, guard.auth);
+        let _ = builder
+            .add_service(HarnessRegistryServer::new(service))
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))
             .await;
-    })
+    }))
 }

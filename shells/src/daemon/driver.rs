@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsessions_machine::host::{
-    Backend, ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
-    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, Request,
-    RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome,
-    StreamItem,
+    Backend, Caller, ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect,
+    HarnessFailure, HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome,
+    Request, RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect,
+    StoreOutcome, StreamItem,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
@@ -162,7 +162,7 @@ impl ClientSink {
 #[allow(clippy::large_enum_variant)]
 pub enum Input {
     /// A client call.
-    Call(Request, ClientSink),
+    Call(Caller, Request, ClientSink),
     /// An effect's outcome.
     Outcome(EffectId, Outcome),
     /// A dial finished; on success the connection is registered first.
@@ -211,11 +211,11 @@ pub struct DriverHandle {
 
 impl DriverHandle {
     /// Submits a unary call and waits for its reply.
-    pub async fn unary(&self, request: Request) -> Result<Response, Status> {
+    pub async fn unary(&self, caller: Caller, request: Request) -> Result<Response, Status> {
         let (tx, rx) = oneshot::channel();
         if self
             .tx
-            .send(Input::Call(request, ClientSink::Unary(tx)))
+            .send(Input::Call(caller, request, ClientSink::Unary(tx)))
             .is_err()
         {
             return Err(Status::unavailable("host is shutting down"));
@@ -226,12 +226,17 @@ impl DriverHandle {
 
     /// Submits an Exec call; frames and the final status arrive on the
     /// returned channel.
-    pub fn exec(&self, request: Request) -> mpsc::UnboundedReceiver<Result<ExecUpdate, Status>> {
+    pub fn exec(
+        &self,
+        caller: Caller,
+        request: Request,
+    ) -> mpsc::UnboundedReceiver<Result<ExecUpdate, Status>> {
         // Unbounded: the drive loop must never wait on one client. A turn's
         // frames are bounded by the turn (its records and deltas).
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Exec(tx)))) =
-            self.tx.send(Input::Call(request, ClientSink::Exec(tx)))
+        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Exec(tx)))) = self
+            .tx
+            .send(Input::Call(caller, request, ClientSink::Exec(tx)))
         {
             let _ = tx.send(Err(Status::unavailable("host is shutting down")));
         }
@@ -239,13 +244,18 @@ impl DriverHandle {
     }
 
     /// Submits a Replay call.
-    pub fn replay(&self, request: Request) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
+    pub fn replay(
+        &self,
+        caller: Caller,
+        request: Request,
+    ) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
         // Unbounded so the loop never waits on one reader; a slow reader of
         // a long journal buffers up to the journal in memory (#18 adds
         // client credit to the machine).
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, ClientSink::Replay(tx)))) =
-            self.tx.send(Input::Call(request, ClientSink::Replay(tx)))
+        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx)))) = self
+            .tx
+            .send(Input::Call(caller, request, ClientSink::Replay(tx)))
         {
             let _ = tx.send(Err(Status::unavailable("host is shutting down")));
         }
@@ -468,7 +478,7 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     fn handle(&mut self, now: Nanos, input: Input) {
         let result = match input {
-            Input::Call(request, sink) => {
+            Input::Call(caller, request, sink) => {
                 if self.draining.is_some() {
                     sink.finish(Err(Status::unavailable("host is shutting down")));
                     return;
@@ -477,7 +487,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 let id = RequestId(self.next_request);
                 let watcher = self.watch_client(id, &sink);
                 self.clients.insert(id, (sink, watcher));
-                self.host.handle_request(now, id, request)
+                self.host.handle_request(now, id, caller, request)
             }
             Input::Outcome(effect, outcome) => self.host.handle_outcome(now, effect, outcome),
             Input::Dialed {

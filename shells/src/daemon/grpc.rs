@@ -4,8 +4,9 @@
 //! start and finish with its request id ([`super::observe`]).
 
 use std::pin::Pin;
+use std::sync::Arc;
 
-use agentsessions_machine::host::{Code, Request, Response, Status};
+use agentsessions_machine::host::{Caller, Code, Request, Response, Status};
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistry;
 use agentsessions_proto::grpc::sessions_server::Sessions;
 use agentsessions_proto::v1::{
@@ -21,6 +22,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::driver::DriverHandle;
 use super::observe::{LoggedStream, RpcKind, RpcLog};
+use crate::auth::Authenticator;
 
 fn session_uid(s: &Session) -> Option<&str> {
     s.metadata.as_ref().map(|m| m.uid.as_str())
@@ -74,6 +76,17 @@ fn unexpected(what: &str, got: Response) -> tonic::Status {
     ))
 }
 
+impl Authenticator {
+    /// The caller of `request`: its bearer credential, or the verified
+    /// client certificate of its connection.
+    pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Caller, tonic::Status> {
+        let certs = request.peer_certs();
+        let leaf = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
+        self.authenticate(request.metadata(), leaf)
+            .map_err(|e| e.to_tonic())
+    }
+}
+
 /// A stream of frames for tonic.
 pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 
@@ -81,20 +94,22 @@ pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + 
 #[derive(Clone)]
 pub struct SessionsService {
     driver: DriverHandle,
+    auth: Arc<Authenticator>,
 }
 
 impl SessionsService {
-    /// A service submitting to `driver`.
-    pub fn new(driver: DriverHandle) -> Self {
-        Self { driver }
+    /// A service submitting to `driver` the calls `auth` authenticates.
+    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+        Self { driver, auth }
     }
 
     async fn session(
         &self,
+        caller: Caller,
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        match self.driver.unary(request).await {
+        match self.driver.unary(caller, request).await {
             Ok(Response::Session(s)) => Ok(tonic::Response::new(s)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -109,8 +124,16 @@ impl Sessions for SessionsService {
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("CreateSession", request.metadata(), "");
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::CreateSession(request.into_inner()), "create")
+            .session(
+                caller,
+                Request::CreateSession(request.into_inner()),
+                "create",
+            )
             .await;
         log.unary(result, session_uid)
     }
@@ -120,8 +143,12 @@ impl Sessions for SessionsService {
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("GetSession", request.metadata(), &request.get_ref().uid);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::GetSession(request.into_inner()), "get")
+            .session(caller, Request::GetSession(request.into_inner()), "get")
             .await;
         log.unary(result, |_| None)
     }
@@ -131,9 +158,13 @@ impl Sessions for SessionsService {
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
         let log = start("ListSessions", request.metadata(), "");
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = match self
             .driver
-            .unary(Request::ListSessions(request.into_inner()))
+            .unary(caller, Request::ListSessions(request.into_inner()))
             .await
         {
             Ok(Response::Sessions(r)) => Ok(tonic::Response::new(r)),
@@ -148,8 +179,16 @@ impl Sessions for SessionsService {
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::DeleteSession(request.into_inner()), "delete")
+            .session(
+                caller,
+                Request::DeleteSession(request.into_inner()),
+                "delete",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -167,7 +206,13 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let rx = self.driver.exec(Request::Exec(request.into_inner()));
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
+        let rx = self
+            .driver
+            .exec(caller, Request::Exec(request.into_inner()));
         Ok(logged(rx, log, exec_session))
     }
 
@@ -184,7 +229,13 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let rx = self.driver.replay(Request::Replay(request.into_inner()));
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
+        let rx = self
+            .driver
+            .replay(caller, Request::Replay(request.into_inner()));
         Ok(logged(rx, log, |_| None))
     }
 
@@ -193,9 +244,13 @@ impl Sessions for SessionsService {
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
         let log = start("Approve", request.metadata(), &request.get_ref().session);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = match self
             .driver
-            .unary(Request::Approve(request.into_inner()))
+            .unary(caller, Request::Approve(request.into_inner()))
             .await
         {
             Ok(Response::Approve(r)) => Ok(tonic::Response::new(r)),
@@ -210,8 +265,12 @@ impl Sessions for SessionsService {
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("Cancel", request.metadata(), &request.get_ref().session);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::Cancel(request.into_inner()), "cancel")
+            .session(caller, Request::Cancel(request.into_inner()), "cancel")
             .await;
         log.unary(result, |_| None)
     }
@@ -221,8 +280,12 @@ impl Sessions for SessionsService {
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("Suspend", request.metadata(), &request.get_ref().session);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::Suspend(request.into_inner()), "suspend")
+            .session(caller, Request::Suspend(request.into_inner()), "suspend")
             .await;
         log.unary(result, |_| None)
     }
@@ -232,8 +295,12 @@ impl Sessions for SessionsService {
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let log = start("Resume", request.metadata(), &request.get_ref().session);
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .session(Request::Resume(request.into_inner()), "resume")
+            .session(caller, Request::Resume(request.into_inner()), "resume")
             .await;
         log.unary(result, |_| None)
     }
@@ -243,7 +310,15 @@ impl Sessions for SessionsService {
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
         let log = start("Fork", request.metadata(), &request.get_ref().session);
-        let result = match self.driver.unary(Request::Fork(request.into_inner())).await {
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
+        let result = match self
+            .driver
+            .unary(caller, Request::Fork(request.into_inner()))
+            .await
+        {
             Ok(Response::Fork(r)) => Ok(tonic::Response::new(r)),
             Ok(other) => Err(unexpected("fork", other)),
             Err(status) => Err(to_tonic(status)),
@@ -256,20 +331,22 @@ impl Sessions for SessionsService {
 #[derive(Clone)]
 pub struct RegistryService {
     driver: DriverHandle,
+    auth: Arc<Authenticator>,
 }
 
 impl RegistryService {
-    /// A service submitting to `driver`.
-    pub fn new(driver: DriverHandle) -> Self {
-        Self { driver }
+    /// A service submitting to `driver` the calls `auth` authenticates.
+    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+        Self { driver, auth }
     }
 
     async fn registration(
         &self,
+        caller: Caller,
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        match self.driver.unary(request).await {
+        match self.driver.unary(caller, request).await {
             Ok(Response::Harness(h)) => Ok(tonic::Response::new(h)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -284,9 +361,13 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
         let log = start_registry("RegisterHarness", request.metadata());
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = match self
             .driver
-            .unary(Request::RegisterHarness(request.into_inner()))
+            .unary(caller, Request::RegisterHarness(request.into_inner()))
             .await
         {
             Ok(Response::Registered(r)) => Ok(tonic::Response::new(r)),
@@ -301,8 +382,16 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let log = start_registry("GetHarness", request.metadata());
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
-            .registration(Request::GetHarness(request.into_inner()), "get harness")
+            .registration(
+                caller,
+                Request::GetHarness(request.into_inner()),
+                "get harness",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -312,9 +401,13 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
         let log = start_registry("ListHarnesses", request.metadata());
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = match self
             .driver
-            .unary(Request::ListHarnesses(request.into_inner()))
+            .unary(caller, Request::ListHarnesses(request.into_inner()))
             .await
         {
             Ok(Response::Harnesses(r)) => Ok(tonic::Response::new(r)),
@@ -329,8 +422,13 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let log = start_registry("RetireHarness", request.metadata());
+        let caller = match self.auth.caller(&request) {
+            Ok(c) => c,
+            Err(e) => return log.unary(Err(e), |_| None),
+        };
         let result = self
             .registration(
+                caller,
                 Request::RetireHarness(request.into_inner()),
                 "retire harness",
             )

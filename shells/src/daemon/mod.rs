@@ -23,4 +23,5 @@ pub mod remote;
 pub mod retention;
 #[cfg(not(madsim))]
 pub mod runtime;
+pub mod security;
 pub mod store_effects;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use agentsessions_machine::host::{Request, Response};
+use agentsessions_machine::host::{Caller, Request, Response};
 
 use super::driver::DriverHandle;
 
@@ -34,7 +34,7 @@ pub async fn pass(driver: &DriverHandle, pause: Duration) -> Result<PassCounts, 
     let mut counts = PassCounts::default();
     let mut after = String::new();
     loop {
-        let report = match driver.unary(Request::Retain { after }).await {
+        let report = match driver.unary(Caller::Open, Request::Retain { after }).await {
             Ok(Response::Retained(report)) => report,
             Ok(other) => return Err(format!("retain answered {other:?}")),
             Err(status) => return Err(status.message),

@@ -28,6 +28,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         ledger: None,
         retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
         lease: None,
+        security: Default::default(),
     }
 }
 

@@ -1,0 +1,365 @@
+//! Authorization through the host: the verified principal is an input of
+//! every request, roles are per project, a refusal has no effect but its
+//! reply, and an unauthorized caller cannot tell a missing session from a
+//! forbidden one. Approvals and client-written records name the principal.
+
+mod common;
+
+use agentsessions_machine::events;
+use agentsessions_machine::host::{
+    Caller, Code, Effect, Principal, Request, Response, StoreEffect,
+};
+use agentsessions_proto::v1::{
+    CancelRequest, CreateSessionRequest, DeleteSessionRequest, EventKind, ForkRequest,
+    GetHarnessRequest, IdentityRef, ListHarnessesRequest, ListSessionsRequest, ResourceMetadata,
+    Session,
+};
+use agentsessions_testkit::{Call, World};
+use common::*;
+
+fn who(name: &str, grants: &[&str]) -> Caller {
+    Caller::Verified(Principal {
+        name: name.into(),
+        issuer: "api-key".into(),
+        grants: grants.iter().map(|g| g.parse().unwrap()).collect(),
+        separate_approver: false,
+    })
+}
+
+fn separate(caller: Caller) -> Caller {
+    let Caller::Verified(mut p) = caller else {
+        unreachable!()
+    };
+    p.separate_approver = true;
+    Caller::Verified(p)
+}
+
+fn create_in(world: &mut World, caller: Caller, project: &str, harness: &str) -> Call {
+    world.call_as(
+        caller,
+        Request::CreateSession(CreateSessionRequest {
+            session: Some(Session {
+                harness: harness.into(),
+                metadata: Some(ResourceMetadata {
+                    project: project.into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }),
+    )
+}
+
+fn uid(call: &Call) -> String {
+    call.session().expect("a session").metadata.unwrap().uid
+}
+
+/// Every session-scoped call on `sid`, with the role it needs.
+fn session_calls(sid: &str) -> Vec<(&'static str, Request)> {
+    vec![
+        ("reader", get(sid)),
+        ("reader", replay(sid)),
+        ("writer", exec(sid, "", "hi")),
+        ("writer", suspend(sid)),
+        ("writer", resume(sid)),
+        (
+            "writer",
+            Request::Fork(ForkRequest {
+                session: sid.into(),
+                count: 1,
+                ..Default::default()
+            }),
+        ),
+        (
+            "writer",
+            Request::Cancel(CancelRequest {
+                session: sid.into(),
+                ..Default::default()
+            }),
+        ),
+        (
+            "writer",
+            Request::DeleteSession(DeleteSessionRequest { uid: sid.into() }),
+        ),
+        ("approver", approve(sid, "e", "c1", 3, true)),
+    ]
+}
+
+#[test]
+fn a_caller_with_no_suitable_role_anywhere_is_refused_with_no_effect_but_the_reply() {
+    let mut world = World::default();
+    let sid = create(&mut world, "tools");
+    let before = world.store.records(&sid).to_vec();
+    let nobody = who("nobody", &[]);
+    let reader = who("rita", &["*:reader"]);
+    let mut calls = session_calls(&sid);
+    calls.push((
+        "writer",
+        Request::CreateSession(CreateSessionRequest::default()),
+    ));
+    calls.push(("admin", Request::GetHarness(GetHarnessRequest::default())));
+    calls.push((
+        "admin",
+        Request::ListHarnesses(ListHarnessesRequest::default()),
+    ));
+    calls.push(("host", Request::Boot));
+    for (role, call) in calls {
+        for caller in [&nobody, &reader] {
+            if role == "reader" && caller == &reader {
+                continue;
+            }
+            let mark = world.trace.len();
+            let got = world.call_as(caller.clone(), call.clone());
+            assert_eq!(
+                got.code(),
+                Code::PermissionDenied,
+                "{role} {call:?}: {got:?}"
+            );
+            assert_eq!(
+                effect_names(since(&world, mark)),
+                ["Reply"],
+                "decided before any read: {call:?}"
+            );
+        }
+    }
+    assert_eq!(world.store.records(&sid), before, "nothing written");
+}
+
+#[test]
+fn a_missing_session_and_a_session_of_another_project_are_refused_alike() {
+    let mut world = World::default();
+    let sid = create(&mut world, "tools");
+    let elsewhere = who("eve", &["other:admin"]);
+    for (_, call) in session_calls(&sid) {
+        let mark = world.trace.len();
+        let forbidden = world.call_as(elsewhere.clone(), call.clone());
+        let forbidden_effects = effect_names(since(&world, mark));
+        let missing_call = retarget(call, "no-such-session");
+        let mark = world.trace.len();
+        let missing = world.call_as(elsewhere.clone(), missing_call);
+        assert_eq!(forbidden.code(), Code::PermissionDenied, "{forbidden:?}");
+        assert_eq!(forbidden.reply, missing.reply, "indistinguishable replies");
+        assert_eq!(forbidden_effects, effect_names(since(&world, mark)));
+        assert_eq!(forbidden_effects, ["GetSession", "Reply"]);
+    }
+}
+
+/// `call` aimed at session `sid` instead.
+fn retarget(call: Request, sid: &str) -> Request {
+    match call {
+        Request::GetSession(mut r) => {
+            r.uid = sid.into();
+            Request::GetSession(r)
+        }
+        Request::DeleteSession(mut r) => {
+            r.uid = sid.into();
+            Request::DeleteSession(r)
+        }
+        Request::Replay(mut r) => {
+            r.session = sid.into();
+            Request::Replay(r)
+        }
+        Request::Exec(mut r) => {
+            r.session = sid.into();
+            Request::Exec(r)
+        }
+        Request::Suspend(mut r) => {
+            r.session = sid.into();
+            Request::Suspend(r)
+        }
+        Request::Resume(mut r) => {
+            r.session = sid.into();
+            Request::Resume(r)
+        }
+        Request::Fork(mut r) => {
+            r.session = sid.into();
+            Request::Fork(r)
+        }
+        Request::Cancel(mut r) => {
+            r.session = sid.into();
+            Request::Cancel(r)
+        }
+        Request::Approve(mut r) => {
+            r.session = sid.into();
+            Request::Approve(r)
+        }
+        other => panic!("not session-scoped: {other:?}"),
+    }
+}
+
+#[test]
+fn a_role_on_the_sessions_project_admits_exactly_its_calls() {
+    let mut world = World::default();
+    let writer = who("wes", &["team:writer"]);
+    let reader = who("rita", &["team:reader"]);
+    let approver = who("abe", &["team:approver"]);
+    let created = create_in(&mut world, writer.clone(), "team", "tools");
+    assert_eq!(created.code(), Code::Ok, "{created:?}");
+    let sid = uid(&created);
+    assert_eq!(world.call_as(reader.clone(), get(&sid)).code(), Code::Ok);
+    assert_eq!(world.call_as(approver.clone(), get(&sid)).code(), Code::Ok);
+    assert_eq!(
+        world.call_as(reader.clone(), exec(&sid, "", "hi")).code(),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        world.call_as(approver.clone(), exec(&sid, "", "hi")).code(),
+        Code::PermissionDenied
+    );
+    let turn = world.call_as(writer.clone(), exec(&sid, "", "hi"));
+    assert_eq!(turn.reply, Ok(Response::StreamEnd), "{turn:?}");
+    // A writer is no approver; the approver gets past the check (and is
+    // then refused by the journal: nothing is pending).
+    let decide = approve(&sid, "e", "c1", 3, true);
+    assert_eq!(
+        world.call_as(writer, decide.clone()).code(),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        world.call_as(approver, decide).code(),
+        Code::FailedPrecondition
+    );
+    // Creating or listing in a project needs the role there.
+    let other = create_in(&mut world, reader.clone(), "team", "tools");
+    assert_eq!(other.code(), Code::PermissionDenied);
+    let list = |project: &str| {
+        Request::ListSessions(ListSessionsRequest {
+            project: project.into(),
+            ..Default::default()
+        })
+    };
+    match world.call_as(reader.clone(), list("team")).reply {
+        Ok(Response::Sessions(page)) => assert_eq!(page.sessions.len(), 1),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        world.call_as(reader, list("default")).code(),
+        Code::PermissionDenied
+    );
+}
+
+#[test]
+fn with_a_role_on_every_project_a_missing_session_is_not_found() {
+    let mut world = World::default();
+    let everywhere = who("root", &["*:reader"]);
+    let got = world.call_as(everywhere, get("no-such-session"));
+    assert_eq!(got.code(), Code::NotFound, "{got:?}");
+}
+
+#[test]
+fn the_registry_needs_admin_on_every_project() {
+    let mut world = World::default();
+    let list = Request::ListHarnesses(ListHarnessesRequest::default());
+    let local = who("al", &["default:admin"]);
+    assert_eq!(
+        world.call_as(local, list.clone()).code(),
+        Code::PermissionDenied
+    );
+    let admin = who("root", &["*:admin"]);
+    assert_eq!(world.call_as(admin, list).code(), Code::Ok);
+}
+
+#[test]
+fn an_approval_names_the_verified_principal_whatever_the_request_says() {
+    let mut world = World::default();
+    let (sid, eid, seq) = parked(&mut world, "approval");
+    let Request::Approve(mut req) = approve(&sid, &eid, "c1", seq, false) else {
+        unreachable!()
+    };
+    req.identity = Some(IdentityRef {
+        principal: "mallory".into(),
+        issuer: "forged".into(),
+        ..Default::default()
+    });
+    let got = world.call_as(who("abe", &["*:approver"]), Request::Approve(req.clone()));
+    let Ok(Response::Approve(r)) = &got.reply else {
+        panic!("{got:?}")
+    };
+    let actor = r
+        .decision
+        .as_ref()
+        .unwrap()
+        .event
+        .as_ref()
+        .unwrap()
+        .actor
+        .clone();
+    assert_eq!(
+        actor.unwrap(),
+        IdentityRef {
+            principal: "abe".into(),
+            issuer: "api-key".into(),
+            subject: String::new(),
+        }
+    );
+    // The exact retry is the same principal's, not the forged identity's.
+    let again = world.call_as(who("abe", &["*:approver"]), Request::Approve(req.clone()));
+    assert_eq!(again.reply, got.reply);
+    let other = world.call_as(who("ann", &["*:approver"]), Request::Approve(req));
+    assert_eq!(other.code(), Code::FailedPrecondition, "another decider");
+}
+
+#[test]
+fn a_separate_approver_may_not_decide_calls_of_a_session_it_created() {
+    let mut world = World::default();
+    let alice = separate(who("alice", &["*:writer", "*:approver"]));
+    let created = create_in(&mut world, alice.clone(), "", "approval");
+    let sid = uid(&created);
+    let parked = world.call_as(alice.clone(), exec(&sid, "", "go"));
+    let pending = parked.session().unwrap().pending_approval.unwrap();
+    let before = world.store.records(&sid).to_vec();
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    let own = world.call_as(alice, decide.clone());
+    assert_eq!(own.code(), Code::PermissionDenied, "{own:?}");
+    assert_eq!(world.store.records(&sid), before, "nothing written");
+    let bob = separate(who("bob", &["*:approver"]));
+    assert_eq!(world.call_as(bob, decide).code(), Code::Ok);
+}
+
+#[test]
+fn the_creator_and_the_turns_it_writes_carry_the_principal_and_open_calls_carry_none() {
+    let mut world = World::default();
+    let alice = who("alice", &["*:writer"]);
+    let created = create_in(&mut world, alice.clone(), "", "tools");
+    let session = created.session().unwrap();
+    assert_eq!(session.identity.unwrap().principal, "alice");
+    let sid = uid(&created);
+    world.call_as(alice, exec(&sid, "", "hi"));
+    world.call(exec(&sid, "", "again"));
+    let records = world.store.records(&sid);
+    let actor_of = |kind: EventKind, nth: usize| {
+        records
+            .iter()
+            .filter(|r| events::kind_of(r.event.as_ref().unwrap()) == kind)
+            .nth(nth)
+            .and_then(|r| r.event.as_ref().unwrap().actor.clone())
+            .map(|a| a.principal)
+    };
+    assert_eq!(
+        actor_of(EventKind::EventExecutionStart, 0).as_deref(),
+        Some("alice")
+    );
+    assert_eq!(actor_of(EventKind::EventInput, 0).as_deref(), Some("alice"));
+    assert_eq!(actor_of(EventKind::EventExecutionStart, 1), None);
+    assert_eq!(actor_of(EventKind::EventInput, 1), None);
+    // The harness's own records are not the caller's.
+    assert_eq!(actor_of(EventKind::EventOutput, 0), None);
+}
+
+#[test]
+fn a_client_gone_while_its_call_waits_for_the_project_check_starts_nothing() {
+    let mut world = World::default();
+    let sid = create(&mut world, "tools");
+    let before = world.store.records(&sid).to_vec();
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Store(StoreEffect::GetSession { .. }))
+    }));
+    let id = world.start_as(who("wes", &["default:writer"]), exec(&sid, "", "hi"));
+    assert!(world.holding() && !world.replied(id), "the check waits");
+    world.cancel(id);
+    world.release();
+    let got = world.take(id);
+    assert_eq!(got.code(), Code::Cancelled, "{got:?}");
+    assert_eq!(world.store.records(&sid), before);
+    assert_eq!(world.host.in_flight(), 0);
+}
