@@ -363,3 +363,37 @@ fn a_client_gone_while_its_call_waits_for_the_project_check_starts_nothing() {
     assert_eq!(world.store.records(&sid), before);
     assert_eq!(world.host.in_flight(), 0);
 }
+
+#[test]
+fn a_verified_fork_and_delete_name_their_principal() {
+    let mut world = World::default();
+    let wes = who("wes", &["default:writer"]);
+    let sid = create(&mut world, "tools");
+    world.call(exec(&sid, "", "hi"));
+    let fork = world.call_as(
+        wes.clone(),
+        Request::Fork(ForkRequest {
+            session: sid.clone(),
+            count: 1,
+            ..Default::default()
+        }),
+    );
+    let Ok(Response::Fork(children)) = &fork.reply else {
+        panic!("{fork:?}")
+    };
+    let child = &children.children[0];
+    assert_eq!(child.identity.as_ref().unwrap().principal, "wes");
+    let mark = world.trace.len();
+    let uid = child.metadata.as_ref().unwrap().uid.clone();
+    let deleted = world.call_as(wes, Request::DeleteSession(DeleteSessionRequest { uid }));
+    assert_eq!(deleted.code(), Code::Ok, "{deleted:?}");
+    let principal = since(&world, mark).iter().find_map(|e| match e {
+        Effect::Store(StoreEffect::DeleteSession { principal, .. }) => Some(principal.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        principal.as_deref(),
+        Some("wes"),
+        "the tombstone names the deleter"
+    );
+}

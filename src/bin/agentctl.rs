@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand, JournalCommand};
+use agentsessions::cli::connect::{Bearer, Conn, connect, tls};
 use agentsessions::cli::exit::{self, RpcError, UsageError};
 use agentsessions::cli::verify::{ChainCheck, VerifyError};
 use agentsessions::cli::{approve, json_line, progress, render};
@@ -122,7 +123,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Harness { registry, command } => {
             let registry = common.registry_target(registry)?;
             let link = Link::open(&common, Want::Registry(registry)).await?;
-            let mut client = HarnessRegistryClient::new(link.channel.clone());
+            let mut client = HarnessRegistryClient::with_interceptor(
+                link.channel.clone(),
+                Bearer::from_common(&common)?,
+            );
             let result = harness(&mut client, &common, command).await;
             drop(client);
             link.close().await;
@@ -130,7 +134,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         command => {
             let link = Link::open(&common, Want::Sessions).await?;
-            let mut client = SessionsClient::new(link.channel.clone());
+            let mut client = SessionsClient::with_interceptor(
+                link.channel.clone(),
+                Bearer::from_common(&common)?,
+            );
             let result = sessions(&mut client, &common, command).await;
             drop(client);
             link.close().await;
@@ -158,7 +165,7 @@ impl Link {
             Want::Registry(registry) => registry.clone(),
         };
         if let Some(addr) = remote {
-            let channel = connect(&addr).await?;
+            let channel = connect(&addr, tls(common, &addr)?, CONNECT_TIMEOUT).await?;
             return Ok(Self {
                 channel,
                 daemon: None,
@@ -195,7 +202,7 @@ impl Link {
         let Some(addr) = addr else {
             anyhow::bail!("embedded daemon: the registry listener did not bind");
         };
-        let channel = match connect(&addr.to_string()).await {
+        let channel = match connect(&addr.to_string(), None, CONNECT_TIMEOUT).await {
             Ok(channel) => channel,
             Err(e) => {
                 daemon.shutdown().await;
@@ -218,30 +225,12 @@ impl Link {
     }
 }
 
-async fn connect(addr: &str) -> anyhow::Result<Channel> {
-    let uri = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    let endpoint = Channel::from_shared(uri)
-        .map_err(|e| UsageError(format!("bad address {addr:?}: {e}")))?
-        .connect_timeout(CONNECT_TIMEOUT);
-    endpoint.connect().await.map_err(|e| {
-        RpcError::new(
-            "connect",
-            tonic::Status::unavailable(format!("{addr}: {e}")),
-        )
-        .into()
-    })
-}
-
 fn no_session(flag: &str) -> anyhow::Error {
     UsageError(format!("{flag}: a session is required")).into()
 }
 
 async fn sessions(
-    c: &mut SessionsClient<Channel>,
+    c: &mut SessionsClient<Conn>,
     common: &Common,
     command: Command,
 ) -> anyhow::Result<u8> {
@@ -442,7 +431,7 @@ async fn journal(command: JournalCommand) -> anyhow::Result<u8> {
 }
 
 async fn create(
-    c: &mut SessionsClient<Channel>,
+    c: &mut SessionsClient<Conn>,
     common: &Common,
     name: String,
     harness: String,
@@ -466,7 +455,7 @@ async fn create(
         .into_inner())
 }
 
-async fn get(c: &mut SessionsClient<Channel>, uid: &str) -> anyhow::Result<Session> {
+async fn get(c: &mut SessionsClient<Conn>, uid: &str) -> anyhow::Result<Session> {
     if uid.is_empty() {
         return Err(no_session("--session"));
     }
@@ -478,7 +467,7 @@ async fn get(c: &mut SessionsClient<Channel>, uid: &str) -> anyhow::Result<Sessi
     .into_inner())
 }
 
-async fn resume(c: &mut SessionsClient<Channel>, session: String) -> anyhow::Result<Session> {
+async fn resume(c: &mut SessionsClient<Conn>, session: String) -> anyhow::Result<Session> {
     // `boot` is deprecated and ignored by servers; it is left at its default.
     let request = ResumeRequest {
         session,
@@ -497,7 +486,7 @@ fn transition(json: bool, s: &Session, verb: &str) -> anyhow::Result<()> {
 }
 
 async fn exec(
-    c: &mut SessionsClient<Channel>,
+    c: &mut SessionsClient<Conn>,
     common: &Common,
     mut session: String,
     input: Option<String>,
@@ -597,7 +586,7 @@ impl Stdout {
 }
 
 async fn replay(
-    c: &mut SessionsClient<Channel>,
+    c: &mut SessionsClient<Conn>,
     json: bool,
     session: &str,
     from: i64,
@@ -633,7 +622,7 @@ async fn replay(
     Ok(())
 }
 
-async fn verify(c: &mut SessionsClient<Channel>, json: bool, session: &str) -> anyhow::Result<()> {
+async fn verify(c: &mut SessionsClient<Conn>, json: bool, session: &str) -> anyhow::Result<()> {
     let last_seq = get(c, session).await?.last_seq;
     let mut check = ChainCheck::new(last_seq);
     let outcome = if last_seq == 0 {
@@ -689,7 +678,7 @@ async fn verify(c: &mut SessionsClient<Channel>, json: bool, session: &str) -> a
 /// Commits the decision, then (unless `--no-resume`) resumes the session
 /// and prints the records the resume committed, as `exec` prints a turn's.
 async fn decide(
-    c: &mut SessionsClient<Channel>,
+    c: &mut SessionsClient<Conn>,
     json: bool,
     d: Decide,
     approved: bool,
@@ -758,7 +747,7 @@ async fn decide(
 }
 
 async fn harness(
-    c: &mut HarnessRegistryClient<Channel>,
+    c: &mut HarnessRegistryClient<Conn>,
     common: &Common,
     command: HarnessCommand,
 ) -> anyhow::Result<()> {

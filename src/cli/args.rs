@@ -36,6 +36,25 @@ pub struct Common {
     /// Print proto3-JSON (proto field names) instead of text lines.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Bearer credential (an API key or a JWT) sent on every call; the
+    /// environment keeps it out of argv and shell history.
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTSESSIONS_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// PEM CA that signed the server's certificate: talk TLS (also implied
+    /// by an https:// --server).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// PEM client certificate to present (mTLS), with --tls-key.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, global = true, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Common {

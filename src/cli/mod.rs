@@ -5,6 +5,7 @@
 
 pub mod approve;
 pub mod args;
+pub mod connect;
 pub mod exit;
 pub mod progress;
 pub mod render;

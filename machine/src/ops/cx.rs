@@ -490,8 +490,14 @@ impl Cx<'_> {
     }
 
     /// Deletes `session` if its head is still `expected_last_seq`.
-    pub(crate) fn delete_session(&mut self, session: &str, expected_last_seq: i64) -> EffectId {
+    pub(crate) fn delete_session(
+        &mut self,
+        session: &str,
+        expected_last_seq: i64,
+        principal: &str,
+    ) -> EffectId {
         let session = session.to_owned();
+        let principal = principal.to_owned();
         let now = self.core.now;
         self.request(|id| {
             Effect::Store(StoreEffect::DeleteSession {
@@ -499,6 +505,7 @@ impl Cx<'_> {
                 session,
                 expected_last_seq,
                 now,
+                principal,
             })
         })
     }

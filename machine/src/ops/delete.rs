@@ -49,6 +49,8 @@ pub(crate) struct Deletion {
     uid: String,
     /// Retention: delete only if still last written before this.
     stale_before: Option<Nanos>,
+    /// Who deletes, for the tombstone.
+    principal: String,
     stage: Stage,
 }
 
@@ -62,11 +64,17 @@ pub(crate) enum Deleted {
 }
 
 impl Deletion {
-    pub(crate) fn start(cx: &mut Cx<'_>, uid: &str, stale_before: Option<Nanos>) -> Self {
+    pub(crate) fn start(
+        cx: &mut Cx<'_>,
+        uid: &str,
+        stale_before: Option<Nanos>,
+        principal: &str,
+    ) -> Self {
         assert!(!uid.is_empty(), "the caller checks the uid");
         Self {
             uid: uid.to_owned(),
             stale_before,
+            principal: principal.to_owned(),
             stage: Stage::Load(Load::start_guarded(cx, uid)),
         }
     }
@@ -123,7 +131,7 @@ impl Deletion {
                         Err(_) => render::fresh_session(&row),
                     };
                     let head = log.last().map_or(0, |r| r.seq);
-                    let delete = cx.delete_session(&self.uid, head);
+                    let delete = cx.delete_session(&self.uid, head, &self.principal);
                     self.stage = Stage::Delete(delete, Box::new(session));
                     Deleted::Pending(self)
                 }
@@ -168,14 +176,17 @@ impl Deletion {
 pub(crate) struct DeleteOp {
     request: RequestId,
     uid: String,
+    /// The verified caller's name ("" when auth is off).
+    principal: String,
     deletion: Option<Deletion>,
 }
 
 impl DeleteOp {
-    pub(crate) fn new(request: RequestId, uid: String) -> Self {
+    pub(crate) fn new(request: RequestId, uid: String, principal: String) -> Self {
         Self {
             request,
             uid,
+            principal,
             deletion: None,
         }
     }
@@ -188,7 +199,7 @@ impl DeleteOp {
             );
             return Flow::Done;
         }
-        self.deletion = Some(Deletion::start(cx, &self.uid, None));
+        self.deletion = Some(Deletion::start(cx, &self.uid, None, &self.principal));
         Flow::Continue
     }
 
@@ -299,7 +310,7 @@ impl RetainOp {
         while self.deleting.len() < RETENTION_PARALLEL
             && let Some(uid) = self.queued.pop()
         {
-            let deletion = Deletion::start(cx, &uid, Some(self.before));
+            let deletion = Deletion::start(cx, &uid, Some(self.before), "");
             let waits = deletion.waits_on();
             assert!(self.deleting.insert(waits, deletion).is_none());
         }

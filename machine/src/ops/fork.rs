@@ -15,7 +15,9 @@
 
 use std::collections::BTreeSet;
 
-use agentsessions_proto::v1::{ForkRequest, ForkResponse, LogRecord, Session, SnapshotRef};
+use agentsessions_proto::v1::{
+    ForkRequest, ForkResponse, IdentityRef, LogRecord, Session, SnapshotRef,
+};
 
 use super::placement::{Placed, Placement, Provision, needs_memory};
 use super::routing::{for_turn, mapping};
@@ -65,6 +67,8 @@ enum Stage {
 /// One Fork call. See the module docs.
 pub(crate) struct ForkOp {
     request: RequestId,
+    /// The verified caller, recorded as each child's creator.
+    actor: Option<IdentityRef>,
     req: ForkRequest,
     count: usize,
     stage: Stage,
@@ -96,8 +100,9 @@ fn store_failed(e: &StoreFault, what: impl std::fmt::Display) -> Status {
 }
 
 impl ForkOp {
-    pub(crate) fn new(request: RequestId, req: ForkRequest) -> Self {
+    pub(crate) fn new(request: RequestId, req: ForkRequest, actor: Option<IdentityRef>) -> Self {
         Self {
+            actor,
             request,
             req,
             count: 0,
@@ -579,7 +584,9 @@ impl ForkOp {
             labels: self.req.labels.clone(),
             annotations: p.annotations.clone(),
             origin: p.origin.clone(),
-            identity: None,
+            // A verified forker is the child's creator (none when auth
+            // is off, as before).
+            identity: self.actor.clone(),
             ..SessionRow::default()
         };
         self.stage = Stage::Record(cx.put_session(row, None));

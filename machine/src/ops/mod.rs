@@ -75,7 +75,7 @@ impl Op {
                 Self::Suspend(suspend::SuspendOp::new(request, r.session, actor))
             }
             Request::Approve(r) => Self::Approve(approve::ApproveOp::new(request, r, &caller)),
-            Request::Fork(r) => Self::Fork(fork::ForkOp::new(request, r)),
+            Request::Fork(r) => Self::Fork(fork::ForkOp::new(request, r, actor)),
             Request::ReplayHarness { session } => {
                 Self::ReplayHarness(replay::ReplayHarnessOp::new(request, session))
             }
@@ -86,7 +86,14 @@ impl Op {
             Request::ListHarnesses(r) => Self::Registry(registry::RegistryOp::list(request, r)),
             Request::RetireHarness(r) => Self::Registry(registry::RegistryOp::retire(request, r)),
             Request::Boot => Self::Boot(boot::BootOp::new(request)),
-            Request::DeleteSession(r) => Self::Delete(delete::DeleteOp::new(request, r.uid)),
+            Request::DeleteSession(r) => {
+                let principal = actor.as_ref().map(|a| a.principal.clone());
+                Self::Delete(delete::DeleteOp::new(
+                    request,
+                    r.uid,
+                    principal.unwrap_or_default(),
+                ))
+            }
             Request::Retain { after } => Self::Retain(delete::RetainOp::new(request, after)),
             Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r, actor)),
         }

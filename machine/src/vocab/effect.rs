@@ -159,6 +159,9 @@ pub enum StoreEffect {
         expected_last_seq: i64,
         /// The machine's time, stamped on the tombstone.
         now: Nanos,
+        /// Who deleted it, for the tombstone ("" = unauthenticated, or the
+        /// host's own retention).
+        principal: String,
     },
     /// One bounded retention step: the next `scan` session rows in uid
     /// order after `after`, keeping those last written before `before`.

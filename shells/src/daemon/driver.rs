@@ -790,6 +790,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 session,
                 expected_last_seq,
                 now,
+                principal,
             } => {
                 self.log_cache.forget(&session);
                 self.start_store(StoreEffect::DeleteSession {
@@ -797,6 +798,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                     session,
                     expected_last_seq,
                     now,
+                    principal,
                 });
             }
         }

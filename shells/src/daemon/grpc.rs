@@ -123,11 +123,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("CreateSession", request.metadata(), "");
+        let mut log = start("CreateSession", request.metadata(), "");
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(
                 caller,
@@ -142,11 +143,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("GetSession", request.metadata(), &request.get_ref().uid);
+        let mut log = start("GetSession", request.metadata(), &request.get_ref().uid);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(caller, Request::GetSession(request.into_inner()), "get")
             .await;
@@ -157,11 +159,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
-        let log = start("ListSessions", request.metadata(), "");
+        let mut log = start("ListSessions", request.metadata(), "");
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = match self
             .driver
             .unary(caller, Request::ListSessions(request.into_inner()))
@@ -178,11 +181,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
+        let mut log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(
                 caller,
@@ -199,7 +203,7 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ExecRequest>,
     ) -> Result<tonic::Response<Self::ExecStream>, tonic::Status> {
-        let log = RpcLog::start(
+        let mut log = RpcLog::start(
             "Sessions",
             "Exec",
             RpcKind::ServerStream,
@@ -210,6 +214,7 @@ impl Sessions for SessionsService {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let rx = self
             .driver
             .exec(caller, Request::Exec(request.into_inner()));
@@ -222,7 +227,7 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ReplayRequest>,
     ) -> Result<tonic::Response<Self::ReplayStream>, tonic::Status> {
-        let log = RpcLog::start(
+        let mut log = RpcLog::start(
             "Sessions",
             "Replay",
             RpcKind::ServerStream,
@@ -233,6 +238,7 @@ impl Sessions for SessionsService {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let rx = self
             .driver
             .replay(caller, Request::Replay(request.into_inner()));
@@ -243,11 +249,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
-        let log = start("Approve", request.metadata(), &request.get_ref().session);
+        let mut log = start("Approve", request.metadata(), &request.get_ref().session);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = match self
             .driver
             .unary(caller, Request::Approve(request.into_inner()))
@@ -264,11 +271,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("Cancel", request.metadata(), &request.get_ref().session);
+        let mut log = start("Cancel", request.metadata(), &request.get_ref().session);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(caller, Request::Cancel(request.into_inner()), "cancel")
             .await;
@@ -279,11 +287,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("Suspend", request.metadata(), &request.get_ref().session);
+        let mut log = start("Suspend", request.metadata(), &request.get_ref().session);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(caller, Request::Suspend(request.into_inner()), "suspend")
             .await;
@@ -294,11 +303,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let log = start("Resume", request.metadata(), &request.get_ref().session);
+        let mut log = start("Resume", request.metadata(), &request.get_ref().session);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .session(caller, Request::Resume(request.into_inner()), "resume")
             .await;
@@ -309,11 +319,12 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
-        let log = start("Fork", request.metadata(), &request.get_ref().session);
+        let mut log = start("Fork", request.metadata(), &request.get_ref().session);
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = match self
             .driver
             .unary(caller, Request::Fork(request.into_inner()))
@@ -360,11 +371,12 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
-        let log = start_registry("RegisterHarness", request.metadata());
+        let mut log = start_registry("RegisterHarness", request.metadata());
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = match self
             .driver
             .unary(caller, Request::RegisterHarness(request.into_inner()))
@@ -381,11 +393,12 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        let log = start_registry("GetHarness", request.metadata());
+        let mut log = start_registry("GetHarness", request.metadata());
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .registration(
                 caller,
@@ -400,11 +413,12 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
-        let log = start_registry("ListHarnesses", request.metadata());
+        let mut log = start_registry("ListHarnesses", request.metadata());
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = match self
             .driver
             .unary(caller, Request::ListHarnesses(request.into_inner()))
@@ -421,11 +435,12 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        let log = start_registry("RetireHarness", request.metadata());
+        let mut log = start_registry("RetireHarness", request.metadata());
         let caller = match self.auth.caller(&request) {
             Ok(c) => c,
             Err(e) => return log.unary(Err(e), |_| None),
         };
+        log.set_principal(&caller);
         let result = self
             .registration(
                 caller,

@@ -54,6 +54,8 @@ pub fn error_kind(code: tonic::Code) -> &'static str {
         FailedPrecondition => "failed_precondition",
         Aborted => "conflict",
         Unavailable => "unavailable",
+        PermissionDenied => "permission_denied",
+        Unauthenticated => "unauthenticated",
         _ => "internal",
     }
 }
@@ -110,6 +112,8 @@ pub struct RpcLog {
     kind: RpcKind,
     request_id: String,
     session_uid: String,
+    /// The verified caller ("" when auth is off or it failed).
+    principal: String,
     started: Instant,
     /// Frames sent (streams only).
     frames: u64,
@@ -149,6 +153,7 @@ impl RpcLog {
             kind,
             request_id,
             session_uid: session_uid.to_owned(),
+            principal: String::new(),
             started: Instant::now(),
             frames: 0,
             finished: false,
@@ -165,6 +170,13 @@ impl RpcLog {
     pub fn set_session(&mut self, uid: &str) {
         if self.session_uid.is_empty() {
             self.session_uid = uid.to_owned();
+        }
+    }
+
+    /// Names the verified caller (never its credential).
+    pub fn set_principal(&mut self, caller: &agentsessions_machine::host::Caller) {
+        if let agentsessions_machine::host::Caller::Verified(p) = caller {
+            self.principal = p.name.clone();
         }
     }
 
@@ -195,6 +207,7 @@ impl RpcLog {
                     duration_ms,
                     request_id = %self.request_id,
                     session_uid = %self.session_uid,
+                    principal = %self.principal,
                     frames = self.frames,
                     "rpc finish"
                 )
@@ -210,7 +223,9 @@ impl RpcLog {
             | "failed_precondition"
             | "not_found"
             | "already_exists"
-            | "invalid_argument" => finish_event!(info),
+            | "invalid_argument"
+            | "permission_denied" => finish_event!(info),
+            "unauthenticated" => finish_event!(warn),
             "unavailable" => finish_event!(warn),
             _ => finish_event!(error),
         }

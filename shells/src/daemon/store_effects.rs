@@ -123,12 +123,12 @@ pub async fn perform_store<S: JournalStore>(
             session,
             expected_last_seq,
             now,
+            principal,
         } => {
             let req = DeleteSession {
                 uid: session,
                 expected_last_seq,
-                // No authentication yet: the tombstone names no principal.
-                principal: String::new(),
+                principal,
                 now_unix_nanos: now,
             };
             let r = store.delete_session(req).await;

@@ -1,0 +1,116 @@
+//! Dialing a server: plaintext or TLS (a CA to verify the server, and
+//! optionally a client certificate), with the bearer credential attached
+//! to every call.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+use super::args::Common;
+use super::exit::{RpcError, UsageError};
+
+/// A channel whose calls carry the bearer credential.
+pub type Conn = InterceptedService<Channel, Bearer>;
+
+/// Adds `authorization: Bearer <token>` to each call (nothing without a
+/// token).
+#[derive(Debug, Clone, Default)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl Bearer {
+    /// The credential of `--token` / `AGENTSESSIONS_TOKEN`.
+    pub fn from_common(common: &Common) -> anyhow::Result<Self> {
+        let Some(token) = common.token.as_deref().filter(|t| !t.is_empty()) else {
+            return Ok(Self(None));
+        };
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| UsageError("--token: not a printable ASCII credential".to_owned()))?;
+        Ok(Self(Some(value)))
+    }
+}
+
+impl Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            request.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(request)
+    }
+}
+
+fn read(flag: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())).into())
+}
+
+/// The TLS settings the flags ask for, if any: `--tls-ca` or an https://
+/// address turns TLS on (an https:// address without a CA verifies the
+/// server against the bundled web roots).
+pub fn tls(common: &Common, addr: &str) -> anyhow::Result<Option<ClientTlsConfig>> {
+    let https = addr.starts_with("https://");
+    if !https && common.tls_ca.is_none() && common.tls_cert.is_none() {
+        return Ok(None);
+    }
+    let mut config = ClientTlsConfig::new();
+    match &common.tls_ca {
+        Some(ca) => {
+            config = config.ca_certificate(Certificate::from_pem(read("--tls-ca", ca)?));
+        }
+        None => config = config.with_webpki_roots(),
+    }
+    if let (Some(cert), Some(key)) = (&common.tls_cert, &common.tls_key) {
+        let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
+        config = config.identity(identity);
+    }
+    Ok(Some(config))
+}
+
+/// Dials `addr` (host:port, http:// or https://) within `timeout`, over
+/// TLS when `tls` is set.
+pub async fn connect(
+    addr: &str,
+    tls: Option<ClientTlsConfig>,
+    timeout: Duration,
+) -> anyhow::Result<Channel> {
+    let uri = if addr.contains("://") {
+        addr.to_owned()
+    } else if tls.is_some() {
+        format!("https://{addr}")
+    } else {
+        format!("http://{addr}")
+    };
+    let mut endpoint = Channel::from_shared(uri)
+        .map_err(|e| UsageError(format!("bad address {addr:?}: {e}")))?
+        .connect_timeout(timeout);
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| UsageError(format!("TLS settings for {addr}: {e}")))?;
+    }
+    endpoint.connect().await.map_err(|e| {
+        RpcError::new(
+            "connect",
+            tonic::Status::unavailable(format!("{addr}: {}", error_chain(&e))),
+        )
+        .into()
+    })
+}
+
+/// A transport error with its causes (a TLS failure hides in a source).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
