@@ -37,11 +37,14 @@ pub enum Fault {
     /// Writes to a deleted uid are not refused, so a racing writer brings
     /// the session back.
     IgnoreTombstone,
+    /// The authorization gate admits a call once the session row exists,
+    /// whatever its project.
+    SkipProjectCheck,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -54,6 +57,7 @@ impl Fault {
         Fault::RedriveCanceled,
         Fault::DeleteKeepsRecords,
         Fault::IgnoreTombstone,
+        Fault::SkipProjectCheck,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -71,6 +75,7 @@ impl Fault {
             Fault::RedriveCanceled => "redrive-canceled",
             Fault::DeleteKeepsRecords => "delete-keeps-records",
             Fault::IgnoreTombstone => "ignore-tombstone",
+            Fault::SkipProjectCheck => "skip-project-check",
         }
     }
 

@@ -86,8 +86,32 @@ pub enum Rule {
     Liveness,
     /// A scenario step got an answer it must not get.
     Expectation,
+    /// A forbidden call was not refused, or left a trace (a record, row
+    /// or decision naming its principal).
+    Authorization,
     /// The machine panicked.
     Panic,
+}
+
+/// No row or record of `view` names a principal starting with `prefix`:
+/// the calls of such principals were all refused before they could write.
+pub fn check_no_trace(view: &dyn JournalView, prefix: &str) -> Check {
+    let named = |who: Option<&agentsessions_proto::v1::IdentityRef>| {
+        who.is_some_and(|w| w.principal.starts_with(prefix))
+    };
+    for sid in view.sessions() {
+        if named(view.row(&sid).and_then(|r| r.identity).as_ref()) {
+            let detail = format!("{sid}: created by {prefix:?}");
+            return Err(violation(Rule::Authorization, detail));
+        }
+        for r in view.records(&sid) {
+            if named(r.event.as_ref().and_then(|e| e.actor.as_ref())) {
+                let detail = format!("{sid}: seq {} written by {prefix:?}", r.seq);
+                return Err(violation(Rule::Authorization, detail));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A broken rule and what broke it.

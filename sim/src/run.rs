@@ -10,14 +10,16 @@
 //! session's rendering, a Replay and a harness replay of each session, and
 //! the scenario's own conditions.
 
-use agentsessions_machine::host::{Request, RequestId, Response, StreamItem};
+use agentsessions_machine::host::{
+    Caller, Code, Principal, Request, RequestId, Response, Status, StreamItem,
+};
 use agentsessions_machine::journal::approval;
 use agentsessions_proto::v1::{ApprovalRef, GetSessionRequest, LogRecord, ReplayRequest};
 
 use crate::client::{self, Action, Client};
 use crate::digest::Fnv;
 use crate::oracle::{Check, JournalView, Rule, Violation, violation};
-use crate::scenario::{Post, RaceOp, Scenario};
+use crate::scenario::{Forbid, INTRUDER, Post, RaceOp, Scenario, Who};
 use crate::store::CrashVariant;
 use crate::trace::{describe, request_brief};
 use crate::world::{Call, Durable, Sim};
@@ -245,6 +247,9 @@ impl<'a> Run<'a> {
             };
             self.sim.forget(host, id);
             self.race[j] = RaceState::Done;
+            if let RaceOp::Forbidden { what, who, .. } = self.scn.race[j].1 {
+                check_refused(what, who, &reply)?;
+            }
             if let (RaceOp::Fork { child, .. }, Ok(Response::Fork(f))) =
                 (self.scn.race[j].1, &reply)
                 && let Some(uid) = f.children.first().and_then(|s| s.metadata.as_ref())
@@ -333,6 +338,13 @@ impl<'a> Run<'a> {
             RaceOp::Exec { slot, text } => (sid(slot), client::exec(&sid(slot), text)),
             RaceOp::Recover { slot } => (sid(slot), client::exec(&sid(slot), "")),
             RaceOp::Fork { slot, .. } => (sid(slot), client::fork(&sid(slot), 0)),
+            RaceOp::Forbidden { slot, what, who } => {
+                let s = sid(slot);
+                let req = forbidden_call(&s, what, self.sim.d.store.records(&s));
+                let id = self.sim.request_as(host, &s, intruder(who), req)?;
+                self.race[j] = RaceState::Running(host, id);
+                return Ok(());
+            }
         };
         let id = self.sim.request(host, &session, req)?;
         self.race[j] = RaceState::Running(host, id);
@@ -436,6 +448,7 @@ impl<'a> Run<'a> {
         self.sim.restart();
         let view = &self.sim.d.store;
         self.sim.d.oracle.check_journal(view)?;
+        crate::oracle::check_no_trace(view, INTRUDER)?;
         for sid in self.sessions() {
             self.check_session(&sid)?;
         }
@@ -586,4 +599,59 @@ fn blocked(records: &[LogRecord]) -> bool {
         .ok()
         .and_then(|s| s.selected().cloned())
         .is_some_and(|g| g.inherited && !g.has_receipt())
+}
+
+/// The verified caller of a forbidden call.
+fn intruder(who: Who) -> Caller {
+    Caller::Verified(Principal {
+        name: INTRUDER.to_owned(),
+        issuer: "sim".to_owned(),
+        grants: who
+            .grants()
+            .iter()
+            .map(|g| g.parse().expect("a grant"))
+            .collect(),
+        separate_approver: false,
+    })
+}
+
+/// The request of a forbidden call on session `s`.
+fn forbidden_call(s: &str, what: Forbid, records: &[LogRecord]) -> Request {
+    match what {
+        Forbid::Approve => {
+            // The gate pending when it starts, or a made-up one: either way
+            // the check comes first.
+            let gate = client::awaiting(records).or_else(|| last_request(records));
+            match gate {
+                Some(g) => client::approve(s, &g, true),
+                None => Request::Approve(agentsessions_proto::v1::ApproveRequest {
+                    session: s.to_owned(),
+                    execution_id: "e".into(),
+                    tool_call_id: "c".into(),
+                    request_seq: 1,
+                    approved: Some(true),
+                    ..Default::default()
+                }),
+            }
+        }
+        Forbid::Resume => client::resume(s),
+        Forbid::Exec => client::exec(s, "intruder"),
+        Forbid::Cancel => client::cancel(s),
+        Forbid::Delete => client::delete(s),
+        Forbid::Fork => client::fork(s, 0),
+        Forbid::Suspend => client::suspend(s),
+        Forbid::Get => Request::GetSession(GetSessionRequest { uid: s.to_owned() }),
+    }
+}
+
+/// A forbidden call is PERMISSION_DENIED, whatever else is happening: any
+/// other answer means it got past the check or told the caller something.
+fn check_refused(what: Forbid, who: Who, reply: &Result<Response, Status>) -> Check {
+    match reply {
+        Err(s) if s.code == Code::PermissionDenied => Ok(()),
+        _ => Err(violation(
+            Rule::Authorization,
+            format!("{who:?} {what:?}: answered {}", client::brief(reply)),
+        )),
+    }
 }

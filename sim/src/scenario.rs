@@ -113,6 +113,57 @@ pub enum Step {
     },
 }
 
+/// A call a [`Who`] is not allowed to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Forbid {
+    /// Approve the pending gate.
+    Approve,
+    /// Sessions.Resume.
+    Resume,
+    /// Exec with input.
+    Exec,
+    /// Sessions.Cancel.
+    Cancel,
+    /// Sessions.DeleteSession.
+    Delete,
+    /// Sessions.Fork at the head.
+    Fork,
+    /// Sessions.Suspend.
+    Suspend,
+    /// Sessions.GetSession.
+    Get,
+}
+
+/// The verified intruder making a [`Forbid`] call. Its name is
+/// [`INTRUDER`]; no record, row or decision may ever carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Who {
+    /// No role anywhere: refused before any read.
+    Nobody,
+    /// `*:reader`: may read, may not write or decide.
+    Reader,
+    /// `*:writer`: may write, may not decide.
+    Writer,
+    /// `other:admin`: every role, on another project (refused after the
+    /// one row read, exactly like a missing session).
+    Elsewhere,
+}
+
+/// The principal name of every [`Who`].
+pub const INTRUDER: &str = "intruder";
+
+impl Who {
+    /// The grants this intruder holds.
+    pub fn grants(self) -> &'static [&'static str] {
+        match self {
+            Self::Nobody => &[],
+            Self::Reader => &["*:reader"],
+            Self::Writer => &["*:writer"],
+            Self::Elsewhere => &["other:admin"],
+        }
+    }
+}
+
 /// A client operation raced against others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RaceOp {
@@ -161,6 +212,16 @@ pub enum RaceOp {
         slot: usize,
         /// Child slot.
         child: usize,
+    },
+    /// A call `who` may not make: it must be PERMISSION_DENIED in every
+    /// interleaving and leave no trace.
+    Forbidden {
+        /// Session slot.
+        slot: usize,
+        /// The call.
+        what: Forbid,
+        /// The caller.
+        who: Who,
     },
 }
 
@@ -634,7 +695,7 @@ pub fn race_scenarios() -> Vec<Scenario> {
             },
         ]
     };
-    vec![
+    let mut v = vec![
         race(
             "race-cancel-approve",
             "Cancel racing Approve and Resume",
@@ -916,6 +977,87 @@ pub fn race_scenarios() -> Vec<Scenario> {
                     },
                 ),
                 (1, R::Fork { slot: 0, child: 1 }),
+            ],
+        ),
+    ];
+    v.extend(forbidden_races());
+    v
+}
+
+/// Unauthorized and wrong-role callers raced against authorized work: the
+/// intruder's call is refused in every interleaving and leaves no trace.
+fn forbidden_races() -> Vec<Scenario> {
+    use RaceOp as R;
+    let parked = || vec![create("approval"), park("t1")];
+    let no = |what: Forbid, who: Who| R::Forbidden { slot: 0, what, who };
+    let approve = R::Approve {
+        slot: 0,
+        approved: true,
+    };
+    let turn = R::Exec {
+        slot: 0,
+        text: "t2",
+    };
+    vec![
+        race(
+            "race-forbidden-approve-resume",
+            "unauthorized Approve racing an authorized Approve and Resume",
+            parked(),
+            vec![
+                (0, no(Forbid::Approve, Who::Elsewhere)),
+                (1, approve),
+                (1, R::Resume { slot: 0 }),
+            ],
+        ),
+        race(
+            "race-writer-approves",
+            "a writer's Approve racing the approver's",
+            parked(),
+            vec![(0, no(Forbid::Approve, Who::Writer)), (1, approve)],
+        ),
+        race(
+            "race-forbidden-resume-approve",
+            "unauthorized Resume racing an authorized Approve",
+            parked(),
+            vec![(0, approve), (1, no(Forbid::Resume, Who::Elsewhere))],
+        ),
+        race(
+            "race-forbidden-cancel-exec",
+            "a reader's Cancel racing a turn",
+            vec![create("tools"), exec("t1")],
+            vec![(0, turn), (1, no(Forbid::Cancel, Who::Reader))],
+        ),
+        race(
+            "race-forbidden-delete-exec",
+            "unauthorized Delete racing a turn on the same host",
+            vec![create("tools"), exec("t1")],
+            vec![(0, turn), (0, no(Forbid::Delete, Who::Elsewhere))],
+        ),
+        race(
+            "race-forbidden-fork-exec",
+            "unauthorized Fork and Exec racing a turn",
+            vec![create("echo"), exec("t1")],
+            vec![
+                (0, turn),
+                (1, no(Forbid::Fork, Who::Elsewhere)),
+                (1, no(Forbid::Exec, Who::Nobody)),
+            ],
+        ),
+        race(
+            "race-forbidden-suspend-get",
+            "unauthorized Suspend and Get racing a Resume",
+            vec![
+                create("approval"),
+                park("t1"),
+                Approve {
+                    slot: 0,
+                    approved: true,
+                },
+            ],
+            vec![
+                (0, R::Resume { slot: 0 }),
+                (1, no(Forbid::Suspend, Who::Reader)),
+                (1, no(Forbid::Get, Who::Elsewhere)),
             ],
         ),
     ]

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use agentsessions_machine::faults::{self, Fault};
 use agentsessions_machine::host::{
-    Backend, CountingIds, Host, HostConfig, LeaseConfig, Request, Response, Route,
+    Backend, Caller, CountingIds, Host, HostConfig, LeaseConfig, Request, Response, Route,
 };
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
@@ -45,6 +45,7 @@ use agentsessions_proto::v1::{
     ForkRequest, GetSessionRequest, LogRecord, Message, Part, ReplayRequest, ResumeRequest,
     Session, SuspendRequest, TextPart, exec_update::Update, part,
 };
+use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::driver::{Driver, Ports};
 use agentsessions_shells::daemon::grpc::SessionsService;
 use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
@@ -57,6 +58,8 @@ use madsim::rand::{Rng, thread_rng};
 use madsim::runtime::{Handle, NodeHandle, Runtime};
 use madsim::time::{sleep, timeout};
 use ports::{ObservedHarnesses, ObservedStore, Shared, SimModel, SimTools};
+use sha2::Digest as _;
+use tonic::service::Interceptor;
 use tonic::transport::{Channel, Endpoint, Server};
 
 const HOST_PORT: u16 = 7000;
@@ -188,7 +191,10 @@ fn host_node(
                 ports::lock(&shared.drivers).insert(i, handle.clone());
                 let addr = SocketAddr::new(host_ip(i), HOST_PORT);
                 Server::builder()
-                    .add_service(SessionsServer::new(SessionsService::new(handle)))
+                    .add_service(SessionsServer::new(SessionsService::new(
+                        handle,
+                        authenticator(),
+                    )))
                     .serve(addr)
                     .await
                     .expect("serve Sessions");
@@ -272,9 +278,137 @@ fn harness_node<H: Harness>(kind: &'static str, harness: H) -> NodeHandle {
         .build()
 }
 
-fn client(host: usize) -> SessionsClient<Channel> {
+/// A Sessions client whose calls carry a bearer credential (madsim-tonic's
+/// generated client takes the interceptor as a type parameter).
+type Client = SessionsClient<Channel, Bearer>;
+
+/// Adds `authorization: Bearer <key>`.
+#[derive(Clone)]
+struct Bearer(&'static str);
+
+impl Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let value = format!("Bearer {}", self.0).parse().expect("ascii");
+        r.metadata_mut().insert("authorization", value);
+        Ok(r)
+    }
+}
+
+/// The key of the clients' own principal, allowed everything but the
+/// registry; [`INTRUDER_KEYS`] are refused what they try.
+const OPS_KEY: &str = "ops-key";
+/// (key, expected code) of the intruders: a reader, an admin of another
+/// project, and a key nobody configured.
+const INTRUDER_KEYS: [(&str, tonic::Code); 3] = [
+    ("reader-key", tonic::Code::PermissionDenied),
+    ("elsewhere-key", tonic::Code::PermissionDenied),
+    ("forged-key", tonic::Code::Unauthenticated),
+];
+
+/// The hosts' `--auth` file (API keys only), built as the daemon builds it.
+fn authenticator() -> Arc<Authenticator> {
+    let key = |principal: &str, key: &str, roles: &str| {
+        let digest = hex::encode(sha2::Sha256::digest(key.as_bytes()));
+        format!("[[api_key]]\nprincipal = {principal:?}\nsha256 = {digest:?}\nroles = {roles}\n")
+    };
+    let text = [
+        key("ops", OPS_KEY, r#"["*:writer", "*:approver"]"#),
+        key("intruder-reader", "reader-key", r#"["*:reader"]"#),
+        key("intruder-elsewhere", "elsewhere-key", r#"["other:admin"]"#),
+    ]
+    .concat();
+    let file = AuthFile::parse(&text).expect("auth file");
+    file.check().expect("auth file checks");
+    Arc::new(Authenticator::from_file(&file).expect("authenticator"))
+}
+
+fn client(host: usize) -> Client {
+    client_as(host, OPS_KEY)
+}
+
+fn client_as(host: usize, key: &'static str) -> Client {
     let uri = format!("http://{}:{HOST_PORT}", host_ip(host));
-    SessionsClient::new(Endpoint::from_shared(uri).expect("uri").connect_lazy())
+    let channel = Endpoint::from_shared(uri).expect("uri").connect_lazy();
+    SessionsClient::with_interceptor(channel, Bearer(key))
+}
+
+/// An intruder's call on `sid`: refused with its expected code, or lost
+/// to the network; anything else is a hole in the check.
+async fn intrude(shared: &Shared, sid: &str, host: usize) -> String {
+    let (key, want) = INTRUDER_KEYS[thread_rng().gen_range(0..INTRUDER_KEYS.len())];
+    let mut c = client_as(host, key);
+    let what = thread_rng().gen_range(0..6);
+    let r: Result<(), tonic::Status> = match what {
+        0 => {
+            let pending = get(&mut client(host), sid)
+                .await
+                .ok()
+                .and_then(|s| s.pending_approval);
+            let p = pending.unwrap_or_default();
+            bounded(c.approve(ApproveRequest {
+                session: sid.into(),
+                execution_id: p.execution_id,
+                tool_call_id: p.tool_call_id,
+                request_seq: p.request_seq.max(1),
+                approved: Some(true),
+                reason: String::new(),
+                identity: None,
+            }))
+            .await
+            .map(drop)
+        }
+        1 => {
+            #[allow(deprecated)]
+            let request = ResumeRequest {
+                session: sid.into(),
+                boot: false,
+            };
+            bounded(c.resume(request)).await.map(drop)
+        }
+        2 => bounded(c.delete_session(DeleteSessionRequest { uid: sid.into() }))
+            .await
+            .map(drop),
+        3 => bounded(c.cancel(CancelRequest {
+            session: sid.into(),
+            ..CancelRequest::default()
+        }))
+        .await
+        .map(drop),
+        4 => bounded(c.fork(ForkRequest {
+            session: sid.into(),
+            count: 1,
+            ..ForkRequest::default()
+        }))
+        .await
+        .map(drop),
+        _ => match bounded(c.exec(ExecRequest {
+            session: sid.into(),
+            inputs: vec![text("intruder".into())],
+            ..ExecRequest::default()
+        }))
+        .await
+        {
+            Ok(mut stream) => match bounded(stream.get_mut().message()).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
+    };
+    let got = r.as_ref().err().map(tonic::Status::code);
+    let lost = matches!(
+        got,
+        Some(tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled)
+    );
+    if got != Some(want) && !lost {
+        shared.check(|_, _| {
+            Err(agentsessions_sim::oracle::violation(
+                agentsessions_sim::oracle::Rule::Authorization,
+                format!("{key} call {what} on {sid}: {}", code(&r)),
+            ))
+        });
+    }
+    format!("{key} {what} {}", code(&r))
 }
 
 fn text(t: String) -> Message {
@@ -317,12 +451,7 @@ fn acked(shared: &Shared, session: &str, records: &[LogRecord]) {
     }
 }
 
-async fn exec(
-    shared: &Shared,
-    c: &mut SessionsClient<Channel>,
-    sid: &str,
-    input: String,
-) -> String {
+async fn exec(shared: &Shared, c: &mut Client, sid: &str, input: String) -> String {
     let request = ExecRequest {
         session: sid.into(),
         inputs: vec![text(input)],
@@ -347,7 +476,7 @@ async fn exec(
 
 async fn replay(
     shared: &Shared,
-    c: &mut SessionsClient<Channel>,
+    c: &mut Client,
     sid: &str,
 ) -> Result<Vec<LogRecord>, tonic::Status> {
     let request = ReplayRequest {
@@ -367,14 +496,14 @@ async fn replay(
     Ok(records)
 }
 
-async fn get(c: &mut SessionsClient<Channel>, sid: &str) -> Result<Session, tonic::Status> {
+async fn get(c: &mut Client, sid: &str) -> Result<Session, tonic::Status> {
     bounded(c.get_session(GetSessionRequest { uid: sid.into() }))
         .await
         .map(tonic::Response::into_inner)
 }
 
 /// Approves (or denies) the session's pending request, sometimes twice.
-async fn approve(shared: &Shared, c: &mut SessionsClient<Channel>, sid: &str) -> String {
+async fn approve(shared: &Shared, c: &mut Client, sid: &str) -> String {
     let pending = match get(c, sid).await {
         Ok(s) => s.pending_approval,
         Err(s) => return format!("get {:?}", s.code()),
@@ -522,6 +651,9 @@ async fn client_program(
             // another host; a deleted uid must stay gone.
             let r = bounded(c.delete_session(DeleteSessionRequest { uid: sid.clone() })).await;
             format!("delete {sid} {}", code(&r))
+        } else if pick < 98 {
+            let host = thread_rng().gen_range(0..hosts);
+            format!("intrude {sid} {}", intrude(&shared, &sid, host).await)
         } else {
             let r = replay(&shared, &mut c, &sid).await;
             format!("replay {sid} {}", code(&r))
@@ -937,7 +1069,7 @@ async fn settle_and_check(shared: Arc<Shared>) {
         let request = Request::ReplayHarness {
             session: sid.clone(),
         };
-        let r = timeout(CALL, driver.unary(request)).await;
+        let r = timeout(CALL, driver.unary(Caller::Open, request)).await;
         shared.check(|o, _| {
             o.set_replaying(false);
             Ok(())
@@ -969,6 +1101,7 @@ async fn settle_and_check(shared: Arc<Shared>) {
         });
     }
     shared.check(|o, v| o.check_journal(v));
+    shared.check(|_, v| agentsessions_sim::oracle::check_no_trace(v, "intruder"));
     shared.check(|o, v| o.on_crash(v));
     for (what, n) in shared.coverage() {
         shared.log(format!("coverage {what} {n}"));

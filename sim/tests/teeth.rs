@@ -24,6 +24,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::RedriveCanceled => &[Rule::Canceled, Rule::Expectation],
         Fault::DeleteKeepsRecords => &[Rule::Deleted],
         Fault::IgnoreTombstone => &[Rule::Deleted],
+        Fault::SkipProjectCheck => &[Rule::Authorization],
     }
 }
 
@@ -67,7 +68,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 12);
+    assert_eq!(Fault::ALL.len(), 13);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -146,4 +147,9 @@ fn delete_keeps_records() {
 #[test]
 fn ignore_tombstone() {
     caught(Fault::IgnoreTombstone);
+}
+
+#[test]
+fn skip_project_check() {
+    caught(Fault::SkipProjectCheck);
 }
