@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
-use agentsessions_shells::daemon::security::{Security, TlsFiles};
+use agentsessions_shells::daemon::security::{HarnessTlsFiles, Security, TlsFiles};
 use anyhow::Context as _;
 use clap::Parser;
 
@@ -121,6 +121,16 @@ struct Args {
     /// Require registry client certificates signed by this PEM CA.
     #[arg(long, value_name = "FILE", requires = "registry_tls_cert")]
     registry_tls_client_ca: Option<PathBuf>,
+    /// CA that `https://` harnesses' certificates chain to (default: the
+    /// bundled web roots).
+    #[arg(long, value_name = "FILE")]
+    harness_ca: Option<PathBuf>,
+    /// Client certificate presented to `https://` harnesses (mTLS).
+    #[arg(long, value_name = "FILE", requires = "harness_key")]
+    harness_cert: Option<PathBuf>,
+    /// The PEM private key of --harness-cert.
+    #[arg(long, value_name = "FILE", requires = "harness_cert")]
+    harness_key: Option<PathBuf>,
     /// Allow plaintext on a non-loopback --addr (otherwise a startup error).
     #[arg(long)]
     insecure_listen: bool,
@@ -156,6 +166,10 @@ fn security(args: &Args) -> anyhow::Result<Security> {
             &args.registry_tls_client_ca,
         ),
         insecure_listen: args.insecure_listen,
+        harness_tls: HarnessTlsFiles {
+            ca: args.harness_ca.clone(),
+            identity: args.harness_cert.clone().zip(args.harness_key.clone()),
+        },
     })
 }
 

@@ -48,6 +48,33 @@ struct Args {
     /// Readiness HTTP listener (host:port) answering "ok"; empty disables it.
     #[arg(long, env = "HARNESS_READYZ", default_value = ":8081")]
     readyz: String,
+    /// Serve TLS with this PEM certificate chain (a TCP --addr only).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Require the host to present a client certificate signed by this CA.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<std::path::PathBuf>,
+}
+
+/// The TLS settings of the flags, if any; read before a port is taken.
+fn tls(args: &Args) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
+        return Ok(None);
+    };
+    let read = |flag: &str, p: &std::path::Path| {
+        std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+    };
+    let identity =
+        tonic::transport::Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
+    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &args.tls_client_ca {
+        let ca = tonic::transport::Certificate::from_pem(read("--tls-client-ca", ca)?);
+        config = config.client_ca_root(ca);
+    }
+    Ok(Some(config))
 }
 
 #[tokio::main]
@@ -65,6 +92,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Everything that can be refused is refused before a port is taken.
     let harness = builtin::build(&args.kind, &args.model)?;
     let addr: ListenAddr = args.addr.parse()?;
+    let tls = tls(&args)?;
+    if tls.is_some() && matches!(addr, ListenAddr::Unix(_)) {
+        bail!(
+            "--tls-cert serves TCP only; --addr {} is a unix socket",
+            args.addr
+        );
+    }
     let readyz_addr = match args.readyz.as_str() {
         "" => None,
         s => match s.parse::<ListenAddr>()? {
@@ -73,7 +107,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
     };
 
-    let listener = Listener::bind(&addr).await?;
+    let mut listener = Listener::bind(&addr).await?;
+    if let Some(tls) = tls {
+        listener = listener.with_tls(tls);
+    }
     println!(
         "harnessnode: serving {} on {}",
         args.kind,

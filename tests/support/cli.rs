@@ -63,6 +63,16 @@ impl Daemon {
     /// [`Daemon::start_with`] with `dir` as the daemon's working directory
     /// (where relative paths, such as its notes, land).
     pub fn start_in(dir: &Path, journal: &std::ffi::OsStr, extra: &[&str]) -> Self {
+        Self::start_logging(dir, journal, extra, Stdio::null())
+    }
+
+    /// [`Daemon::start_in`] with the daemon's log (stderr) going to `log`.
+    pub fn start_logging(
+        dir: &Path,
+        journal: &std::ffi::OsStr,
+        extra: &[&str],
+        log: Stdio,
+    ) -> Self {
         let mut child = Command::new(DAEMON)
             .current_dir(dir)
             .args(["--addr", "127.0.0.1:0", "--registry-addr", "127.0.0.1:0"])
@@ -70,7 +80,7 @@ impl Daemon {
             .arg(journal)
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start agentsessionsd");
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
@@ -91,6 +101,11 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` (a `kill -s` name: STOP, CONT, KILL) to the process.
     pub fn signal(&self, signal: &str) {
         let ok = Command::new("kill")

@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 use super::drive_loop::DriveLoop;
 use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
 use super::grpc::{RegistryService, SessionsService};
-use super::harness_client::parse_address;
+use super::harness_client::{GrpcHarnesses, parse_address};
 use super::inproc::{Harnesses, InProcess};
 use super::retention;
 use super::runtime::Runtimes;
@@ -459,7 +459,10 @@ impl Daemon {
         let local = Arc::new(InProcess::default());
         let ports = Ports {
             store: store.clone(),
-            harness: Arc::new(Harnesses::new(local.clone())),
+            harness: Arc::new(Harnesses::with_wire(
+                local.clone(),
+                GrpcHarnesses::with_tls(security.harness_tls.client_config()?),
+            )),
             runtime: Arc::new(Runtimes::new(local, config.model.clone())),
             model: Arc::new(Model(model_client(&config)?)),
             tools: Arc::new(Tools(Arc::new(executor))),

@@ -1,5 +1,7 @@
 //! The host side of the Harness SPI over gRPC: Describe and Connect to a
-//! harness at `host:port`, `dns:///host:port` or a unix socket.
+//! harness at `host:port`, `dns:///host:port`, `https://host:port` (TLS,
+//! the server verified against `--harness-ca`, optionally presenting a
+//! client certificate) or a unix socket.
 //!
 //! Under `--cfg madsim` tonic is madsim-tonic, whose channels run over the
 //! simulated network: TCP addresses work unchanged (a lazy channel to
@@ -25,6 +27,8 @@ use super::driver::{Connection, HarnessPort, PortFuture};
 pub enum Target {
     /// TCP, as an `http://host:port` URI.
     Tcp(String),
+    /// TLS over TCP, as an `https://host:port` URI.
+    Tls(String),
     /// A unix socket path.
     Unix(String),
 }
@@ -44,6 +48,13 @@ pub fn parse_address(address: &str) -> Result<Target, String> {
         rest.split_once('/').map(|(_, hp)| hp).unwrap_or("")
     } else if address.starts_with("http://") {
         return Ok(Target::Tcp(address.to_owned()));
+    } else if let Some(rest) = address.strip_prefix("https://") {
+        return match rest.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(Target::Tls(address.to_owned()))
+            }
+            _ => Err(format!("unsupported harness address {address:?}")),
+        };
     } else {
         address
     };
@@ -63,12 +74,37 @@ fn non_empty(path: &str) -> Result<String, String> {
     }
 }
 
-/// A lazily connecting channel to `target`.
-pub fn channel(target: &Target) -> Result<Channel, String> {
+/// TLS settings for `https://` harness addresses.
+#[cfg(not(madsim))]
+pub type HarnessTls = tonic::transport::ClientTlsConfig;
+/// TLS settings for `https://` harness addresses (TLS is not simulated).
+#[cfg(madsim)]
+pub type HarnessTls = ();
+
+/// A lazily connecting channel to `target`; `tls` verifies an https
+/// harness (without it, the bundled web roots do).
+pub fn channel(target: &Target, tls: Option<&HarnessTls>) -> Result<Channel, String> {
     match target {
         Target::Tcp(uri) => Endpoint::from_shared(uri.clone())
             .map(|e| e.connect_lazy())
             .map_err(|e| format!("bad harness address: {e}")),
+        #[cfg(madsim)]
+        Target::Tls(uri) => {
+            let _ = tls;
+            Err(format!(
+                "{uri}: TLS is not available in the madsim simulation"
+            ))
+        }
+        #[cfg(not(madsim))]
+        Target::Tls(uri) => {
+            let config = tls
+                .cloned()
+                .unwrap_or_else(|| HarnessTls::new().with_webpki_roots());
+            Endpoint::from_shared(uri.clone())
+                .and_then(|e| e.tls_config(config))
+                .map(|e| e.connect_lazy())
+                .map_err(|e| format!("bad harness address {uri}: {e}"))
+        }
         #[cfg(madsim)]
         Target::Unix(path) => Err(format!(
             "unix socket {path}: not available in the madsim simulation"
@@ -91,10 +127,29 @@ pub fn channel(target: &Target) -> Result<Channel, String> {
     }
 }
 
-/// Maps a gRPC failure: outages and timeouts are "unavailable".
+/// True when `status` was made by the transport (a refused TLS handshake,
+/// a reset connection), not sent by the harness.
+fn from_transport(status: &tonic::Status) -> bool {
+    let mut cause = std::error::Error::source(status);
+    while let Some(c) = cause {
+        if c.is::<tonic::transport::Error>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// Maps a gRPC failure: outages and timeouts are "unavailable", and so is
+/// a connection the transport could not make or keep (a refused TLS
+/// handshake reaches here as CANCELLED or as UNKNOWN "transport error";
+/// the host never cancels a call it still awaits).
 fn failure(status: tonic::Status) -> HarnessFailure {
     match status.code() {
-        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
+        tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
+            HarnessFailure::Unavailable(status.message().to_owned())
+        }
+        tonic::Code::Unknown if from_transport(&status) => {
             HarnessFailure::Unavailable(status.message().to_owned())
         }
         code => HarnessFailure::Other {
@@ -113,16 +168,25 @@ pub(crate) fn stream_failure(status: tonic::Status) -> String {
 #[derive(Default)]
 pub struct GrpcHarnesses {
     channels: Mutex<BTreeMap<String, Channel>>,
+    tls: Option<HarnessTls>,
 }
 
 impl GrpcHarnesses {
+    /// A client whose `https://` channels use `tls`.
+    pub fn with_tls(tls: Option<HarnessTls>) -> Self {
+        Self {
+            channels: Mutex::default(),
+            tls,
+        }
+    }
+
     fn client(&self, address: &str) -> Result<HarnessClient<Channel>, HarnessFailure> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ch) = channels.get(address) {
             return Ok(HarnessClient::new(ch.clone()));
         }
         let target = parse_address(address).map_err(HarnessFailure::Unavailable)?;
-        let ch = channel(&target).map_err(HarnessFailure::Unavailable)?;
+        let ch = channel(&target, self.tls.as_ref()).map_err(HarnessFailure::Unavailable)?;
         if matches!(target, Target::Unix(_)) {
             // Harnesses on unix sockets come and go (a harnessnode per
             // sandbox); a path that no longer exists will never answer

@@ -96,10 +96,12 @@ pub struct Harnesses {
 impl Harnesses {
     /// A client that reaches `local`'s harnesses without a transport.
     pub fn new(local: Arc<InProcess>) -> Self {
-        Self {
-            local,
-            wire: GrpcHarnesses::default(),
-        }
+        Self::with_wire(local, GrpcHarnesses::default())
+    }
+
+    /// [`Harnesses::new`] with `wire` for every other address.
+    pub fn with_wire(local: Arc<InProcess>, wire: GrpcHarnesses) -> Self {
+        Self { local, wire }
     }
 }
 

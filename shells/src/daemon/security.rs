@@ -22,6 +22,46 @@ pub struct Security {
     pub registry_tls: Option<TlsFiles>,
     /// Allow a plaintext listener on a non-loopback address.
     pub insecure_listen: bool,
+    /// How `https://` harness links verify the harness and identify the
+    /// host.
+    pub harness_tls: HarnessTlsFiles,
+}
+
+/// The host's side of TLS harness links.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HarnessTlsFiles {
+    /// CA the harness servers' certificates chain to (default: the
+    /// bundled web roots).
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key to present (mTLS).
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl HarnessTlsFiles {
+    /// The client TLS settings, or None when nothing is configured (an
+    /// https harness then verifies against the web roots).
+    pub fn client_config(&self) -> Result<Option<tonic::transport::ClientTlsConfig>, StartError> {
+        if self.ca.is_none() && self.identity.is_none() {
+            return Ok(None);
+        }
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        match &self.ca {
+            Some(ca) => {
+                let pem = read("--harness-ca", ca)?;
+                check_pem("--harness-ca", ca, &pem, "CERTIFICATE")?;
+                config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            }
+            None => config = config.with_webpki_roots(),
+        }
+        if let Some((cert, key)) = &self.identity {
+            let cert_pem = read("--harness-cert", cert)?;
+            let key_pem = read("--harness-key", key)?;
+            check_pem("--harness-cert", cert, &cert_pem, "CERTIFICATE")?;
+            check_pem("--harness-key", key, &key_pem, "PRIVATE KEY")?;
+            config = config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
+        }
+        Ok(Some(config))
+    }
 }
 
 /// A server's PEM files.

@@ -57,6 +57,9 @@ pub enum ServeError {
     /// The gRPC server failed.
     #[error("serve: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The TLS settings were refused.
+    #[error("tls: {0}")]
+    Tls(String),
 }
 
 /// Where to listen: `host:port` (`:port` means every interface), or a unix
@@ -114,6 +117,7 @@ impl fmt::Display for ListenAddr {
 pub struct Listener {
     inner: Inner,
     local: ListenAddr,
+    tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 #[derive(Debug)]
@@ -127,6 +131,13 @@ enum Inner {
 }
 
 impl Listener {
+    /// Serves TLS with `config` (a certificate, and optionally the CA
+    /// client certificates must be signed by).
+    pub fn with_tls(mut self, config: tonic::transport::ServerTlsConfig) -> Self {
+        self.tls = Some(config);
+        self
+    }
+
     /// Binds `addr`. A unix socket is locked first; a stale socket file is
     /// then replaced.
     pub async fn bind(addr: &ListenAddr) -> Result<Self, ServeError> {
@@ -145,6 +156,7 @@ impl Listener {
                 Ok(Self {
                     inner: Inner::Tcp(listener),
                     local: ListenAddr::Tcp(local.to_string()),
+                    tls: None,
                 })
             }
             ListenAddr::Unix(path) => {
@@ -159,6 +171,7 @@ impl Listener {
                         _guard: guard,
                     },
                     local: addr.clone(),
+                    tls: None,
                 })
             }
         }
@@ -180,7 +193,13 @@ impl Listener {
         H: Harness + ?Sized,
         F: Future<Output = ()> + Send,
     {
-        let router = Server::builder().add_service(service.into_server());
+        let mut builder = Server::builder();
+        if let Some(tls) = self.tls {
+            builder = builder
+                .tls_config(tls)
+                .map_err(|e| ServeError::Tls(e.to_string()))?;
+        }
+        let router = builder.add_service(service.into_server());
         match self.inner {
             Inner::Tcp(listener) => {
                 router
