@@ -397,3 +397,42 @@ fn a_verified_fork_and_delete_name_their_principal() {
         "the tombstone names the deleter"
     );
 }
+
+#[test]
+fn a_live_turns_cancel_records_and_a_parked_turns_name_the_canceller() {
+    let mut world = World::default();
+    let wes = who("wes", &["*:writer"]);
+    let cancel = |sid: &str| {
+        Request::Cancel(CancelRequest {
+            session: sid.into(),
+            reason: "stop".into(),
+            ..Default::default()
+        })
+    };
+    let actors = |world: &World, sid: &str| -> Vec<Option<String>> {
+        let records = world.store.records(sid);
+        records[records.len() - 2..]
+            .iter()
+            .map(|r| r.event.as_ref().unwrap().actor.clone().map(|a| a.principal))
+            .collect()
+    };
+    // Live: the running turn takes the Cancel and writes its records.
+    let live = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&live, "", "hello"));
+    let canceling = world.start_as(wes.clone(), cancel(&live));
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::Ok);
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+    assert_eq!(
+        actors(&world, &live),
+        [Some("wes".into()), Some("wes".into())]
+    );
+    // Parked: no operation holds it; the Cancel writes from the journal.
+    let (parked_sid, _, _) = parked(&mut world, "approval");
+    assert_eq!(world.call_as(wes, cancel(&parked_sid)).code(), Code::Ok);
+    assert_eq!(
+        actors(&world, &parked_sid),
+        [Some("wes".into()), Some("wes".into())]
+    );
+}

@@ -116,7 +116,10 @@ impl Host {
             && let Some(&holder) = self.core.guards().get(&req.session)
             && self.ops.contains_key(&holder)
         {
-            self.dispatch(holder, |op, cx| op.on_cancel_request(cx, request, req));
+            let actor = caller.actor();
+            self.dispatch(holder, |op, cx| {
+                op.on_cancel_request(cx, request, req, actor.as_ref())
+            });
             return;
         }
         let Some(id) = self.new_op(request) else {

@@ -8,7 +8,7 @@
 //! mid-call — but nothing the harness asked for after it runs. A turn whose
 //! END committed before the Cancel took effect stays completed.
 
-use agentsessions_proto::v1::lifecycle;
+use agentsessions_proto::v1::{IdentityRef, lifecycle};
 
 use super::{Action, AfterAppend, Invocation, Mode, Wait};
 use crate::events;
@@ -29,6 +29,17 @@ impl Invocation {
     /// Starts canceling the run. A second Cancel of a run already canceling
     /// joins the first.
     pub fn cancel(&mut self, reason: &str, out: &mut Vec<Action>) -> Result<(), CancelRefusal> {
+        self.cancel_by(reason, None, out)
+    }
+
+    /// [`Invocation::cancel`] by a verified caller, recorded as the actor
+    /// of the cancel records.
+    pub fn cancel_by(
+        &mut self,
+        reason: &str,
+        actor: Option<&IdentityRef>,
+        out: &mut Vec<Action>,
+    ) -> Result<(), CancelRefusal> {
         if self.canceling.is_some() {
             return Ok(());
         }
@@ -44,7 +55,7 @@ impl Invocation {
         if self.park.is_some() {
             return Err(CancelRefusal::Parking);
         }
-        self.canceling = Some(reason.to_owned());
+        self.canceling = Some((reason.to_owned(), actor.cloned()));
         self.inbox.clear();
         match self.wait {
             Wait::Idle => self.write_cancel(out),
@@ -62,13 +73,19 @@ impl Invocation {
     /// Appends the cancel records; the run ends when they are durable.
     pub(super) fn write_cancel(&mut self, out: &mut Vec<Action>) {
         assert_eq!(self.wait, Wait::Idle, "a cancel is written between actions");
-        let reason = self
+        let (reason, actor) = self
             .canceling
             .clone()
             .expect("written only while canceling");
         let events = vec![
-            events::lifecycle(lifecycle::Kind::LifecycleCancel, &reason),
-            events::end_canceled(&self.setup.execution_id),
+            events::by(
+                events::lifecycle(lifecycle::Kind::LifecycleCancel, &reason),
+                actor.as_ref(),
+            ),
+            events::by(
+                events::end_canceled(&self.setup.execution_id),
+                actor.as_ref(),
+            ),
         ];
         self.wait = Wait::Append(AfterAppend::Canceled);
         out.push(Action::Append {

@@ -246,7 +246,7 @@ pub struct Invocation {
     closed: bool,
     aborting: Option<TurnError>,
     /// The reason of a Cancel being carried out.
-    canceling: Option<String>,
+    canceling: Option<(String, Option<agentsessions_proto::v1::IdentityRef>)>,
 }
 
 /// Most harness events the inbox holds before the run is failed; a harness

@@ -290,15 +290,16 @@ impl ExecOp {
         cx: &mut Cx<'_>,
         request: RequestId,
         req: &CancelRequest,
+        actor: Option<&IdentityRef>,
     ) -> Flow {
         match &mut self.stage {
-            Stage::Recovery(op) => op.on_cancel_request(cx, request, req),
+            Stage::Recovery(op) => op.on_cancel_request(cx, request, req, actor),
             Stage::Running(_) => {
                 let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over)
                 else {
                     unreachable!("matched above");
                 };
-                self.cancels.offer(cx, &mut run, request, req);
+                self.cancels.offer(cx, &mut run, request, req, actor);
                 self.after_run(cx, run)
             }
             _ => {

@@ -169,10 +169,11 @@ impl Op {
         cx: &mut Cx<'_>,
         request: RequestId,
         req: &agentsessions_proto::v1::CancelRequest,
+        actor: Option<&agentsessions_proto::v1::IdentityRef>,
     ) -> Flow {
         match self {
-            Self::Exec(op) => op.on_cancel_request(cx, request, req),
-            Self::Resume(op) => op.on_cancel_request(cx, request, req),
+            Self::Exec(op) => op.on_cancel_request(cx, request, req, actor),
+            Self::Resume(op) => op.on_cancel_request(cx, request, req, actor),
             _ => {
                 let busy = format!("cancel: session {:?} is busy; retry", req.session);
                 cx.reply(request, Err(Status::aborted(busy)));

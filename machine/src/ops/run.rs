@@ -1,7 +1,7 @@
 //! Driving an [`Invocation`] with real effects, and the park handoff.
 
 use agentsessions_proto::v1::{
-    ApprovalRef, CancelRequest, ControllerFrame, Delta, LogRecord, SnapshotRef,
+    ApprovalRef, CancelRequest, ControllerFrame, Delta, IdentityRef, LogRecord, SnapshotRef,
 };
 
 use super::session::{Render, Rendered};
@@ -104,9 +104,14 @@ impl Run {
 
     /// A client's Cancel: see `invocation::cancel`. An outstanding model
     /// call is abandoned here, so its answer never reaches the run.
-    pub(crate) fn cancel(&mut self, cx: &mut Cx<'_>, reason: &str) -> Result<(), CancelRefusal> {
+    pub(crate) fn cancel(
+        &mut self,
+        cx: &mut Cx<'_>,
+        reason: &str,
+        actor: Option<&IdentityRef>,
+    ) -> Result<(), CancelRefusal> {
         let mut out = Vec::new();
-        self.inv.cancel(reason, &mut out)?;
+        self.inv.cancel_by(reason, actor, &mut out)?;
         // Only a first Cancel can meet a model call: once canceling, the
         // run invokes nothing.
         if let Some((id, Pending::Model)) = self.pending {
@@ -239,6 +244,7 @@ impl CancelCalls {
         run: &mut Run,
         request: RequestId,
         req: &CancelRequest,
+        actor: Option<&IdentityRef>,
     ) {
         let current = run.inv.setup().execution_id.clone();
         let refusal = if !req.execution_id.is_empty() && req.execution_id != current {
@@ -247,7 +253,7 @@ impl CancelCalls {
                 req.execution_id
             ))
         } else {
-            match run.cancel(cx, &req.reason) {
+            match run.cancel(cx, &req.reason, actor) {
                 Ok(()) => {
                     self.0.push(request);
                     return;

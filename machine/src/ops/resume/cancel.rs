@@ -2,7 +2,7 @@
 //! re-drives a turn), and finishing a Cancel that was cut before its END.
 //! The run itself cancels as a live turn does (`invocation::cancel`).
 
-use agentsessions_proto::v1::CancelRequest;
+use agentsessions_proto::v1::{CancelRequest, IdentityRef};
 
 use super::{ResumeOp, Stage};
 use crate::events;
@@ -20,6 +20,7 @@ impl ResumeOp {
         cx: &mut Cx<'_>,
         request: RequestId,
         req: &CancelRequest,
+        actor: Option<&IdentityRef>,
     ) -> Flow {
         if !matches!(self.stage, Stage::Running(_)) {
             let busy = format!("cancel: session {:?} is recovering; retry", self.session);
@@ -29,7 +30,7 @@ impl ResumeOp {
         let Stage::Running(mut run) = std::mem::replace(&mut self.stage, Stage::Over) else {
             unreachable!("matched above");
         };
-        self.cancels.offer(cx, &mut run, request, req);
+        self.cancels.offer(cx, &mut run, request, req, actor);
         self.after_run(cx, run)
     }
 
