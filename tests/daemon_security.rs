@@ -265,6 +265,14 @@ fn sighup_rereads_the_jwks_file_and_the_log_never_holds_a_credential() {
     }
     assert_eq!(list(d, &server, &old), Some(10 + 16), "the old key is gone");
     assert_eq!(list(d, &server, READER_KEY), Some(0));
+    // The environment carries the credential as well as --token does.
+    let by_env = Command::new(cli::AGENTCTL)
+        .args(["--server", &server, "list"])
+        .env("AGENTSESSIONS_TOKEN", READER_KEY)
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(by_env.status.success(), "{}", cli::stderr(&by_env));
     drop(daemon);
 
     let text = std::fs::read_to_string(&log_path).unwrap();

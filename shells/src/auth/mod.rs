@@ -228,3 +228,93 @@ fn parse_claim_grants(value: &serde_json::Value) -> Result<Vec<Grant>, AuthError
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cert_der(cn: &str, san_uri: Option<&str>) -> Vec<u8> {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        if let Some(uri) = san_uri {
+            let uri = uri.to_owned().try_into().unwrap();
+            params.subject_alt_names = vec![rcgen::SanType::URI(uri)];
+        }
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    fn authenticator(text: &str) -> Authenticator {
+        let file = AuthFile::parse(text).unwrap();
+        file.check().unwrap();
+        Authenticator::from_file(&file).unwrap()
+    }
+
+    #[test]
+    fn a_certificate_names_its_san_uri_or_else_its_cn() {
+        let auth = authenticator(
+            "[mtls]\nroles = { \"spiffe://x/a\" = [\"p:reader\"], \"agent-b\" = [\"p:writer\"] }\n",
+        );
+        let none = tonic::metadata::MetadataMap::new();
+        let name = |der: &[u8]| match auth.authenticate(&none, Some(der)) {
+            Ok(Caller::Verified(p)) => Ok((p.name, p.issuer)),
+            Ok(Caller::Open) => panic!("auth is on"),
+            Err(e) => Err(e),
+        };
+        let mtls = MTLS_ISSUER.to_owned();
+        let by_uri = cert_der("agent-b", Some("spiffe://x/a"));
+        assert_eq!(name(&by_uri), Ok(("spiffe://x/a".into(), mtls.clone())));
+        assert_eq!(
+            name(&cert_der("agent-b", None)),
+            Ok(("agent-b".into(), mtls))
+        );
+        // A SAN URI that is not listed does not fall back to the CN.
+        let unlisted = cert_der("agent-b", Some("spiffe://x/other"));
+        assert_eq!(name(&unlisted), Err(AuthError::Certificate));
+        assert_eq!(
+            auth.authenticate(&none, None).err(),
+            Some(AuthError::Missing)
+        );
+    }
+
+    #[test]
+    fn a_bearer_is_checked_before_the_certificate_and_keys_match_exactly() {
+        let digest = hex::encode(Sha256::digest(b"k1"));
+        let auth = authenticator(&format!(
+            "[[api_key]]\nprincipal = \"a\"\nsha256 = \"{digest}\"\nroles = [\"*:reader\"]\n\
+             [mtls]\nroles = {{ \"agent-b\" = [\"p:writer\"] }}\n"
+        ));
+        let with = |value: &str| {
+            let mut m = tonic::metadata::MetadataMap::new();
+            m.insert("authorization", value.parse().unwrap());
+            m
+        };
+        let cert = cert_der("agent-b", None);
+        let caller = auth.authenticate(&with("Bearer k1"), Some(&cert)).unwrap();
+        assert!(matches!(caller, Caller::Verified(p) if p.name == "a"));
+        assert!(matches!(
+            auth.authenticate(&with("bearer  k1 "), None),
+            Ok(Caller::Verified(_))
+        ));
+        for bad in ["Bearer k2", "Bearer k1x", "Bearer K1"] {
+            assert_eq!(
+                auth.authenticate(&with(bad), Some(&cert)).err(),
+                Some(AuthError::UnknownKey),
+                "{bad}: a bad bearer does not fall back to the certificate"
+            );
+        }
+        for malformed in ["k1", "Bearer", "Basic k1"] {
+            assert_eq!(
+                auth.authenticate(&with(malformed), None).err(),
+                Some(AuthError::Malformed),
+                "{malformed}"
+            );
+        }
+        assert!(matches!(
+            Authenticator::Off.authenticate(&with("garbage"), None),
+            Ok(Caller::Open)
+        ));
+    }
+}
