@@ -134,6 +134,7 @@ impl Launcher for InProcess {
                 retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
                 lease: None,
                 security: Default::default(),
+                metrics_addr: None,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

@@ -4,5 +4,6 @@ pub mod auth;
 pub mod daemon;
 pub mod harness;
 pub mod journal;
+pub mod metrics;
 pub mod model;
 pub mod tools;

@@ -191,6 +191,7 @@ impl Link {
             retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
             lease: None,
             security: Default::default(),
+            metrics_addr: None,
         };
         let daemon = Daemon::start(config)
             .await

@@ -131,6 +131,10 @@ struct Args {
     /// The PEM private key of --harness-cert.
     #[arg(long, value_name = "FILE", requires = "harness_cert")]
     harness_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at /metrics (and readiness at /readyz) on
+    /// this address; loopback unless --insecure-listen. Off by default.
+    #[arg(long, value_name = "HOST:PORT")]
+    metrics_addr: Option<SocketAddr>,
     /// Allow plaintext on a non-loopback --addr (otherwise a startup error).
     #[arg(long)]
     insecure_listen: bool,
@@ -301,6 +305,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         retention_interval: args.retention_interval,
         lease,
         security,
+        metrics_addr: args.metrics_addr,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(
@@ -330,6 +335,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     println!("agentsessionsd listening on {}", daemon.addr);
     if let Some(r) = daemon.registry_addr {
         println!("harness registry listening on {r}");
+    }
+    if let Some(m) = daemon.metrics_addr {
+        println!("metrics listening on {m}");
     }
     shutdown_signal().await;
     eprintln!("agentsessionsd: draining in-flight calls");

@@ -68,6 +68,9 @@ pub struct DaemonConfig {
     pub lease: Option<LeaseSettings>,
     /// TLS and authentication (default: plaintext, loopback, auth off).
     pub security: Security,
+    /// Serve `/metrics` and `/readyz` on this address (loopback unless
+    /// `--insecure-listen`); `None`: no metrics are kept.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -346,6 +349,8 @@ pub struct Daemon {
     pub addr: SocketAddr,
     /// The bound registry address, if served.
     pub registry_addr: Option<SocketAddr>,
+    /// The bound `/metrics` address, if served.
+    pub metrics_addr: Option<SocketAddr>,
     journal: Option<Reopening<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -503,9 +508,31 @@ impl Daemon {
             addr: config.addr,
             reason: e.to_string(),
         })?;
+        let metrics = config
+            .metrics_addr
+            .map(|_| Arc::new(crate::metrics::Metrics::default()));
+        let mut metrics_addr = None;
+        if let (Some(maddr), Some(m)) = (config.metrics_addr, &metrics) {
+            check_listen("--metrics-addr", maddr, false, security.insecure_listen)?;
+            let listener =
+                tokio::net::TcpListener::bind(maddr)
+                    .await
+                    .map_err(|e| StartError::Listen {
+                        addr: maddr,
+                        reason: e.to_string(),
+                    })?;
+            metrics_addr = listener.local_addr().ok();
+            servers.push(super::http::serve(
+                listener,
+                m.clone(),
+                store_health.clone(),
+                stop.subscribe(),
+            ));
+        }
         let guard = Guard {
             tls,
             auth: security.auth.clone(),
+            metrics: metrics.clone(),
         };
         servers.push(serve_sessions(
             listener,
@@ -527,6 +554,7 @@ impl Daemon {
             let guard = Guard {
                 tls: registry_tls,
                 auth: security.auth.clone(),
+                metrics: metrics.clone(),
             };
             servers.push(serve_registry(
                 listener,
@@ -539,6 +567,7 @@ impl Daemon {
             driver: handle,
             addr,
             registry_addr,
+            metrics_addr,
             journal: None,
             servers,
             stop,
@@ -643,6 +672,7 @@ async fn follow_store_health(
 struct Guard {
     tls: Option<tonic::transport::ServerTlsConfig>,
     auth: Arc<crate::auth::Authenticator>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Guard {
@@ -686,9 +716,9 @@ fn serve_sessions(
         let mut builder = builder;
         let mut router = builder
             .add_service(health_service)
-            .add_service(SessionsServer::new(SessionsService::new(
-                driver, guard.auth,
-            )));
+            .add_service(SessionsServer::new(
+                SessionsService::new(driver, guard.auth).with_metrics(guard.metrics),
+            ));
         if let Some(service) = reflection_v1 {
             router = router.add_service(service);
         }
@@ -714,7 +744,7 @@ fn serve_registry(
     Ok(tokio::spawn(async move {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let service = RegistryService::new(driver, guard.auth);
+        let service = RegistryService::new(driver, guard.auth).with_metrics(guard.metrics);
         let _ = builder
             .add_service(HarnessRegistryServer::new(service))
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))

@@ -23,6 +23,22 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::driver::DriverHandle;
 use super::observe::{LoggedStream, RpcKind, RpcLog};
 use crate::auth::Authenticator;
+use crate::metrics::Metrics;
+
+/// The verified caller of `$request`, named in `$log`; a bad credential
+/// returns the call's UNAUTHENTICATED reply, logged, from the method.
+macro_rules! authenticated {
+    ($service:ident, $log:ident, $request:ident) => {{
+        $log.count_in($service.metrics.clone());
+        match $service.auth.caller(&$request) {
+            Ok(caller) => {
+                $log.set_principal(&caller);
+                caller
+            }
+            Err(e) => return $log.unary(Err(e), |_| None),
+        }
+    }};
+}
 
 fn session_uid(s: &Session) -> Option<&str> {
     s.metadata.as_ref().map(|m| m.uid.as_str())
@@ -95,12 +111,23 @@ pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + 
 pub struct SessionsService {
     driver: DriverHandle,
     auth: Arc<Authenticator>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl SessionsService {
     /// A service submitting to `driver` the calls `auth` authenticates.
     pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self { driver, auth }
+        Self {
+            driver,
+            auth,
+            metrics: None,
+        }
+    }
+
+    /// Counts every call in `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     async fn session(
@@ -124,11 +151,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("CreateSession", request.metadata(), "");
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(
                 caller,
@@ -144,11 +167,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("GetSession", request.metadata(), &request.get_ref().uid);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(caller, Request::GetSession(request.into_inner()), "get")
             .await;
@@ -160,11 +179,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
         let mut log = start("ListSessions", request.metadata(), "");
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = match self
             .driver
             .unary(caller, Request::ListSessions(request.into_inner()))
@@ -182,11 +197,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(
                 caller,
@@ -210,11 +221,7 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let rx = self
             .driver
             .exec(caller, Request::Exec(request.into_inner()));
@@ -234,11 +241,7 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let rx = self
             .driver
             .replay(caller, Request::Replay(request.into_inner()));
@@ -250,11 +253,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
         let mut log = start("Approve", request.metadata(), &request.get_ref().session);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = match self
             .driver
             .unary(caller, Request::Approve(request.into_inner()))
@@ -272,11 +271,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Cancel", request.metadata(), &request.get_ref().session);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(caller, Request::Cancel(request.into_inner()), "cancel")
             .await;
@@ -288,11 +283,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Suspend", request.metadata(), &request.get_ref().session);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(caller, Request::Suspend(request.into_inner()), "suspend")
             .await;
@@ -304,11 +295,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Resume", request.metadata(), &request.get_ref().session);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .session(caller, Request::Resume(request.into_inner()), "resume")
             .await;
@@ -320,11 +307,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
         let mut log = start("Fork", request.metadata(), &request.get_ref().session);
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = match self
             .driver
             .unary(caller, Request::Fork(request.into_inner()))
@@ -343,12 +326,23 @@ impl Sessions for SessionsService {
 pub struct RegistryService {
     driver: DriverHandle,
     auth: Arc<Authenticator>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl RegistryService {
     /// A service submitting to `driver` the calls `auth` authenticates.
     pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self { driver, auth }
+        Self {
+            driver,
+            auth,
+            metrics: None,
+        }
+    }
+
+    /// Counts every call in `metrics`.
+    pub fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     async fn registration(
@@ -372,11 +366,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
         let mut log = start_registry("RegisterHarness", request.metadata());
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = match self
             .driver
             .unary(caller, Request::RegisterHarness(request.into_inner()))
@@ -394,11 +384,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let mut log = start_registry("GetHarness", request.metadata());
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .registration(
                 caller,
@@ -414,11 +400,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
         let mut log = start_registry("ListHarnesses", request.metadata());
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = match self
             .driver
             .unary(caller, Request::ListHarnesses(request.into_inner()))
@@ -436,11 +418,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let mut log = start_registry("RetireHarness", request.metadata());
-        let caller = match self.auth.caller(&request) {
-            Ok(c) => c,
-            Err(e) => return log.unary(Err(e), |_| None),
-        };
-        log.set_principal(&caller);
+        let caller = authenticated!(self, log, request);
         let result = self
             .registration(
                 caller,

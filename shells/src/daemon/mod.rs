@@ -12,6 +12,8 @@ mod drive_loop;
 pub mod driver;
 pub mod grpc;
 pub mod harness_client;
+#[cfg(not(madsim))]
+pub mod http;
 pub mod inproc;
 pub mod log_cache;
 // The simulation runs its harnesses on nodes of their own over TCP, so the

@@ -114,6 +114,8 @@ pub struct RpcLog {
     session_uid: String,
     /// The verified caller ("" when auth is off or it failed).
     principal: String,
+    /// Where the finish is counted, if metrics are on.
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     started: Instant,
     /// Frames sent (streams only).
     frames: u64,
@@ -154,6 +156,7 @@ impl RpcLog {
             request_id,
             session_uid: session_uid.to_owned(),
             principal: String::new(),
+            metrics: None,
             started: Instant::now(),
             frames: 0,
             finished: false,
@@ -173,6 +176,11 @@ impl RpcLog {
         }
     }
 
+    /// Counts the finish in `metrics` too.
+    pub fn count_in(&mut self, metrics: Option<std::sync::Arc<crate::metrics::Metrics>>) {
+        self.metrics = metrics;
+    }
+
     /// Names the verified caller (never its credential).
     pub fn set_principal(&mut self, caller: &agentsessions_machine::host::Caller) {
         if let agentsessions_machine::host::Caller::Verified(p) = caller {
@@ -185,7 +193,11 @@ impl RpcLog {
         if std::mem::replace(&mut self.finished, true) {
             return;
         }
-        let duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        let took = self.started.elapsed();
+        if let Some(m) = &self.metrics {
+            m.rpc_finished(self.method, code_name(code), took);
+        }
+        let duration_ms = took.as_secs_f64() * 1000.0;
         let kind = error_kind(code);
         let outcome = if code == tonic::Code::Ok {
             "success"

@@ -29,6 +29,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,
         lease: None,
         security: Default::default(),
+        metrics_addr: None,
     }
 }
 
