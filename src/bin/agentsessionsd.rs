@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
-use agentsessions_shells::daemon::security::{HarnessTlsFiles, Security, TlsFiles};
+use agentsessions_shells::daemon::security::{ClientTlsFiles, Security, TlsFiles};
 use anyhow::Context as _;
 use clap::Parser;
 
@@ -170,7 +170,7 @@ fn security(args: &Args) -> anyhow::Result<Security> {
             &args.registry_tls_client_ca,
         ),
         insecure_listen: args.insecure_listen,
-        harness_tls: HarnessTlsFiles {
+        harness_tls: ClientTlsFiles {
             ca: args.harness_ca.clone(),
             identity: args.harness_cert.clone().zip(args.harness_key.clone()),
         },

@@ -18,6 +18,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use agentsessions_shells::daemon::security::TlsFiles;
 use agentsessions_shells::harness::HarnessService;
 use agentsessions_shells::harness::builtin;
 use agentsessions_shells::harness::serve::{ListenAddr, Listener};
@@ -64,17 +65,12 @@ fn tls(args: &Args) -> anyhow::Result<Option<tonic::transport::ServerTlsConfig>>
     let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) else {
         return Ok(None);
     };
-    let read = |flag: &str, p: &std::path::Path| {
-        std::fs::read(p).with_context(|| format!("{flag} {}", p.display()))
+    let files = TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        client_ca: args.tls_client_ca.clone(),
     };
-    let identity =
-        tonic::transport::Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
-    let mut config = tonic::transport::ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &args.tls_client_ca {
-        let ca = tonic::transport::Certificate::from_pem(read("--tls-client-ca", ca)?);
-        config = config.client_ca_root(ca);
-    }
-    Ok(Some(config))
+    Ok(Some(files.server_config("tls")?))
 }
 
 #[tokio::main]

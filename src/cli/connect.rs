@@ -2,13 +2,13 @@
 //! optionally a client certificate), with the bearer credential attached
 //! to every call.
 
-use std::path::Path;
 use std::time::Duration;
 
+use agentsessions_shells::daemon::security::ClientTlsFiles;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+use tonic::transport::{Channel, ClientTlsConfig};
 
 use super::args::Common;
 use super::exit::{RpcError, UsageError};
@@ -46,29 +46,20 @@ impl Interceptor for Bearer {
     }
 }
 
-fn read(flag: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| UsageError(format!("{flag} {}: {e}", path.display())).into())
-}
-
 /// The TLS settings the flags ask for, if any: `--tls-ca` or an https://
 /// address turns TLS on (an https:// address without a CA verifies the
 /// server against the bundled web roots).
 pub fn tls(common: &Common, addr: &str) -> anyhow::Result<Option<ClientTlsConfig>> {
-    let https = addr.starts_with("https://");
-    if !https && common.tls_ca.is_none() && common.tls_cert.is_none() {
+    let files = ClientTlsFiles {
+        ca: common.tls_ca.clone(),
+        identity: common.tls_cert.clone().zip(common.tls_key.clone()),
+    };
+    if !addr.starts_with("https://") && files.is_empty() {
         return Ok(None);
     }
-    let mut config = ClientTlsConfig::new();
-    match &common.tls_ca {
-        Some(ca) => {
-            config = config.ca_certificate(Certificate::from_pem(read("--tls-ca", ca)?));
-        }
-        None => config = config.with_webpki_roots(),
-    }
-    if let (Some(cert), Some(key)) = (&common.tls_cert, &common.tls_key) {
-        let identity = Identity::from_pem(read("--tls-cert", cert)?, read("--tls-key", key)?);
-        config = config.identity(identity);
-    }
+    let config = files
+        .client_config("tls")
+        .map_err(|e| UsageError(e.to_string()))?;
     Ok(Some(config))
 }
 

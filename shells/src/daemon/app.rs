@@ -466,7 +466,10 @@ impl Daemon {
             store: store.clone(),
             harness: Arc::new(Harnesses::with_wire(
                 local.clone(),
-                GrpcHarnesses::with_tls(security.harness_tls.client_config()?),
+                GrpcHarnesses::with_tls(match &security.harness_tls {
+                    files if files.is_empty() => None,
+                    files => Some(files.client_config("harness")?),
+                }),
             )),
             runtime: Arc::new(Runtimes::new(local, config.model.clone())),
             model: Arc::new(Model(model_client(&config)?)),

@@ -29,8 +29,8 @@ use crate::metrics::Metrics;
 /// returns the call's UNAUTHENTICATED reply, logged, from the method.
 macro_rules! authenticated {
     ($service:ident, $log:ident, $request:ident) => {{
-        $log.count_in($service.metrics.clone());
-        match $service.auth.caller(&$request) {
+        $log.count_in($service.0.metrics.clone());
+        match $service.0.auth.caller(&$request) {
             Ok(caller) => {
                 $log.set_principal(&caller);
                 caller
@@ -106,17 +106,17 @@ impl Authenticator {
 /// A stream of frames for tonic.
 pub type FrameStream<T> = Pin<Box<dyn Stream<Item = Result<T, tonic::Status>> + Send>>;
 
-/// The `Sessions` service.
+/// What both services hold: the drive loop, the credential check and
+/// where calls are counted.
 #[derive(Clone)]
-pub struct SessionsService {
+struct Front {
     driver: DriverHandle,
     auth: Arc<Authenticator>,
     metrics: Option<Arc<Metrics>>,
 }
 
-impl SessionsService {
-    /// A service submitting to `driver` the calls `auth` authenticates.
-    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+impl Front {
+    fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
         Self {
             driver,
             auth,
@@ -124,10 +124,25 @@ impl SessionsService {
         }
     }
 
-    /// Counts every call in `metrics`.
-    pub fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+    fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
         self.metrics = metrics;
         self
+    }
+}
+
+/// The `Sessions` service.
+#[derive(Clone)]
+pub struct SessionsService(Front);
+
+impl SessionsService {
+    /// A service submitting to `driver` the calls `auth` authenticates.
+    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+        Self(Front::new(driver, auth))
+    }
+
+    /// Counts every call in `metrics`.
+    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
+        Self(self.0.with_metrics(metrics))
     }
 
     async fn session(
@@ -136,7 +151,7 @@ impl SessionsService {
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        match self.driver.unary(caller, request).await {
+        match self.0.driver.unary(caller, request).await {
             Ok(Response::Session(s)) => Ok(tonic::Response::new(s)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -181,6 +196,7 @@ impl Sessions for SessionsService {
         let mut log = start("ListSessions", request.metadata(), "");
         let caller = authenticated!(self, log, request);
         let result = match self
+            .0
             .driver
             .unary(caller, Request::ListSessions(request.into_inner()))
             .await
@@ -223,6 +239,7 @@ impl Sessions for SessionsService {
         );
         let caller = authenticated!(self, log, request);
         let rx = self
+            .0
             .driver
             .exec(caller, Request::Exec(request.into_inner()));
         Ok(logged(rx, log, exec_session))
@@ -243,6 +260,7 @@ impl Sessions for SessionsService {
         );
         let caller = authenticated!(self, log, request);
         let rx = self
+            .0
             .driver
             .replay(caller, Request::Replay(request.into_inner()));
         Ok(logged(rx, log, |_| None))
@@ -255,6 +273,7 @@ impl Sessions for SessionsService {
         let mut log = start("Approve", request.metadata(), &request.get_ref().session);
         let caller = authenticated!(self, log, request);
         let result = match self
+            .0
             .driver
             .unary(caller, Request::Approve(request.into_inner()))
             .await
@@ -309,6 +328,7 @@ impl Sessions for SessionsService {
         let mut log = start("Fork", request.metadata(), &request.get_ref().session);
         let caller = authenticated!(self, log, request);
         let result = match self
+            .0
             .driver
             .unary(caller, Request::Fork(request.into_inner()))
             .await
@@ -323,26 +343,17 @@ impl Sessions for SessionsService {
 
 /// The `HarnessRegistry` admin service (served on a loopback listener only).
 #[derive(Clone)]
-pub struct RegistryService {
-    driver: DriverHandle,
-    auth: Arc<Authenticator>,
-    metrics: Option<Arc<Metrics>>,
-}
+pub struct RegistryService(Front);
 
 impl RegistryService {
     /// A service submitting to `driver` the calls `auth` authenticates.
     pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self {
-            driver,
-            auth,
-            metrics: None,
-        }
+        Self(Front::new(driver, auth))
     }
 
     /// Counts every call in `metrics`.
-    pub fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
-        self.metrics = metrics;
-        self
+    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
+        Self(self.0.with_metrics(metrics))
     }
 
     async fn registration(
@@ -351,7 +362,7 @@ impl RegistryService {
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        match self.driver.unary(caller, request).await {
+        match self.0.driver.unary(caller, request).await {
             Ok(Response::Harness(h)) => Ok(tonic::Response::new(h)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -368,6 +379,7 @@ impl HarnessRegistry for RegistryService {
         let mut log = start_registry("RegisterHarness", request.metadata());
         let caller = authenticated!(self, log, request);
         let result = match self
+            .0
             .driver
             .unary(caller, Request::RegisterHarness(request.into_inner()))
             .await
@@ -402,6 +414,7 @@ impl HarnessRegistry for RegistryService {
         let mut log = start_registry("ListHarnesses", request.metadata());
         let caller = authenticated!(self, log, request);
         let result = match self
+            .0
             .driver
             .unary(caller, Request::ListHarnesses(request.into_inner()))
             .await

@@ -23,45 +23,8 @@ pub struct Security {
     /// Allow a plaintext listener on a non-loopback address.
     pub insecure_listen: bool,
     /// How `https://` harness links verify the harness and identify the
-    /// host.
-    pub harness_tls: HarnessTlsFiles,
-}
-
-/// The host's side of TLS harness links.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HarnessTlsFiles {
-    /// CA the harness servers' certificates chain to (default: the
-    /// bundled web roots).
-    pub ca: Option<PathBuf>,
-    /// Client certificate and key to present (mTLS).
-    pub identity: Option<(PathBuf, PathBuf)>,
-}
-
-impl HarnessTlsFiles {
-    /// The client TLS settings, or None when nothing is configured (an
-    /// https harness then verifies against the web roots).
-    pub fn client_config(&self) -> Result<Option<tonic::transport::ClientTlsConfig>, StartError> {
-        if self.ca.is_none() && self.identity.is_none() {
-            return Ok(None);
-        }
-        let mut config = tonic::transport::ClientTlsConfig::new();
-        match &self.ca {
-            Some(ca) => {
-                let pem = read("--harness-ca", ca)?;
-                check_pem("--harness-ca", ca, &pem, "CERTIFICATE")?;
-                config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
-            }
-            None => config = config.with_webpki_roots(),
-        }
-        if let Some((cert, key)) = &self.identity {
-            let cert_pem = read("--harness-cert", cert)?;
-            let key_pem = read("--harness-key", key)?;
-            check_pem("--harness-cert", cert, &cert_pem, "CERTIFICATE")?;
-            check_pem("--harness-key", key, &key_pem, "PRIVATE KEY")?;
-            config = config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
-        }
-        Ok(Some(config))
-    }
+    /// host (flags `--harness-ca/-cert/-key`).
+    pub harness_tls: ClientTlsFiles,
 }
 
 /// A server's PEM files.
@@ -73,6 +36,51 @@ pub struct TlsFiles {
     pub key: PathBuf,
     /// When set, clients must present a certificate this CA signed.
     pub client_ca: Option<PathBuf>,
+}
+
+/// A TLS client's PEM files: the CA to verify the server and, for mTLS,
+/// a certificate and key to present.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClientTlsFiles {
+    /// CA the server's certificate chains to (default: the bundled web
+    /// roots).
+    pub ca: Option<PathBuf>,
+    /// Client certificate and key to present (mTLS).
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+impl ClientTlsFiles {
+    /// True when no file is named.
+    pub fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.identity.is_none()
+    }
+
+    /// The client TLS settings; `prefix` names the flags in errors
+    /// (`--{prefix}-ca`, `--{prefix}-cert`, `--{prefix}-key`).
+    pub fn client_config(
+        &self,
+        prefix: &str,
+    ) -> Result<tonic::transport::ClientTlsConfig, StartError> {
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        match &self.ca {
+            Some(ca) => {
+                let flag = format!("--{prefix}-ca");
+                let pem = read(&flag, ca)?;
+                check_pem(&flag, ca, &pem, "CERTIFICATE")?;
+                config = config.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+            }
+            None => config = config.with_webpki_roots(),
+        }
+        if let Some((cert, key)) = &self.identity {
+            let (cert_flag, key_flag) = (format!("--{prefix}-cert"), format!("--{prefix}-key"));
+            let cert_pem = read(&cert_flag, cert)?;
+            let key_pem = read(&key_flag, key)?;
+            check_pem(&cert_flag, cert, &cert_pem, "CERTIFICATE")?;
+            check_pem(&key_flag, key, &key_pem, "PRIVATE KEY")?;
+            config = config.identity(tonic::transport::Identity::from_pem(cert_pem, key_pem));
+        }
+        Ok(config)
+    }
 }
 
 fn read(flag: &str, path: &Path) -> Result<Vec<u8>, StartError> {
