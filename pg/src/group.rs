@@ -84,7 +84,11 @@ type Reply = oneshot::Sender<Result<Vec<LogRecord>, AppendError>>;
 struct Pending {
     batch: AppendBatch,
     reply: Reply,
+    queued: std::time::Instant,
 }
+
+/// Where commit timings go, once a daemon with metrics sets it.
+type Meter = Arc<std::sync::OnceLock<agentsessions_shells::metrics::JournalMeter>>;
 
 /// The sending side; cloned with the journal. The committer stops once the
 /// last clone is dropped and the queue is drained.
@@ -92,6 +96,7 @@ struct Pending {
 pub(crate) struct GroupCommitter {
     queue: mpsc::Sender<Pending>,
     counters: Arc<Counters>,
+    meter: Meter,
 }
 
 impl GroupCommitter {
@@ -100,21 +105,35 @@ impl GroupCommitter {
         assert!(limits.in_flight >= 1);
         let (queue, rx) = mpsc::channel(limits.queue);
         let counters = Arc::new(Counters::default());
+        let meter = Meter::default();
         let committer = Committer {
             pool,
             default_project,
             limits,
             counters: counters.clone(),
+            meter: meter.clone(),
         };
         tokio::spawn(committer.run(rx));
-        Self { queue, counters }
+        Self {
+            queue,
+            counters,
+            meter,
+        }
+    }
+
+    pub(crate) fn set_meter(&self, meter: agentsessions_shells::metrics::JournalMeter) {
+        let _ = self.meter.set(meter);
     }
 
     pub(crate) async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         let (reply, answer) = oneshot::channel();
         // A committer that is gone never saw this append: nothing written.
         self.queue
-            .send(Pending { batch, reply })
+            .send(Pending {
+                batch,
+                reply,
+                queued: std::time::Instant::now(),
+            })
             .await
             .map_err(|_| StoreError::Closed)?;
         // Dropped after taking it: whether it committed is unknown.
@@ -139,6 +158,7 @@ struct Committer {
     default_project: String,
     limits: GroupLimits,
     counters: Arc<Counters>,
+    meter: Meter,
 }
 
 /// What the group decided for one append.
@@ -353,7 +373,13 @@ impl Committer {
             }
         };
         let batches: Vec<&AppendBatch> = valid.iter().map(|p| &p.batch).collect();
-        match self.stage_and_commit(&mut conn, &batches).await {
+        let started = std::time::Instant::now();
+        let outcome = self.stage_and_commit(&mut conn, &batches).await;
+        let meter = self.meter.get();
+        if let (Ok(_), Some(m)) = (&outcome, meter) {
+            m.committed(valid.len(), started.elapsed(), false);
+        }
+        match outcome {
             Err(failure) => valid.into_iter().for_each(|p| {
                 let _ = p.reply.send(Err(failure.to_error()));
             }),
@@ -361,7 +387,12 @@ impl Committer {
                 assert_eq!(decisions.len(), valid.len(), "one decision per append");
                 for (p, decision) in valid.into_iter().zip(decisions) {
                     let answer = match decision {
-                        Decision::Accepted(records) => Ok(records),
+                        Decision::Accepted(records) => {
+                            if let Some(m) = meter {
+                                m.appended(p.queued.elapsed());
+                            }
+                            Ok(records)
+                        }
                         Decision::Refused(e) => Err(e),
                         Decision::Unlocked => {
                             ops::append(&mut conn, &p.batch, &self.default_project).await

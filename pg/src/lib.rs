@@ -203,6 +203,14 @@ impl PgJournal {
 }
 
 impl JournalStore for PgJournal {
+    fn set_meter(&self, meter: agentsessions_shells::metrics::JournalMeter) {
+        // Appends outside the group committer are single transactions of
+        // their own and go untimed.
+        if let Some(group) = &self.group {
+            group.set_meter(meter);
+        }
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         if let Some(group) = &self.group {
             return group.append(batch).await;

@@ -222,6 +222,14 @@ impl Host {
         self.core.poll_effect()
     }
 
+    /// The oldest decision not yet told (see [`Signal`]). Unlike effects,
+    /// signals need not be drained: the queue keeps the newest
+    /// [`SIGNAL_QUEUE`].
+    #[must_use]
+    pub fn poll_signal(&mut self) -> Option<Signal> {
+        self.core.poll_signal()
+    }
+
     /// When `handle_timeout` must next be called, if ever.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Nanos> {

@@ -200,6 +200,7 @@ impl ApproveOp {
                 match r {
                     Ok(mut records) => {
                         let record = records.pop().expect("one decision appended");
+                        cx.signal_awaiting(&self.req.session, false);
                         self.stage = Stage::Final(Render::start(cx, &self.req.session), record);
                         Flow::Continue
                     }

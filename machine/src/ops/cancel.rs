@@ -155,6 +155,7 @@ impl CancelOp {
                 match r {
                     Ok(records) => {
                         assert!(!records.is_empty(), "a cancel appends its records");
+                        cx.signal_awaiting(&self.req.session, false);
                         self.reply_session(cx)
                     }
                     Err(e) => self.fail(cx, mapping::append(&e, "cancel")),

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use crate::ops::leases::Leases;
 use crate::vocab::{
     ClientEffect, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig, IdSource,
-    Nanos, Outcome, RequestId, Response, Route, SessionRow, Status, StoreEffect, StreamItem,
+    Nanos, Outcome, RequestId, Response, Route, SIGNAL_QUEUE, SessionRow, Signal, Status,
+    StoreEffect, StreamItem,
 };
 
 /// Identifies one operation (one client request in flight).
@@ -44,6 +45,8 @@ pub(crate) struct Core {
     releasing: BTreeMap<EffectId, String>,
     /// Replies held until the releases of these sessions are answered.
     deferred: Vec<(BTreeSet<String>, Vec<Effect>)>,
+    /// Bounded by [`SIGNAL_QUEUE`]: the oldest go first.
+    signals: VecDeque<Signal>,
 }
 
 impl Core {
@@ -68,7 +71,13 @@ impl Core {
             leases,
             releasing: BTreeMap::new(),
             deferred: Vec::new(),
+            signals: VecDeque::new(),
         }
+    }
+
+    /// The oldest signal not yet polled.
+    pub(crate) fn poll_signal(&mut self) -> Option<Signal> {
+        self.signals.pop_front()
     }
 
     /// True while effects wait to be polled.
@@ -535,5 +544,23 @@ impl Cx<'_> {
     /// Finishes the client call.
     pub(crate) fn reply(&mut self, request: RequestId, result: Result<Response, Status>) {
         self.emit(Effect::Client(ClientEffect::Reply { request, result }));
+    }
+
+    /// Tells the shell of a decision (see [`Signal`]).
+    pub(crate) fn signal(&mut self, signal: Signal) {
+        let queue = &mut self.core.signals;
+        if queue.len() == SIGNAL_QUEUE {
+            queue.pop_front();
+        }
+        queue.push_back(signal);
+        debug_assert!(queue.len() <= SIGNAL_QUEUE);
+    }
+
+    /// `session` waits for a decision, or no longer does.
+    pub(crate) fn signal_awaiting(&mut self, session: &str, awaiting: bool) {
+        self.signal(Signal::Awaiting {
+            session: session.to_owned(),
+            awaiting,
+        });
     }
 }

@@ -155,6 +155,7 @@ impl Deletion {
                         cx.emit(Effect::ForgetTools {
                             session: self.uid.clone(),
                         });
+                        cx.signal_awaiting(&self.uid, false);
                         Deleted::Done(self.uid, session, records)
                     }
                     Err(DeleteRefusal::Conflict { head }) => Deleted::Refused(Status::aborted(

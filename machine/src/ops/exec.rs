@@ -458,6 +458,7 @@ impl ExecOp {
             return Flow::Continue;
         };
         // The turn ended on its own (or the cancel could not be written).
+        run.signal_end(cx, &self.harness);
         self.cancels.settle(cx, &finish.ending, mapping::exec);
         match finish.ending {
             Ending::Completed => {

@@ -620,6 +620,7 @@ impl ResumeOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
+        run.signal_end(cx, &self.harness);
         self.cancels.settle(cx, &finish.ending, mapping::resume);
         match finish.ending {
             Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),

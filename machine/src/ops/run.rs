@@ -9,13 +9,13 @@ use super::session::{Render, Rendered};
 use super::unexpected;
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation};
+use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation, Mode};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
-    Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status,
-    StoreOutcome, StreamItem,
+    Nanos, Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Signal,
+    Status, StoreOutcome, StreamItem, TurnOutcome,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,8 @@ pub(crate) struct Run {
     /// The run's last append is its operation's last write too, and ends
     /// the lease (see [`Run::ending_the_operation`]).
     releases: bool,
+    /// When the Start frame went out: a turn's duration runs from here.
+    started: Nanos,
 }
 
 impl Run {
@@ -55,7 +57,35 @@ impl Run {
             stream_to,
             pending: None,
             releases: false,
+            started: cx.now(),
         }
+    }
+
+    /// Signals how this finished live run on `harness` ended (a replay is
+    /// not a turn). A park also marks the session awaiting: its
+    /// APPROVAL_REQUEST is durable by now.
+    pub(crate) fn signal_end(&self, cx: &mut Cx<'_>, harness: &str) {
+        let finish = self.finished().expect("signalled once finished");
+        assert_ne!(
+            self.inv.setup().mode,
+            Mode::Replay,
+            "a replay is not a turn"
+        );
+        let outcome = match finish.ending {
+            Ending::Completed => TurnOutcome::Completed,
+            Ending::Parked(_) => TurnOutcome::Parked,
+            Ending::Failed(_) => TurnOutcome::Failed,
+            Ending::Canceled => TurnOutcome::Canceled,
+        };
+        if outcome == TurnOutcome::Parked {
+            cx.signal_awaiting(&self.inv.setup().session, true);
+        }
+        let took = cx.now().saturating_sub(self.started);
+        cx.signal(Signal::TurnEnded {
+            harness: harness.to_owned(),
+            outcome,
+            took,
+        });
     }
 
     /// Marks the run's end as its operation's end: the run's last append

@@ -15,6 +15,7 @@ pub mod lease;
 pub mod outcome;
 pub mod request;
 pub mod rows;
+pub mod signal;
 pub mod status;
 
 pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
@@ -33,4 +34,5 @@ pub use outcome::{
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};
+pub use signal::{SIGNAL_QUEUE, Signal, TurnOutcome};
 pub use status::{Code, Status};

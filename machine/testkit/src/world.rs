@@ -406,6 +406,11 @@ impl World {
         }
     }
 
+    /// The host's signals since the last call, oldest first.
+    pub fn signals(&mut self) -> Vec<agentsessions_machine::host::Signal> {
+        std::iter::from_fn(|| self.host.poll_signal()).collect()
+    }
+
     /// Moves virtual time forward by `nanos`, firing due deadlines.
     pub fn advance(&mut self, nanos: Nanos) {
         self.now += nanos;

@@ -475,7 +475,13 @@ impl Daemon {
             model: Arc::new(Model(model_client(&config)?)),
             tools: Arc::new(Tools(Arc::new(executor))),
         };
-        let (driver, handle) = Driver::new(host, ports);
+        let metrics = config
+            .metrics_addr
+            .map(|_| Arc::new(crate::metrics::Metrics::default()));
+        let (mut driver, handle) = Driver::new(host, ports);
+        if let Some(m) = &metrics {
+            driver = driver.with_metrics(m.clone());
+        }
         let drive_loop = DriveLoop::start(driver)?;
         // The host boots before anything is served: static names are
         // reserved for good (a stored registration under one fails the
@@ -511,9 +517,6 @@ impl Daemon {
             addr: config.addr,
             reason: e.to_string(),
         })?;
-        let metrics = config
-            .metrics_addr
-            .map(|_| Arc::new(crate::metrics::Metrics::default()));
         let mut metrics_addr = None;
         if let (Some(maddr), Some(m)) = (config.metrics_addr, &metrics) {
             check_listen("--metrics-addr", maddr, false, security.insecure_listen)?;
@@ -525,6 +528,11 @@ impl Daemon {
                         reason: e.to_string(),
                     })?;
             metrics_addr = listener.local_addr().ok();
+            servers.push(tokio::spawn(super::meter::count_awaiting(
+                handle.clone(),
+                store.clone(),
+                m.clone(),
+            )));
             servers.push(super::http::serve(
                 listener,
                 m.clone(),

@@ -37,8 +37,10 @@ use tokio_stream::{StreamExt as _, StreamMap};
 
 use super::convert::{self, append_error_of};
 use super::log_cache::{LogCache, ReadPlan};
+use super::meter::Meter;
 use super::store_effects::{perform_store, text};
 use crate::journal::{AppendBatch, JournalStore};
+use crate::metrics::Metrics;
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -390,6 +392,7 @@ pub struct Driver<S> {
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
+    meter: Option<Meter>,
 }
 
 impl<S: JournalStore + 'static> Driver<S> {
@@ -415,9 +418,17 @@ impl<S: JournalStore + 'static> Driver<S> {
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
+                meter: None,
             },
             handle,
         )
+    }
+
+    /// Keeps `metrics` of what the loop performs and the machine decides.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.ports.store.set_meter(metrics.journal());
+        self.meter = Some(Meter::new(metrics));
+        self
     }
 
     /// Runs until drained (or every handle is dropped).
@@ -471,6 +482,9 @@ impl<S: JournalStore + 'static> Driver<S> {
                 return;
             };
             let now = convert::now();
+            if let Some(m) = self.meter.as_mut() {
+                m.input(&input);
+            }
             self.handle(now, input);
             self.drain_effects();
         }
@@ -640,7 +654,13 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     fn drain_effects(&mut self) {
         while let Some(effect) = self.host.poll_effect() {
+            if let Some(m) = self.meter.as_mut() {
+                m.effect(&effect);
+            }
             self.perform(effect);
+        }
+        if let Some(m) = self.meter.as_mut() {
+            m.settle(&mut self.host, self.log_cache.len());
         }
     }
 

@@ -16,6 +16,7 @@ pub mod harness_client;
 pub mod http;
 pub mod inproc;
 pub mod log_cache;
+mod meter;
 // The simulation runs its harnesses on nodes of their own over TCP, so the
 // built-in runtimes are left out of its build.
 #[cfg(not(madsim))]

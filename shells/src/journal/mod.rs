@@ -333,6 +333,10 @@ pub struct StalePage {
 
 /// The journal store contract. See the module docs for the guarantees.
 pub trait JournalStore: Send + Sync {
+    /// Reports commit timings and batch sizes to `meter` from now on.
+    /// A store without a writer of its own (the in-memory ones) keeps none.
+    fn set_meter(&self, _meter: crate::metrics::JournalMeter) {}
+
     /// Appends `batch.events` atomically as consecutive records after
     /// `batch.expected_last_seq`, and returns the committed records.
     fn append(

@@ -72,6 +72,8 @@ struct Inner<S> {
     bounds: Backoff,
     health: watch::Sender<bool>,
     runtime: tokio::runtime::Handle,
+    /// Handed to every handle opened after it was set.
+    meter: std::sync::OnceLock<crate::metrics::JournalMeter>,
 }
 
 /// A [`JournalStore`] over a backend handle it replaces after failures.
@@ -160,6 +162,7 @@ impl<S: JournalStore + 'static> Reopening<S> {
                 bounds,
                 health,
                 runtime: tokio::runtime::Handle::current(),
+                meter: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -259,6 +262,9 @@ async fn reopen<S: JournalStore + 'static>(inner: Weak<Inner<S>>, mut pause: Dur
         };
         match (inner.opener)().await {
             Ok(store) => {
+                if let Some(meter) = inner.meter.get() {
+                    store.set_meter(meter.clone());
+                }
                 let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());
                 assert!(state.current.is_none(), "one reopener at a time");
                 state.current = Some(Arc::new(store));
@@ -278,6 +284,13 @@ async fn reopen<S: JournalStore + 'static>(inner: Weak<Inner<S>>, mut pause: Dur
 }
 
 impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
+    fn set_meter(&self, meter: crate::metrics::JournalMeter) {
+        if let Some(live) = self.current() {
+            live.set_meter(meter.clone());
+        }
+        let _ = self.inner.meter.set(meter);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         self.run(|s| async move { s.append(batch).await }).await
     }

@@ -550,6 +550,11 @@ pub struct WriterHold {
 }
 
 impl JournalStore for SqliteJournal {
+    fn set_meter(&self, meter: crate::metrics::JournalMeter) {
+        // Set once: a second daemon over the same handle keeps the first's.
+        let _ = self.inner.shared.meter.set(meter);
+    }
+
     fn append(
         &self,
         batch: AppendBatch,

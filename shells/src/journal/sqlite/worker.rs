@@ -139,6 +139,8 @@ pub struct Shared {
     /// Point reads answered on the caller's thread / sent to a reader.
     pub reads_in_place: AtomicU64,
     pub point_reads_on_threads: AtomicU64,
+    /// Where commit timings go, once a daemon with metrics sets it.
+    pub meter: std::sync::OnceLock<crate::metrics::JournalMeter>,
 }
 
 pub struct Writer {
@@ -230,7 +232,9 @@ impl Core<'_> {
         }
         let inject =
             self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
+        let started = Instant::now();
         let outcome = run_batch(&conn, &mut jobs, inject, begun);
+        let took = started.elapsed();
         if matches!(
             outcome,
             Err(BatchFailure::Unknown(_) | BatchFailure::Poisoned)
@@ -244,9 +248,17 @@ impl Core<'_> {
             Ok(()) => {
                 self.shared.commits.fetch_add(1, Ordering::SeqCst);
                 self.record(jobs.len());
+                let meter = self.shared.meter.get();
+                if let Some(m) = meter {
+                    m.committed(jobs.len(), took, begun);
+                }
                 let mut waited = Duration::ZERO;
                 for job in jobs {
-                    waited += job.queued_at().elapsed();
+                    let queued = job.queued_at().elapsed();
+                    if let Some(m) = meter {
+                        m.appended(queued);
+                    }
+                    waited += queued;
                     job.finish(Ok(()));
                 }
                 let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);

@@ -1,0 +1,464 @@
+//! Prometheus metrics of a daemon, exposed at `/metrics` (Prometheus text
+//! format 0.0.4, encoded by `prometheus-client`).
+//!
+//! Invariant: every label value comes from a bounded set — an RPC method,
+//! a status code, an outcome or kind from a closed list, or a name (harness,
+//! model, tool) passed through [`Bounded`] — so the number of series is
+//! bounded whatever the traffic. Session ids, principals, content and
+//! arguments are never labels (`tests/daemon_metrics` checks the exposition).
+
+mod bounded;
+mod journal;
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+pub use bounded::{Bounded, OTHER};
+pub use journal::JournalMeter;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Distinct names kept per peer-chosen label (harness, model, tool).
+const NAMES_PER_LABEL: usize = 128;
+
+/// One RPC's method and outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabels {
+    /// The RPC method name, e.g. `Exec` (unique across both services).
+    pub method: &'static str,
+    /// The gRPC status code name, e.g. `OK`, `NOT_FOUND`.
+    pub code: &'static str,
+}
+
+/// One RPC's method.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MethodLabels {
+    /// The RPC method name.
+    pub method: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TurnLabels {
+    harness: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HarnessLabels {
+    harness: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolLabels {
+    tool: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DialLabels {
+    harness: String,
+    reason: &'static str,
+}
+
+/// Latency buckets from 100 µs to about 54 s, doubling.
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0001, 2.0, 20)
+}
+
+fn latency() -> Histogram {
+    Histogram::new(latency_buckets())
+}
+
+/// The daemon's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    rpc_requests: Family<RpcLabels, Counter>,
+    rpc_duration: Family<MethodLabels, Histogram>,
+    turns: Family<TurnLabels, Counter>,
+    turn_duration: Family<HarnessLabels, Histogram>,
+    model_duration: Family<ModelLabels, Histogram>,
+    model_tokens: Family<TokenLabels, Counter>,
+    tool_executions: Family<ToolLabels, Counter>,
+    dial_failures: Family<DialLabels, Counter>,
+    operations_in_flight: Gauge,
+    approvals_pending: Gauge,
+    record_cache_records: Gauge,
+    spans_dropped: Counter,
+    journal: JournalMeter,
+    awaiting: Mutex<Awaiting>,
+    harnesses: Bounded,
+    models: Bounded,
+    tools: Bounded,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut r = Registry::with_prefix("agentsessions");
+        let rpc_requests = Family::<RpcLabels, Counter>::default();
+        r.register(
+            "rpc_requests",
+            "RPCs finished, by method and gRPC status code",
+            rpc_requests.clone(),
+        );
+        let rpc_duration = Family::<MethodLabels, Histogram>::new_with_constructor(latency);
+        r.register(
+            "rpc_duration_seconds",
+            "RPC latency from arrival to the final status, by method",
+            rpc_duration.clone(),
+        );
+        let turns = Family::<TurnLabels, Counter>::default();
+        r.register(
+            "turns",
+            "Live turns (Exec or Resume runs) ended, by harness and outcome: completed, parked, failed, canceled",
+            turns.clone(),
+        );
+        let turn_duration = Family::<HarnessLabels, Histogram>::new_with_constructor(latency);
+        r.register(
+            "turn_duration_seconds",
+            "From a turn's Start frame to its end, by harness",
+            turn_duration.clone(),
+        );
+        let journal = JournalMeter::default();
+        journal.register(&mut r);
+        let model_duration = Family::<ModelLabels, Histogram>::new_with_constructor(latency);
+        r.register(
+            "model_call_duration_seconds",
+            "Model provider calls, by model and outcome (ok, error)",
+            model_duration.clone(),
+        );
+        let model_tokens = Family::<TokenLabels, Counter>::default();
+        r.register(
+            "model_tokens",
+            "Tokens from committed USAGE records, by model and kind (input, output, reasoning)",
+            model_tokens.clone(),
+        );
+        let tool_executions = Family::<ToolLabels, Counter>::default();
+        r.register(
+            "tool_executions",
+            "Host-executed tool calls, by tool and outcome (ok, error, failed)",
+            tool_executions.clone(),
+        );
+        let dial_failures = Family::<DialLabels, Counter>::default();
+        r.register(
+            "harness_dial_failures",
+            "Failed harness connections and Describes, by harness and reason (unavailable, timeout, error)",
+            dial_failures.clone(),
+        );
+        let operations_in_flight = Gauge::default();
+        r.register(
+            "operations_in_flight",
+            "Client operations the host machine holds",
+            operations_in_flight.clone(),
+        );
+        let approvals_pending = Gauge::default();
+        r.register(
+            "approvals_pending",
+            "Sessions waiting for an approval decision",
+            approvals_pending.clone(),
+        );
+        let record_cache_records = Gauge::default();
+        r.register(
+            "record_cache_records",
+            "Journal records held by the record cache",
+            record_cache_records.clone(),
+        );
+        let spans_dropped = Counter::default();
+        r.register(
+            "trace_spans_dropped",
+            "Trace spans dropped because the exporter could not keep up or reach its collector",
+            spans_dropped.clone(),
+        );
+        Self {
+            registry: r,
+            rpc_requests,
+            rpc_duration,
+            turns,
+            turn_duration,
+            model_duration,
+            model_tokens,
+            tool_executions,
+            dial_failures,
+            operations_in_flight,
+            approvals_pending,
+            record_cache_records,
+            spans_dropped,
+            journal,
+            awaiting: Mutex::new(Awaiting::default()),
+            harnesses: Bounded::new(NAMES_PER_LABEL),
+            models: Bounded::new(NAMES_PER_LABEL),
+            tools: Bounded::new(NAMES_PER_LABEL),
+        }
+    }
+}
+
+/// Sessions waiting for a decision; the gauge is the size of `waiting`.
+#[derive(Debug, Default)]
+struct Awaiting {
+    waiting: BTreeSet<String>,
+    /// While the boot count runs: sessions a decision moved since it
+    /// began, whose state the count (read earlier, maybe) must not undo.
+    moved: Option<BTreeSet<String>>,
+}
+
+/// Outcome of a host-executed tool call, as a label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolOutcome {
+    /// A result that is not an error.
+    Ok,
+    /// A result marked as an error (the tool ran and failed).
+    Error,
+    /// The executor gave no result at all.
+    Failed,
+}
+
+impl Metrics {
+    /// Counts one finished RPC.
+    pub fn rpc_finished(&self, method: &'static str, code: &'static str, took: Duration) {
+        self.rpc_requests
+            .get_or_create(&RpcLabels { method, code })
+            .inc();
+        self.rpc_duration
+            .get_or_create(&MethodLabels { method })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts one ended turn.
+    pub fn turn_ended(&self, harness: &str, outcome: &'static str, took: Duration) {
+        let harness = self.harnesses.label(harness);
+        self.turns
+            .get_or_create(&TurnLabels {
+                harness: harness.clone(),
+                outcome,
+            })
+            .inc();
+        self.turn_duration
+            .get_or_create(&HarnessLabels { harness })
+            .observe(took.as_secs_f64());
+    }
+
+    /// `session` waits for a decision, or no longer does (the machine's
+    /// signal).
+    pub fn awaiting(&self, session: &str, awaiting: bool) {
+        let mut a = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(moved) = a.moved.as_mut() {
+            moved.insert(session.to_owned());
+        }
+        if awaiting {
+            a.waiting.insert(session.to_owned());
+        } else {
+            a.waiting.remove(session);
+        }
+        self.approvals_pending.set(count(a.waiting.len()));
+    }
+
+    /// The boot count of waiting sessions begins: from now on a signal's
+    /// word on a session outranks what the count read.
+    pub fn boot_count_started(&self) {
+        let mut a = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        a.moved = Some(BTreeSet::new());
+    }
+
+    /// The boot count read `session` as waiting.
+    pub fn counted_awaiting(&self, session: &str) {
+        let mut a = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        if a.moved.as_ref().is_some_and(|m| m.contains(session)) {
+            return;
+        }
+        a.waiting.insert(session.to_owned());
+        self.approvals_pending.set(count(a.waiting.len()));
+    }
+
+    /// The boot count is over; signals alone move the gauge again.
+    pub fn boot_count_finished(&self) {
+        let mut a = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        a.moved = None;
+    }
+
+    /// One finished model call.
+    pub fn model_call(&self, model: &str, ok: bool, took: Duration) {
+        let outcome = if ok { "ok" } else { "error" };
+        self.model_duration
+            .get_or_create(&ModelLabels {
+                model: self.models.label(model),
+                outcome,
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Tokens of one committed USAGE record.
+    pub fn tokens(&self, model: &str, input: i64, output: i64, reasoning: i64) {
+        let model = self.models.label(model);
+        for (kind, n) in [
+            ("input", input),
+            ("output", output),
+            ("reasoning", reasoning),
+        ] {
+            // A negative count (a harness's bug) adds nothing.
+            if let Ok(n) = u64::try_from(n)
+                && n > 0
+            {
+                self.model_tokens
+                    .get_or_create(&TokenLabels {
+                        model: model.clone(),
+                        kind,
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// One host-executed tool call.
+    pub fn tool_executed(&self, tool: &str, outcome: ToolOutcome) {
+        let outcome = match outcome {
+            ToolOutcome::Ok => "ok",
+            ToolOutcome::Error => "error",
+            ToolOutcome::Failed => "failed",
+        };
+        self.tool_executions
+            .get_or_create(&ToolLabels {
+                tool: self.tools.label(tool),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// One failed dial or Describe of `harness`.
+    pub fn dial_failed(&self, harness: &str, reason: &'static str) {
+        self.dial_failures
+            .get_or_create(&DialLabels {
+                harness: self.harnesses.label(harness),
+                reason,
+            })
+            .inc();
+    }
+
+    /// The machine's operations in flight and the record cache's size, as
+    /// the drive loop sees them after an input.
+    pub fn host_gauges(&self, in_flight: usize, cached_records: usize) {
+        self.operations_in_flight.set(count(in_flight));
+        self.record_cache_records.set(count(cached_records));
+    }
+
+    /// Spans the trace exporter dropped.
+    pub fn spans_dropped(&self, n: u64) {
+        self.spans_dropped.inc_by(n);
+    }
+
+    /// The journal's half, handed to the store.
+    pub fn journal(&self) -> JournalMeter {
+        self.journal.clone()
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_rpcs_are_counted_by_method_and_code() {
+        let m = Metrics::default();
+        m.rpc_finished("Exec", "OK", Duration::from_millis(3));
+        m.rpc_finished("Exec", "OK", Duration::from_millis(5));
+        m.rpc_finished("GetSession", "NOT_FOUND", Duration::from_micros(200));
+        let text = m.encode();
+        assert!(
+            text.contains("agentsessions_rpc_requests_total{method=\"Exec\",code=\"OK\"} 2\n"),
+            "{text}"
+        );
+        assert!(text.contains(
+            "agentsessions_rpc_requests_total{method=\"GetSession\",code=\"NOT_FOUND\"} 1\n"
+        ));
+        assert!(text.contains("agentsessions_rpc_duration_seconds_count{method=\"Exec\"} 2\n"));
+    }
+
+    #[test]
+    fn approvals_pending_counts_sessions_not_signals() {
+        let m = Metrics::default();
+        m.awaiting("a", true);
+        m.awaiting("a", true);
+        m.awaiting("b", true);
+        m.awaiting("c", false);
+        assert!(m.encode().contains("agentsessions_approvals_pending 2\n"));
+        m.awaiting("a", false);
+        m.awaiting("b", false);
+        assert!(m.encode().contains("agentsessions_approvals_pending 0\n"));
+    }
+
+    #[test]
+    fn the_boot_count_never_undoes_a_decision_signalled_while_it_ran() {
+        let m = Metrics::default();
+        m.boot_count_started();
+        m.awaiting("decided", false);
+        m.counted_awaiting("decided");
+        m.counted_awaiting("old");
+        m.boot_count_finished();
+        assert!(m.encode().contains("agentsessions_approvals_pending 1\n"));
+    }
+
+    #[test]
+    fn tokens_are_counted_by_kind_and_negative_counts_add_nothing() {
+        let m = Metrics::default();
+        m.tokens("gpt", 10, 4, -3);
+        m.tokens("gpt", 1, 0, 2);
+        let text = m.encode();
+        assert!(
+            text.contains("agentsessions_model_tokens_total{model=\"gpt\",kind=\"input\"} 11\n")
+        );
+        assert!(
+            text.contains("agentsessions_model_tokens_total{model=\"gpt\",kind=\"output\"} 4\n")
+        );
+        assert!(
+            text.contains("agentsessions_model_tokens_total{model=\"gpt\",kind=\"reasoning\"} 2\n")
+        );
+    }
+
+    #[test]
+    fn invented_model_names_fold_into_other() {
+        let m = Metrics::default();
+        for i in 0..NAMES_PER_LABEL + 50 {
+            m.model_call(&format!("m{i}"), true, Duration::from_millis(1));
+        }
+        let text = m.encode();
+        let series = text
+            .lines()
+            .filter(|l| l.starts_with("agentsessions_model_call_duration_seconds_count"))
+            .count();
+        assert_eq!(series, NAMES_PER_LABEL + 1, "the cap plus \"other\"");
+        assert!(text.contains(
+            "agentsessions_model_call_duration_seconds_count{model=\"other\",outcome=\"ok\"} 50\n"
+        ));
+    }
+}
