@@ -143,6 +143,47 @@ struct Args {
     /// SIGHUP re-reads the JWKS file it names.
     #[arg(long, value_name = "FILE")]
     auth: Option<PathBuf>,
+    /// Read flags from this TOML file: keys are the flags' long names,
+    /// e.g. `metrics-addr = "127.0.0.1:9464"`, `harness = ["a=host:1"]`.
+    /// A flag or environment variable given as well wins over the file; an
+    /// unknown key is an error.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (as a file --config accepts, each
+    /// value's source noted, secrets redacted) and exit.
+    #[arg(long)]
+    print_config: bool,
+}
+
+/// The flags, with those of `--config FILE` merged in; `--print-config`
+/// prints them and exits.
+fn parse_args() -> anyhow::Result<Args> {
+    use agentsessions::cli::daemon_config;
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (program, cli) = raw.split_first().context("no program name")?;
+    let cmd = Args::command();
+    let mut argv = vec![program.clone()];
+    let mut from_file = std::collections::BTreeSet::new();
+    if let Some(path) = daemon_config::config_path(cli) {
+        let extra = daemon_config::file_args(&cmd, std::path::Path::new(&path), cli)?;
+        from_file = daemon_config::named_on(&extra);
+        argv.extend(extra);
+    }
+    argv.extend(cli.iter().cloned());
+    let matches = cmd.clone().get_matches_from(argv);
+    let args = Args::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if args.print_config {
+        print!("{}", daemon_config::render(&cmd, &matches, &from_file));
+        let key = ["MODEL_API_KEY", "OPENAI_API_KEY"]
+            .into_iter()
+            .find(|k| std::env::var_os(k).is_some_and(|v| !v.is_empty()));
+        if let Some(k) = key {
+            println!("# model API key: {} (from {k})", daemon_config::REDACTED);
+        }
+        std::process::exit(0);
+    }
+    Ok(args)
 }
 
 /// The TLS and authentication settings the flags ask for.
@@ -246,7 +287,7 @@ fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = parse_args()?;
     let runtime = match args.workers {
         0 => tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -1,11 +1,13 @@
-//! Reusable pieces of `agentctl`: exit codes, the human renderings of
-//! sessions and records, chain verification over a record stream, the
-//! approval requests, proto3-JSON printing and the progress bar. The binary
-//! wires them to clap and gRPC.
+//! Reusable pieces of the binaries: for `agentctl`, exit codes, the human
+//! renderings of sessions and records, chain verification over a record
+//! stream, the approval requests, proto3-JSON printing and the progress
+//! bar; for `agentsessionsd`, its configuration file. The binaries wire
+//! them to clap and gRPC.
 
 pub mod approve;
 pub mod args;
 pub mod connect;
+pub mod daemon_config;
 pub mod exit;
 pub mod progress;
 pub mod render;

@@ -1,0 +1,197 @@
+//! `/metrics` of agentsessionsd run as a child process from a `--config`
+//! file, the way CI runs the binaries: after a scripted workload over gRPC
+//! (turns, a park, an approval and its resume) the scrape reads exactly
+//! what was done, and no session id appears in it.
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::process::{Child, Command, Stdio};
+
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    ApproveRequest, CreateSessionRequest, ExecRequest, Message, Part, ResumeRequest, Session,
+    TextPart, exec_update::Update, part,
+};
+use tonic::transport::Channel;
+
+const DAEMON: &str = env!("CARGO_BIN_EXE_agentsessionsd");
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `GET path` over HTTP/1.0: (status, body).
+fn http_get(addr: &str, path: &str) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, body.to_owned())
+}
+
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
+    let s = c
+        .create_session(CreateSessionRequest {
+            session: Some(Session {
+                harness: harness.into(),
+                ..Default::default()
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    s.metadata.unwrap().uid
+}
+
+/// Runs one Exec; returns the last Session frame.
+async fn exec(c: &mut SessionsClient<Channel>, uid: &str) -> Session {
+    let mut stream = c
+        .exec(ExecRequest {
+            session: uid.into(),
+            inputs: vec![Message {
+                role: "user".into(),
+                parts: vec![Part {
+                    part: Some(part::Part::Text(TextPart { text: "hi".into() })),
+                }],
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut last = None;
+    while let Some(u) = stream.message().await.unwrap() {
+        if let Some(Update::Session(s)) = u.update {
+            last = Some(s);
+        }
+    }
+    last.expect("a Session frame")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_child_daemon_counts_turns_and_approvals_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agentsessionsd.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "addr = \"127.0.0.1:0\"\nmetrics-addr = \"127.0.0.1:0\"\njournal = \"{}\"\n",
+            dir.path().join("j.db").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(DAEMON)
+        .current_dir(dir.path())
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _child = Killed(child);
+    let mut addr_of = |prefix: &str| {
+        let line = lines.next().unwrap().unwrap();
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("{line:?}"))
+            .to_owned()
+    };
+    let sessions = addr_of("agentsessionsd listening on ");
+    let metrics = addr_of("metrics listening on ");
+    assert_eq!(http_get(&metrics, "/readyz").0, 200);
+
+    let channel = Channel::from_shared(format!("http://{sessions}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut c = SessionsClient::new(channel);
+    let echo = create(&mut c, "echo").await;
+    for _ in 0..2 {
+        exec(&mut c, &echo).await;
+    }
+    let gated = create(&mut c, "approval").await;
+    let parked = exec(&mut c, &gated).await;
+    let pending = parked.pending_approval.expect("parked");
+    let (_, text) = http_get(&metrics, "/metrics");
+    assert_eq!(
+        sample(&text, "agentsessions_approvals_pending"),
+        Some(1.0),
+        "{text}"
+    );
+
+    c.approve(ApproveRequest {
+        session: gated.clone(),
+        execution_id: pending.execution_id,
+        tool_call_id: pending.tool_call_id,
+        request_seq: pending.request_seq,
+        approved: Some(true),
+        reason: "ok".into(),
+        identity: None,
+    })
+    .await
+    .unwrap();
+    #[allow(deprecated)]
+    c.resume(ResumeRequest {
+        session: gated.clone(),
+        boot: false,
+    })
+    .await
+    .unwrap();
+
+    let (status, text) = http_get(&metrics, "/metrics");
+    assert_eq!(status, 200);
+    let turns = |harness: &str, outcome: &str| {
+        sample(
+            &text,
+            &format!("agentsessions_turns_total{{harness=\"{harness}\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(turns("echo", "completed"), Some(2.0), "{text}");
+    assert_eq!(turns("approval", "parked"), Some(1.0));
+    assert_eq!(turns("approval", "completed"), Some(1.0));
+    assert_eq!(sample(&text, "agentsessions_approvals_pending"), Some(0.0));
+    assert_eq!(
+        sample(
+            &text,
+            "agentsessions_tool_executions_total{tool=\"append_note\",outcome=\"ok\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "agentsessions_rpc_requests_total{method=\"Exec\",code=\"OK\"}"
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "agentsessions_rpc_requests_total{method=\"Approve\",code=\"OK\"}"
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "agentsessions_journal_group_commit_size_count"),
+        sample(&text, "agentsessions_journal_commit_duration_seconds_count"),
+    );
+    assert_eq!(
+        sample(&text, "agentsessions_operations_in_flight"),
+        Some(0.0)
+    );
+    for uid in [&echo, &gated] {
+        assert!(!text.contains(uid.as_str()), "a session id in the metrics");
+    }
+}
