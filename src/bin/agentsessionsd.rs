@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
+use agentsessions_shells::daemon::otlp::Otlp;
 use agentsessions_shells::daemon::security::{ClientTlsFiles, Security, TlsFiles};
 use anyhow::Context as _;
 use clap::Parser;
@@ -135,6 +136,12 @@ struct Args {
     /// this address; loopback unless --insecure-listen. Off by default.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<SocketAddr>,
+    /// Export trace spans over OTLP/gRPC to this collector, e.g.
+    /// `http://127.0.0.1:4317`: one span per RPC and children for journal
+    /// writes, harness connections, model calls and tool executions.
+    /// Off by default; a collector that is gone costs dropped spans only.
+    #[arg(long, value_name = "URL", env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     /// Allow plaintext on a non-loopback --addr (otherwise a startup error).
     #[arg(long)]
     insecure_listen: bool,
@@ -298,12 +305,26 @@ fn main() -> anyhow::Result<()> {
             .build(),
     }
     .context("agentsessionsd: tokio runtime")?;
-    runtime.block_on(serve(args))
+    // Spans go to their own export thread, never through the runtime.
+    let otlp = args
+        .otlp_endpoint
+        .as_deref()
+        .map(Otlp::start)
+        .transpose()
+        .context("agentsessionsd: --otlp-endpoint")?;
+    // RUST_LOG filters; AGENTSESSIONS_LOG_FORMAT=json switches to JSON lines.
+    agentsessions_shells::daemon::observe::init_logging(otlp.as_ref());
+    let served = runtime.block_on(serve(args));
+    if let Some(otlp) = otlp {
+        // What is queued goes out before the process does (bounded).
+        if let Err(e) = otlp.shutdown() {
+            eprintln!("agentsessionsd: trace export at exit: {e}");
+        }
+    }
+    served
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
-    // RUST_LOG filters; AGENTSESSIONS_LOG_FORMAT=json switches to JSON lines.
-    agentsessions_shells::daemon::observe::init_logging();
     let harnesses = args
         .harnesses
         .iter()

@@ -48,6 +48,8 @@ pub struct Daemon {
     child: Child,
     pub sessions: String,
     pub registry: String,
+    /// The `/metrics` address, when `--metrics-addr` was among the flags.
+    pub metrics: Option<String>,
 }
 
 impl Daemon {
@@ -92,10 +94,14 @@ impl Daemon {
         };
         let sessions = addr_of("agentsessionsd listening on ");
         let registry = addr_of("harness registry listening on ");
+        let metrics = extra
+            .contains(&"--metrics-addr")
+            .then(|| addr_of("metrics listening on "));
         Self {
             child,
             sessions,
             registry,
+            metrics,
         }
     }
 }

@@ -528,7 +528,7 @@ impl Daemon {
                         reason: e.to_string(),
                     })?;
             metrics_addr = listener.local_addr().ok();
-            servers.push(tokio::spawn(super::meter::count_awaiting(
+            servers.push(tokio::spawn(super::boot_count::count_awaiting(
                 handle.clone(),
                 store.clone(),
                 m.clone(),

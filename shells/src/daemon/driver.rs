@@ -39,8 +39,10 @@ use super::convert::{self, append_error_of};
 use super::log_cache::{LogCache, ReadPlan};
 use super::meter::Meter;
 use super::store_effects::{perform_store, text};
+use super::trace::Tracer;
 use crate::journal::{AppendBatch, JournalStore};
 use crate::metrics::Metrics;
+use tracing::Instrument as _;
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -163,8 +165,8 @@ impl ClientSink {
 /// large variant costs a copy, not an allocation per input.
 #[allow(clippy::large_enum_variant)]
 pub enum Input {
-    /// A client call.
-    Call(Caller, Request, ClientSink),
+    /// A client call, and the span of its RPC.
+    Call(Caller, Request, ClientSink, tracing::Span),
     /// An effect's outcome.
     Outcome(EffectId, Outcome),
     /// A dial finished; on success the connection is registered first.
@@ -209,15 +211,30 @@ pub enum Input {
 #[derive(Clone)]
 pub struct DriverHandle {
     tx: mpsc::UnboundedSender<Input>,
+    /// The RPC span the calls belong to (see [`DriverHandle::traced`]).
+    span: tracing::Span,
 }
 
 impl DriverHandle {
+    /// This handle with its calls' work traced as children of `span`.
+    pub fn traced(&self, span: &tracing::Span) -> Self {
+        Self {
+            tx: self.tx.clone(),
+            span: span.clone(),
+        }
+    }
+
     /// Submits a unary call and waits for its reply.
     pub async fn unary(&self, caller: Caller, request: Request) -> Result<Response, Status> {
         let (tx, rx) = oneshot::channel();
         if self
             .tx
-            .send(Input::Call(caller, request, ClientSink::Unary(tx)))
+            .send(Input::Call(
+                caller,
+                request,
+                ClientSink::Unary(tx),
+                self.span.clone(),
+            ))
             .is_err()
         {
             return Err(Status::unavailable("host is shutting down"));
@@ -236,9 +253,13 @@ impl DriverHandle {
         // Unbounded: the drive loop must never wait on one client. A turn's
         // frames are bounded by the turn (its records and deltas).
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Exec(tx)))) = self
-            .tx
-            .send(Input::Call(caller, request, ClientSink::Exec(tx)))
+        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Exec(tx), _))) =
+            self.tx.send(Input::Call(
+                caller,
+                request,
+                ClientSink::Exec(tx),
+                self.span.clone(),
+            ))
         {
             let _ = tx.send(Err(Status::unavailable("host is shutting down")));
         }
@@ -255,9 +276,13 @@ impl DriverHandle {
         // a long journal buffers up to the journal in memory (#18 adds
         // client credit to the machine).
         let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx)))) = self
-            .tx
-            .send(Input::Call(caller, request, ClientSink::Replay(tx)))
+        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx), _))) =
+            self.tx.send(Input::Call(
+                caller,
+                request,
+                ClientSink::Replay(tx),
+                self.span.clone(),
+            ))
         {
             let _ = tx.send(Err(Status::unavailable("host is shutting down")));
         }
@@ -393,6 +418,7 @@ pub struct Driver<S> {
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
     meter: Option<Meter>,
+    tracer: Tracer,
 }
 
 impl<S: JournalStore + 'static> Driver<S> {
@@ -403,7 +429,10 @@ impl<S: JournalStore + 'static> Driver<S> {
         // bounded by the host's in-flight cap: each call adds one request
         // and at most one outcome per effect it has outstanding.
         let (tx, rx) = mpsc::unbounded_channel();
-        let handle = DriverHandle { tx: tx.clone() };
+        let handle = DriverHandle {
+            tx: tx.clone(),
+            span: tracing::Span::none(),
+        };
         (
             Self {
                 host,
@@ -419,6 +448,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 draining: None,
                 log_cache: LogCache::default(),
                 meter: None,
+                tracer: Tracer::new(),
             },
             handle,
         )
@@ -467,6 +497,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                         }
                         () = tokio::time::sleep(wait.unwrap_or_default()), if wait.is_some() => {
                             let now = convert::now();
+                            $s.tracer.timeout();
                             $s.host.handle_timeout(now).expect("effects drained");
                             $s.drain_effects();
                             continue;
@@ -485,6 +516,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             if let Some(m) = self.meter.as_mut() {
                 m.input(&input);
             }
+            self.tracer.input(&input, RequestId(self.next_request + 1));
             self.handle(now, input);
             self.drain_effects();
         }
@@ -492,7 +524,7 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     fn handle(&mut self, now: Nanos, input: Input) {
         let result = match input {
-            Input::Call(caller, request, sink) => {
+            Input::Call(caller, request, sink, _) => {
                 if self.draining.is_some() {
                     sink.finish(Err(Status::unavailable("host is shutting down")));
                     return;
@@ -657,7 +689,8 @@ impl<S: JournalStore + 'static> Driver<S> {
             if let Some(m) = self.meter.as_mut() {
                 m.effect(&effect);
             }
-            self.perform(effect);
+            let span = self.tracer.effect(&effect);
+            self.perform(effect, span);
         }
         if let Some(m) = self.meter.as_mut() {
             m.settle(&mut self.host, self.log_cache.len());
@@ -665,10 +698,10 @@ impl<S: JournalStore + 'static> Driver<S> {
     }
 
     /// Starts one effect, handing it to the port for its group.
-    fn perform(&mut self, effect: Effect) {
+    fn perform(&mut self, effect: Effect, span: tracing::Span) {
         match effect {
             Effect::Store(effect) => self.perform_store(effect),
-            Effect::Harness(effect) => self.perform_harness(effect),
+            Effect::Harness(effect) => self.perform_harness(effect, span),
             Effect::Runtime(RuntimeCall {
                 id, backend, op, ..
             }) => {
@@ -684,7 +717,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 let (chunks, chunk_rx) = mpsc::unbounded_channel();
                 let model = self.ports.model.clone();
                 let call: PortFuture<'static, _> =
-                    Box::pin(async move { model.invoke(request, chunks).await });
+                    Box::pin(async move { model.invoke(request, chunks).await }.instrument(span));
                 self.models
                     .insert(id, Box::pin(model_inputs(id, call, chunk_rx)));
             }
@@ -693,10 +726,13 @@ impl<S: JournalStore + 'static> Driver<S> {
             }) => {
                 let tx = self.tx.clone();
                 let ports = self.ports.clone();
-                tokio::spawn(async move {
-                    let done = ports.tools.execute(session, call).await;
-                    let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
-                });
+                tokio::spawn(
+                    async move {
+                        let done = ports.tools.execute(session, call).await;
+                        let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
+                    }
+                    .instrument(span),
+                );
             }
             // Dropping the call's stream drops its future, which aborts the
             // provider's HTTP request; the answer the host still expects is
@@ -850,7 +886,7 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     /// Harness effects: frames and closes in place, dials and Describes as
     /// futures of the loop.
-    fn perform_harness(&mut self, effect: HarnessEffect) {
+    fn perform_harness(&mut self, effect: HarnessEffect, span: tracing::Span) {
         let ports = self.ports.clone();
         match effect {
             HarnessEffect::Send { conn, frame } => {
@@ -883,16 +919,19 @@ impl<S: JournalStore + 'static> Driver<S> {
                 ..
             } => {
                 let first_event_timeout = Duration::from_millis(first_event_timeout_ms);
-                self.start(async move {
-                    let result = ports.harness.connect(address.clone()).await;
-                    Input::Dialed {
-                        id,
-                        conn,
-                        address,
-                        first_event_timeout,
-                        result,
+                self.start(
+                    async move {
+                        let result = ports.harness.connect(address.clone()).await;
+                        Input::Dialed {
+                            id,
+                            conn,
+                            address,
+                            first_event_timeout,
+                            result,
+                        }
                     }
-                });
+                    .instrument(span),
+                );
             }
             HarnessEffect::Describe {
                 id,

@@ -147,11 +147,18 @@ impl SessionsService {
 
     async fn session(
         &self,
+        log: &RpcLog,
         caller: Caller,
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        match self.0.driver.unary(caller, request).await {
+        match self
+            .0
+            .driver
+            .traced(log.span())
+            .unary(caller, request)
+            .await
+        {
             Ok(Response::Session(s)) => Ok(tonic::Response::new(s)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -169,6 +176,7 @@ impl Sessions for SessionsService {
         let caller = authenticated!(self, log, request);
         let result = self
             .session(
+                &log,
                 caller,
                 Request::CreateSession(request.into_inner()),
                 "create",
@@ -184,7 +192,12 @@ impl Sessions for SessionsService {
         let mut log = start("GetSession", request.metadata(), &request.get_ref().uid);
         let caller = authenticated!(self, log, request);
         let result = self
-            .session(caller, Request::GetSession(request.into_inner()), "get")
+            .session(
+                &log,
+                caller,
+                Request::GetSession(request.into_inner()),
+                "get",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -198,6 +211,7 @@ impl Sessions for SessionsService {
         let result = match self
             .0
             .driver
+            .traced(log.span())
             .unary(caller, Request::ListSessions(request.into_inner()))
             .await
         {
@@ -216,6 +230,7 @@ impl Sessions for SessionsService {
         let caller = authenticated!(self, log, request);
         let result = self
             .session(
+                &log,
                 caller,
                 Request::DeleteSession(request.into_inner()),
                 "delete",
@@ -241,6 +256,7 @@ impl Sessions for SessionsService {
         let rx = self
             .0
             .driver
+            .traced(log.span())
             .exec(caller, Request::Exec(request.into_inner()));
         Ok(logged(rx, log, exec_session))
     }
@@ -262,6 +278,7 @@ impl Sessions for SessionsService {
         let rx = self
             .0
             .driver
+            .traced(log.span())
             .replay(caller, Request::Replay(request.into_inner()));
         Ok(logged(rx, log, |_| None))
     }
@@ -275,6 +292,7 @@ impl Sessions for SessionsService {
         let result = match self
             .0
             .driver
+            .traced(log.span())
             .unary(caller, Request::Approve(request.into_inner()))
             .await
         {
@@ -292,7 +310,12 @@ impl Sessions for SessionsService {
         let mut log = start("Cancel", request.metadata(), &request.get_ref().session);
         let caller = authenticated!(self, log, request);
         let result = self
-            .session(caller, Request::Cancel(request.into_inner()), "cancel")
+            .session(
+                &log,
+                caller,
+                Request::Cancel(request.into_inner()),
+                "cancel",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -304,7 +327,12 @@ impl Sessions for SessionsService {
         let mut log = start("Suspend", request.metadata(), &request.get_ref().session);
         let caller = authenticated!(self, log, request);
         let result = self
-            .session(caller, Request::Suspend(request.into_inner()), "suspend")
+            .session(
+                &log,
+                caller,
+                Request::Suspend(request.into_inner()),
+                "suspend",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -316,7 +344,12 @@ impl Sessions for SessionsService {
         let mut log = start("Resume", request.metadata(), &request.get_ref().session);
         let caller = authenticated!(self, log, request);
         let result = self
-            .session(caller, Request::Resume(request.into_inner()), "resume")
+            .session(
+                &log,
+                caller,
+                Request::Resume(request.into_inner()),
+                "resume",
+            )
             .await;
         log.unary(result, |_| None)
     }
@@ -330,6 +363,7 @@ impl Sessions for SessionsService {
         let result = match self
             .0
             .driver
+            .traced(log.span())
             .unary(caller, Request::Fork(request.into_inner()))
             .await
         {
@@ -358,11 +392,18 @@ impl RegistryService {
 
     async fn registration(
         &self,
+        log: &RpcLog,
         caller: Caller,
         request: Request,
         what: &str,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        match self.0.driver.unary(caller, request).await {
+        match self
+            .0
+            .driver
+            .traced(log.span())
+            .unary(caller, request)
+            .await
+        {
             Ok(Response::Harness(h)) => Ok(tonic::Response::new(h)),
             Ok(other) => Err(unexpected(what, other)),
             Err(status) => Err(to_tonic(status)),
@@ -381,6 +422,7 @@ impl HarnessRegistry for RegistryService {
         let result = match self
             .0
             .driver
+            .traced(log.span())
             .unary(caller, Request::RegisterHarness(request.into_inner()))
             .await
         {
@@ -399,6 +441,7 @@ impl HarnessRegistry for RegistryService {
         let caller = authenticated!(self, log, request);
         let result = self
             .registration(
+                &log,
                 caller,
                 Request::GetHarness(request.into_inner()),
                 "get harness",
@@ -416,6 +459,7 @@ impl HarnessRegistry for RegistryService {
         let result = match self
             .0
             .driver
+            .traced(log.span())
             .unary(caller, Request::ListHarnesses(request.into_inner()))
             .await
         {
@@ -434,6 +478,7 @@ impl HarnessRegistry for RegistryService {
         let caller = authenticated!(self, log, request);
         let result = self
             .registration(
+                &log,
                 caller,
                 Request::RetireHarness(request.into_inner()),
                 "retire harness",

@@ -224,6 +224,16 @@ impl HarnessPort for GrpcHarnesses {
             // machine sends one frame per harness event it answers, and
             // caps a harness's unanswered events (INBOX_LIMIT).
             let (frames, frames_rx) = mpsc::unbounded_channel();
+            let mut request = tonic::Request::new(UnboundedReceiverStream::new(frames_rx));
+            // The dial's span is current: a harness that traces joins it.
+            for (key, value) in super::trace::outgoing_headers() {
+                if let (Ok(k), Ok(v)) = (
+                    tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
+                    value.parse(),
+                ) {
+                    request.metadata_mut().insert(k, v);
+                }
+            }
             // The call is not awaited here: its future resolves only when
             // the harness sends response headers, and grpcio and grpc-go
             // harnesses send them with their first event, after reading
@@ -231,7 +241,7 @@ impl HarnessPort for GrpcHarnesses {
             // the call, so Start flows while the headers are still due.
             let call: CallFuture = Box::pin(async move {
                 client
-                    .connect(UnboundedReceiverStream::new(frames_rx))
+                    .connect(request)
                     .await
                     .map(tonic::Response::into_inner)
             });

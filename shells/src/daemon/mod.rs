@@ -6,6 +6,8 @@
 
 #[cfg(not(madsim))]
 pub mod app;
+#[cfg(not(madsim))]
+mod boot_count;
 pub mod convert;
 #[cfg(not(madsim))]
 mod drive_loop;
@@ -17,11 +19,15 @@ pub mod http;
 pub mod inproc;
 pub mod log_cache;
 mod meter;
+pub mod trace;
 // The simulation runs its harnesses on nodes of their own over TCP, so the
 // built-in runtimes are left out of its build.
 #[cfg(not(madsim))]
 pub mod memory;
 pub mod observe;
+// OTLP export needs a tokio runtime of its own, which madsim does not give.
+#[cfg(not(madsim))]
+pub mod otlp;
 pub mod remote;
 pub mod retention;
 #[cfg(not(madsim))]

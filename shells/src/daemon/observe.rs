@@ -120,6 +120,8 @@ pub struct RpcLog {
     /// Frames sent (streams only).
     frames: u64,
     finished: bool,
+    /// The RPC's trace span: the parent of the work it causes.
+    span: tracing::Span,
 }
 
 impl RpcLog {
@@ -149,7 +151,20 @@ impl RpcLog {
             session_uid = session_uid,
             "rpc start"
         );
+        let span = tracing::info_span!(
+            target: super::trace::TARGET,
+            "rpc",
+            otel.name = %format_args!("{service}/{method}"),
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = %format_args!("agentsessions.v1.{service}"),
+            rpc.method = method,
+            request_id = %request_id,
+            session.uid = session_uid,
+        );
+        super::trace::adopt_parent(&span, metadata);
         Self {
+            span,
             service,
             method,
             kind,
@@ -161,6 +176,11 @@ impl RpcLog {
             frames: 0,
             finished: false,
         }
+    }
+
+    /// The RPC's trace span.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The settled request id.
@@ -335,24 +355,35 @@ impl<T> Stream for LoggedStream<T> {
 
 /// Installs the process-wide subscriber for a daemon: stderr, filtered by
 /// `RUST_LOG` (default `info`), JSON lines when `AGENTSESSIONS_LOG_FORMAT`
-/// is `json`, else compact text (coloured only on a terminal). Returns
-/// false when a subscriber was already installed (the existing one is
-/// kept).
-pub fn init_logging() -> bool {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// is `json`, else compact text (coloured only on a terminal); and, with
+/// `otlp`, the exporter of the daemon's trace spans (which the log lines
+/// never show). Returns false when a subscriber was already installed (the
+/// existing one is kept).
+#[cfg(not(madsim))]
+pub fn init_logging(otlp: Option<&super::otlp::Otlp>) -> bool {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{EnvFilter, Layer, Registry};
+    let trace_off = format!("{}=off", super::trace::TARGET);
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info"))
+        .add_directive(trace_off.parse().expect("a valid directive"));
     let json = std::env::var("AGENTSESSIONS_LOG_FORMAT").is_ok_and(|f| f == "json");
     // Colour codes only for a terminal: redirected logs stay plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    if json {
-        builder.json().flatten_event(true).try_init().is_ok()
+    let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {
+        fmt.json().flatten_event(true).boxed()
     } else {
-        builder.compact().try_init().is_ok()
-    }
+        fmt.compact().boxed()
+    };
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otlp.map(|o| o.layer()))
+        .try_init()
+        .is_ok()
 }
 
 #[cfg(test)]

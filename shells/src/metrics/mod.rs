@@ -12,19 +12,44 @@ mod journal;
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use bounded::{Bounded, OTHER};
 pub use journal::JournalMeter;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Spans the trace exporter dropped, process-wide: the exporter is
+/// installed with the process's subscriber, before any daemon exists.
+pub static SPANS_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// [`SPANS_DROPPED`] as a counter of every registry.
+#[derive(Debug)]
+struct SpansDropped;
+
+impl TypedMetric for SpansDropped {
+    const TYPE: MetricType = MetricType::Counter;
+}
+
+impl EncodeMetric for SpansDropped {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let dropped = SPANS_DROPPED.load(Ordering::Relaxed);
+        encoder.encode_counter::<NoLabelSet, _, u64>(&dropped, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
 
 /// Distinct names kept per peer-chosen label (harness, model, tool).
 const NAMES_PER_LABEL: usize = 128;
@@ -104,7 +129,6 @@ pub struct Metrics {
     operations_in_flight: Gauge,
     approvals_pending: Gauge,
     record_cache_records: Gauge,
-    spans_dropped: Counter,
     journal: JournalMeter,
     awaiting: Mutex<Awaiting>,
     harnesses: Bounded,
@@ -183,11 +207,10 @@ impl Default for Metrics {
             "Journal records held by the record cache",
             record_cache_records.clone(),
         );
-        let spans_dropped = Counter::default();
         r.register(
             "trace_spans_dropped",
             "Trace spans dropped because the exporter could not keep up or reach its collector",
-            spans_dropped.clone(),
+            SpansDropped,
         );
         Self {
             registry: r,
@@ -202,7 +225,6 @@ impl Default for Metrics {
             operations_in_flight,
             approvals_pending,
             record_cache_records,
-            spans_dropped,
             journal,
             awaiting: Mutex::new(Awaiting::default()),
             harnesses: Bounded::new(NAMES_PER_LABEL),
@@ -358,11 +380,6 @@ impl Metrics {
     pub fn host_gauges(&self, in_flight: usize, cached_records: usize) {
         self.operations_in_flight.set(count(in_flight));
         self.record_cache_records.set(count(cached_records));
-    }
-
-    /// Spans the trace exporter dropped.
-    pub fn spans_dropped(&self, n: u64) {
-        self.spans_dropped.inc_by(n);
     }
 
     /// The journal's half, handed to the store.

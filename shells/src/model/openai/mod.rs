@@ -276,10 +276,15 @@ impl OpenAiClient {
         body: &serde_json::Value,
     ) -> Result<reqwest::Response, ModelError> {
         let bytes = serde_json::to_vec(body).map_err(|_| ModelError::EncodeArgs)?;
-        let resp = self
+        let mut request = self
             .http
             .post(self.url.clone())
-            .headers(self.headers.clone())
+            .headers(self.headers.clone());
+        // The model call's span is current: a provider that traces joins it.
+        for (key, value) in crate::daemon::trace::outgoing_headers() {
+            request = request.header(key, value);
+        }
+        let resp = request
             .body(bytes)
             .send()
             .await

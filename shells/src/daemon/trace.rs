@@ -1,0 +1,213 @@
+//! Trace spans of the work the drive loop performs, each the child of the
+//! RPC whose call caused it.
+//!
+//! Causality follows effect ids: the effects the machine emits while it
+//! handles an input belong to that input's call; an outcome belongs to the
+//! call of the effect it answers; harness input belongs to the call of the
+//! dial that opened the connection. So no session id is needed to find a
+//! parent, and a span never outlives the effect (or connection) it times.
+//! Spans carry ids, names and seqs as attributes, never content.
+//!
+//! Invariant: every map here holds only effects, connections and calls in
+//! flight. With no trace subscriber the tracer is off and keeps nothing.
+
+use std::collections::HashMap;
+
+use agentsessions_machine::host::{
+    ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
+    RequestId, StoreEffect,
+};
+use tracing::{Level, Span};
+
+use super::driver::Input;
+
+/// The target of every span the daemon exports.
+pub const TARGET: &str = "agentsessions::trace";
+
+/// The drive loop's spans.
+pub(super) struct Tracer {
+    on: bool,
+    /// RPC spans of the calls in flight.
+    calls: HashMap<RequestId, Span>,
+    /// The call whose input is being handled.
+    cause: Option<RequestId>,
+    /// Effects in flight: their call and their span, if they get one.
+    effects: HashMap<EffectId, (Option<RequestId>, Span)>,
+    /// Open harness connections: their call and their span.
+    conns: HashMap<ConnId, (Option<RequestId>, Span)>,
+}
+
+impl Tracer {
+    /// A tracer that records only if a subscriber wants the spans.
+    pub(super) fn new() -> Self {
+        Self {
+            on: tracing::enabled!(target: TARGET, Level::INFO),
+            calls: HashMap::new(),
+            cause: None,
+            effects: HashMap::new(),
+            conns: HashMap::new(),
+        }
+    }
+
+    /// An input about to be handled; `next_call` is the id a new call
+    /// will get. Outcomes end the spans of the effects they answer.
+    pub(super) fn input(&mut self, input: &Input, next_call: RequestId) {
+        if !self.on {
+            return;
+        }
+        self.cause = match input {
+            Input::Call(_, _, _, span) => {
+                self.calls.insert(next_call, span.clone());
+                Some(next_call)
+            }
+            // A dial that connected: its span goes on timing the connection.
+            Input::Dialed {
+                id, conn, result, ..
+            } => {
+                let dial = self.effects.remove(id);
+                let cause = dial.as_ref().and_then(|(cause, _)| *cause);
+                if let (Some(dial), true) = (dial, result.is_ok()) {
+                    self.conns.insert(*conn, dial);
+                }
+                cause
+            }
+            Input::Outcome(id, _) | Input::LogRead { id, .. } | Input::Appended(id, _, _) => {
+                self.effects.remove(id).and_then(|(cause, _)| cause)
+            }
+            Input::Chunk(id, _) => self.effects.get(id).and_then(|(cause, _)| *cause),
+            Input::Harness(conn, input) => {
+                let cause = self.conns.get(conn).and_then(|(cause, _)| *cause);
+                if matches!(input, HarnessInput::Closed | HarnessInput::Failed(_)) {
+                    self.conns.remove(conn);
+                }
+                cause
+            }
+            Input::Cancel(call) => Some(*call),
+            Input::Drain(_) => None,
+        };
+    }
+
+    /// The deadline timer fired: what follows has no call.
+    pub(super) fn timeout(&mut self) {
+        self.cause = None;
+    }
+
+    /// An effect the machine just emitted; returns the span to perform it
+    /// in (`Span::none()` when it gets none).
+    pub(super) fn effect(&mut self, effect: &Effect) -> Span {
+        if !self.on {
+            return Span::none();
+        }
+        let parent = self
+            .cause
+            .and_then(|c| self.calls.get(&c))
+            .cloned()
+            .unwrap_or_else(Span::none);
+        let span = match effect {
+            Effect::Store(StoreEffect::Append {
+                session,
+                expected_last_seq,
+                events,
+                ..
+            }) => {
+                let execution = events.first().map_or("", |e| e.execution_id.as_str());
+                tracing::info_span!(target: TARGET, parent: &parent, "journal.append",
+                    session.uid = %session, execution.id = %execution,
+                    seq = expected_last_seq + 1, records = events.len())
+            }
+            Effect::Store(StoreEffect::MintFence { session, .. }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "journal.mint_fence",
+                    session.uid = %session)
+            }
+            Effect::Store(StoreEffect::DeleteSession { session, .. }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "journal.delete",
+                    session.uid = %session)
+            }
+            // From the dial to the connection's close.
+            Effect::Harness(HarnessEffect::Dial { harness, .. }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "harness.connect",
+                    harness = %harness)
+            }
+            Effect::Harness(HarnessEffect::Describe { harness, .. }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "harness.describe",
+                    harness = %harness)
+            }
+            Effect::Model(InvokeModel {
+                session,
+                execution_id,
+                request,
+                ..
+            }) => tracing::info_span!(target: TARGET, parent: &parent, "model.call",
+                session.uid = %session, execution.id = %execution_id, model = %request.model),
+            Effect::Tool(ExecuteTool { session, call, .. }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "tool.execute",
+                    session.uid = %session, tool = %call.tool, tool_call.id = %call.id)
+            }
+            Effect::Harness(HarnessEffect::Close { conn }) => {
+                self.conns.remove(conn);
+                Span::none()
+            }
+            Effect::Client(ClientEffect::Reply { request, .. }) => {
+                self.calls.remove(request);
+                Span::none()
+            }
+            _ => Span::none(),
+        };
+        if let Some(id) = effect.id() {
+            self.effects.insert(id, (self.cause, span.clone()));
+        }
+        debug_assert!(
+            self.effects.len() <= 1 << 20,
+            "effects in flight are bounded"
+        );
+        span
+    }
+}
+
+/// Makes the caller's W3C `traceparent` (and `tracestate`) in `metadata`
+/// the parent of `span`, when a trace exporter is installed.
+pub fn adopt_parent(span: &Span, metadata: &tonic::metadata::MetadataMap) {
+    #[cfg(not(madsim))]
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        if span.is_disabled() || metadata.get("traceparent").is_none() {
+            return;
+        }
+        let get = |k: &str| {
+            metadata
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let carrier: HashMap<String, String> = ["traceparent", "tracestate"]
+            .into_iter()
+            .filter_map(|k| Some((k.to_owned(), get(k)?)))
+            .collect();
+        let cx = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
+        let _ = span.set_parent(cx);
+    }
+    #[cfg(madsim)]
+    let _ = (span, metadata);
+}
+
+/// The W3C trace headers (`traceparent`, `tracestate`) of the current
+/// span, for a request that leaves the daemon (Harness.Connect, a model
+/// call); empty when nothing is traced.
+pub fn outgoing_headers() -> Vec<(String, String)> {
+    #[cfg(not(madsim))]
+    {
+        use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+        let span = Span::current();
+        if span.is_disabled() {
+            return Vec::new();
+        }
+        let cx = span.context();
+        let mut carrier: HashMap<String, String> = HashMap::new();
+        opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
+        let mut out: Vec<_> = carrier.into_iter().collect();
+        out.sort();
+        out
+    }
+    #[cfg(madsim)]
+    Vec::new()
+}
