@@ -139,7 +139,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let receiver = otlp::Receiver::default();
+    let receiver = otlp::Receiver::counting();
     let endpoint = runtime.block_on(receiver.start());
     let bare = cli::Daemon::start_in(dir.path(), dir.path().join("bare.db").as_os_str(), &[]);
     let observed = cli::Daemon::start_in(
@@ -197,7 +197,7 @@ fn main() {
     let scrapes = scraper.join().unwrap();
     // Let the last batches arrive before counting them.
     std::thread::sleep(Duration::from_millis(500));
-    let spans = receiver.all().len();
+    let spans = receiver.count();
     let [bare_lat, observed_lat] = lat.map(|mut l| {
         l.sort();
         (pct(&l, 0.5), pct(&l, 0.99))
@@ -229,6 +229,8 @@ fn main() {
         scrape_dropped(&metrics)
     );
     assert!(spans > 0, "the observed daemon exported its spans");
+    // The children go with their handles.
+    drop((bare, observed));
     std::process::exit(0);
 }
 

@@ -1,17 +1,18 @@
 //! OTLP/gRPC export of the daemon's trace spans (`--otlp-endpoint`).
 //!
-//! Invariant: export never blocks a turn. A span that ends is handed to a
-//! bounded queue with `try_send`; a full queue, a failed export or a
+//! Invariant: export never blocks a turn. A span that ends is pushed on a
+//! bounded buffer under a short lock (no thread is woken per span); a full
+//! buffer, a failed export or a
 //! collector that is gone drops spans, and every dropped span is counted
 //! in [`SPANS_DROPPED`] (`agentsessions_trace_spans_dropped_total`). The
 //! exporter runs on a thread of its own with its own small runtime, so a
 //! slow collector holds neither the drive loop nor a tokio worker.
 
-use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
@@ -31,7 +32,7 @@ const BATCH: usize = 512;
 const LINGER: Duration = Duration::from_millis(200);
 /// The bound on one export request (connect included).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(2);
-/// The bound on a flush or shutdown waiting for the exporter.
+/// The bound on a flush or shutdown waiting for the export thread.
 const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why tracing could not be set up.
@@ -96,50 +97,68 @@ impl Otlp {
     }
 }
 
-/// What the span processor tells the export thread.
-enum Msg {
-    Span(Box<SpanData>),
-    Resource(Resource),
-    Flush(SyncSender<()>),
-    Shutdown(SyncSender<()>),
+/// The spans waiting for export and the requests to the export thread.
+#[derive(Default)]
+struct State {
+    spans: Vec<SpanData>,
+    resource: Option<Resource>,
+    /// Flushes asked for, and the last one the thread has done.
+    flushes_asked: u64,
+    flushes_done: u64,
+    shutdown: bool,
+    stopped: bool,
 }
 
-/// The span processor: a bounded queue in front of the export thread.
-#[derive(Debug)]
+/// What the span processor and the export thread share. A span's end only
+/// takes the lock and pushes: the thread is woken when a batch is full or
+/// something is asked, not per span, and otherwise wakes every [`LINGER`].
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the export thread.
+    work: Condvar,
+    /// Wakes those waiting for a flush or the stop.
+    done: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The span processor: a bounded buffer in front of the export thread.
 struct Queue {
-    tx: SyncSender<Msg>,
+    shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").finish_non_exhaustive()
+    }
 }
 
 impl Queue {
     fn start(endpoint: String) -> Result<Self, OtlpError> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let shared = Arc::new(Shared::default());
         let (built_tx, built_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
-            .spawn(move || export_thread(&endpoint, &rx, &built_tx))
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || export_thread(&endpoint, &shared, &built_tx)
+            })
             .map_err(|e| OtlpError::Build(e.to_string()))?;
         match built_rx.recv() {
             Ok(Ok(())) => Ok(Self {
-                tx,
+                shared,
                 thread: Mutex::new(Some(thread)),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(OtlpError::Build("export thread ended".into())),
         }
-    }
-
-    /// Sends a control message and waits (bounded) for its answer.
-    fn ask(&self, make: fn(SyncSender<()>) -> Msg) -> OTelSdkResult {
-        let (ack, acked) = std::sync::mpsc::sync_channel(1);
-        // A control message waits for room: the thread drains the queue
-        // within an export timeout.
-        self.tx
-            .send(make(ack))
-            .map_err(|_| OTelSdkError::AlreadyShutdown)?;
-        acked
-            .recv_timeout(ACK_TIMEOUT)
-            .map_err(|_| OTelSdkError::Timeout(ACK_TIMEOUT))
     }
 }
 
@@ -147,37 +166,69 @@ impl SpanProcessor for Queue {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
 
     fn on_end(&self, span: SpanData) {
-        match self.tx.try_send(Msg::Span(Box::new(span))) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                SPANS_DROPPED.fetch_add(1, Ordering::Relaxed);
-            }
+        let mut state = self.shared.lock();
+        if state.spans.len() >= QUEUE || state.stopped {
+            drop(state);
+            SPANS_DROPPED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        state.spans.push(span);
+        let full = state.spans.len() == BATCH;
+        drop(state);
+        if full {
+            self.shared.work.notify_one();
         }
     }
 
     fn force_flush(&self) -> OTelSdkResult {
-        self.ask(Msg::Flush)
+        let mut state = self.shared.lock();
+        state.flushes_asked += 1;
+        let asked = state.flushes_asked;
+        self.shared.work.notify_one();
+        let (state, _) = self
+            .shared
+            .done
+            .wait_timeout_while(state, ACK_TIMEOUT, |s| s.flushes_done < asked && !s.stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        if state.flushes_done >= asked {
+            Ok(())
+        } else if state.stopped {
+            Err(OTelSdkError::AlreadyShutdown)
+        } else {
+            Err(OTelSdkError::Timeout(ACK_TIMEOUT))
+        }
     }
 
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        let asked = self.ask(Msg::Shutdown);
-        let thread = self.thread.lock().map(|mut t| t.take());
-        if let (Ok(()), Ok(Some(thread))) = (&asked, thread) {
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        let mut state = self.shared.lock();
+        state.shutdown = true;
+        self.shared.work.notify_one();
+        let (state, _) = self
+            .shared
+            .done
+            .wait_timeout_while(state, timeout.min(ACK_TIMEOUT), |s| !s.stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        if !state.stopped {
+            return Err(OTelSdkError::Timeout(timeout));
+        }
+        drop(state);
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(thread) = thread {
             let _ = thread.join();
         }
-        asked
+        Ok(())
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        // Before any span: the queue is empty, so this cannot fail for room.
-        let _ = self.tx.try_send(Msg::Resource(resource.clone()));
+        self.shared.lock().resource = Some(resource.clone());
+        self.shared.work.notify_one();
     }
 }
 
 /// Builds the exporter (reporting the outcome on `built`), then exports
-/// batches of up to [`BATCH`] spans, each at most [`LINGER`] old, until
-/// shut down or disconnected.
-fn export_thread(endpoint: &str, rx: &Receiver<Msg>, built: &SyncSender<Result<(), OtlpError>>) {
+/// what is buffered whenever a batch is full, a flush is asked or
+/// [`LINGER`] passes, until shut down.
+fn export_thread(endpoint: &str, shared: &Shared, built: &SyncSender<Result<(), OtlpError>>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -206,55 +257,91 @@ fn export_thread(endpoint: &str, rx: &Receiver<Msg>, built: &SyncSender<Result<(
             return;
         }
     };
-    let mut batch: Vec<SpanData> = Vec::with_capacity(BATCH);
-    let mut oldest: Option<Instant> = None;
-    let send = |batch: &mut Vec<SpanData>, exporter: &opentelemetry_otlp::SpanExporter| {
-        if batch.is_empty() {
+    let mut state = shared.lock();
+    loop {
+        (state, _) = shared
+            .work
+            .wait_timeout_while(state, LINGER, |s| {
+                s.spans.len() < BATCH
+                    && s.flushes_done == s.flushes_asked
+                    && !s.shutdown
+                    && s.resource.is_none()
+            })
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(resource) = state.resource.take() {
+            exporter.set_resource(&resource);
+        }
+        let mut spans = std::mem::replace(&mut state.spans, Vec::with_capacity(BATCH));
+        let (flushed, shutdown) = (state.flushes_asked, state.shutdown);
+        drop(state);
+        while !spans.is_empty() {
+            let rest = spans.split_off(spans.len().min(BATCH));
+            let n = spans.len() as u64;
+            let sent = runtime.block_on(async {
+                tokio::time::timeout(EXPORT_TIMEOUT * 2, exporter.export(spans)).await
+            });
+            if !matches!(sent, Ok(Ok(()))) {
+                SPANS_DROPPED.fetch_add(n, Ordering::Relaxed);
+            }
+            spans = rest;
+        }
+        if shutdown {
+            let _ = exporter.shutdown();
+        }
+        state = shared.lock();
+        debug_assert!(state.flushes_done <= flushed, "flushes are done in order");
+        state.flushes_done = flushed;
+        state.stopped = shutdown;
+        shared.done.notify_all();
+        if shutdown {
             return;
         }
-        let spans = std::mem::replace(batch, Vec::with_capacity(BATCH));
-        let n = spans.len() as u64;
-        let sent = runtime.block_on(async {
-            tokio::time::timeout(EXPORT_TIMEOUT * 2, exporter.export(spans)).await
-        });
-        if !matches!(sent, Ok(Ok(()))) {
-            SPANS_DROPPED.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::trace::{Span as _, Tracer as _};
+
+    use super::*;
+
+    #[test]
+    fn a_full_buffer_drops_and_counts_without_waiting_for_the_exporter() {
+        // A collector that never answers (connections wait in the backlog):
+        // the first batch's export hangs, so what follows fills the buffer.
+        let collector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let queue = Queue::start(format!("http://{}", collector.local_addr().unwrap())).unwrap();
+        let shared = Arc::clone(&queue.shared);
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(queue)
+            .build();
+        let tracer = provider.tracer("test");
+        let end = |n: usize| {
+            for _ in 0..n {
+                tracer.start("span").end();
+            }
+        };
+        end(BATCH);
+        for _ in 0..1000 {
+            if shared.lock().spans.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-    };
-    loop {
-        let wait = oldest.map_or(Duration::from_secs(3600), |t| {
-            LINGER.saturating_sub(t.elapsed())
-        });
-        match rx.recv_timeout(wait) {
-            Ok(Msg::Span(span)) => {
-                batch.push(*span);
-                oldest.get_or_insert_with(Instant::now);
-                if batch.len() >= BATCH {
-                    send(&mut batch, &exporter);
-                    oldest = None;
-                }
-            }
-            Ok(Msg::Resource(resource)) => exporter.set_resource(&resource),
-            Ok(Msg::Flush(ack)) => {
-                send(&mut batch, &exporter);
-                oldest = None;
-                let _ = ack.send(());
-            }
-            Ok(Msg::Shutdown(ack)) => {
-                send(&mut batch, &exporter);
-                let _ = exporter.shutdown();
-                let _ = ack.send(());
-                return;
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                send(&mut batch, &exporter);
-                oldest = None;
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                send(&mut batch, &exporter);
-                return;
-            }
-        }
-        debug_assert!(batch.len() < BATCH, "a full batch is sent at once");
+        assert!(shared.lock().spans.is_empty(), "the thread took the batch");
+
+        let before = SPANS_DROPPED.load(Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        end(QUEUE + 10);
+        let dropped = SPANS_DROPPED.load(Ordering::Relaxed) - before;
+        assert!(
+            started.elapsed() < EXPORT_TIMEOUT,
+            "ending spans never waits"
+        );
+        assert_eq!(dropped, 10, "exactly the spans past the bound");
+        assert_eq!(shared.lock().spans.len(), QUEUE);
+        // Gone for good: the hung export fails, and so does the rest.
+        drop(collector);
+        let _ = provider.shutdown();
     }
 }
