@@ -21,15 +21,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsessions_machine::host::{
-    Backend, Caller, ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect,
-    HarnessFailure, HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome,
-    Request, RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect,
-    StoreOutcome, StreamItem,
+    ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
+    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, RequestId,
+    RuntimeCall, Status, StoreEffect, StoreOutcome,
 };
-use agentsessions_proto::v1::{
-    ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
-    ToolResult,
-};
+use agentsessions_proto::v1::ControllerFrame;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -44,259 +40,13 @@ use crate::journal::{AppendBatch, JournalStore};
 use crate::metrics::Metrics;
 use tracing::Instrument as _;
 
-/// Boxed future returned by the ports (they are used as trait objects).
-pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+pub use super::handle::{DriverHandle, Input};
 
 /// The inputs an effect in flight yields to the loop.
 type InputStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Input> + Send>>;
-
-/// Inbound events of one connection: each event, then at most one failure;
-/// the stream's end is a clean close.
-pub type EventStream =
-    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<Event, String>> + Send>>;
-
-/// An open `Harness.Connect` stream: frames go out on `frames`; events come
-/// in on `events`, polled by the drive loop itself.
-pub struct Connection {
-    /// Outbound frames (dropping it half-closes the stream).
-    pub frames: mpsc::UnboundedSender<ControllerFrame>,
-    /// Inbound events.
-    pub events: EventStream,
-}
-
-/// Talks to harnesses (Describe and Connect).
-pub trait HarnessPort: Send + Sync + 'static {
-    /// Describes the harness reachable at `address`.
-    fn describe(
-        &self,
-        address: String,
-    ) -> PortFuture<'_, Result<HarnessDescriptor, HarnessFailure>>;
-    /// Opens one Connect stream to `address`.
-    fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>>;
-}
-
-/// The Runtime SPI for every backend kind.
-pub trait RuntimePort: Send + Sync + 'static {
-    /// Where `backend` can be described before anything is provisioned.
-    fn describe_address(&self, backend: &Backend) -> Result<String, String>;
-    /// The descriptor of a harness this process serves itself, without a
-    /// round trip; None when `backend` must be asked over the wire.
-    fn describe_in_process(&self, _backend: &Backend) -> Option<Result<HarnessDescriptor, String>> {
-        None
-    }
-    /// One Runtime call.
-    fn call(&self, backend: Backend, op: RuntimeOp)
-    -> PortFuture<'_, Result<RuntimeReply, String>>;
-}
-
-/// The model provider.
-pub trait ModelPort: Send + Sync + 'static {
-    /// Invokes the model once, forwarding streamed chunks.
-    fn invoke(
-        &self,
-        request: ModelCall,
-        chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<ModelReply, String>>;
-}
-
-/// The tool executor (deduplicates by session and idempotency key).
-pub trait ToolPort: Send + Sync + 'static {
-    /// Executes a host-mediated call.
-    fn execute(
-        &self,
-        session: String,
-        call: ToolCall,
-    ) -> PortFuture<'_, Result<ToolResult, String>>;
-
-    /// Forgets the ledger entries of a deleted session.
-    fn forget(&self, _session: String) -> PortFuture<'_, Result<(), String>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// Where a client call's frames and reply go.
-pub enum ClientSink {
-    /// One reply.
-    Unary(oneshot::Sender<Result<Response, Status>>),
-    /// Exec frames, then the end (or an error status).
-    Exec(mpsc::UnboundedSender<Result<ExecUpdate, Status>>),
-    /// Replay records, then the end (or an error status).
-    Replay(mpsc::UnboundedSender<Result<LogRecord, Status>>),
-}
-
-impl ClientSink {
-    fn stream(&self, item: StreamItem) {
-        // A client that went away is reported through `closed()` below; a
-        // failed send here needs nothing more.
-        match (self, item) {
-            (Self::Exec(tx), item) => {
-                let _ = tx.send(Ok(item.into_exec_update()));
-            }
-            (Self::Replay(tx), StreamItem::Record(r)) => {
-                let _ = tx.send(Ok(r.into_record()));
-            }
-            (Self::Replay(_), other) => {
-                debug_assert!(false, "replay streams records only: {other:?}")
-            }
-            (Self::Unary(_), other) => debug_assert!(false, "unary calls do not stream: {other:?}"),
-        }
-    }
-
-    fn finish(self, result: Result<Response, Status>) {
-        match self {
-            Self::Unary(tx) => {
-                let _ = tx.send(result);
-            }
-            Self::Exec(tx) => {
-                if let Err(status) = result {
-                    let _ = tx.send(Err(status));
-                }
-            }
-            Self::Replay(tx) => {
-                if let Err(status) = result {
-                    let _ = tx.send(Err(status));
-                }
-            }
-        }
-    }
-}
-
-/// Inputs of the drive loop. Each is moved once through the channel, so a
-/// large variant costs a copy, not an allocation per input.
-#[allow(clippy::large_enum_variant)]
-pub enum Input {
-    /// A client call, and the span of its RPC.
-    Call(Caller, Request, ClientSink, tracing::Span),
-    /// An effect's outcome.
-    Outcome(EffectId, Outcome),
-    /// A dial finished; on success the connection is registered first.
-    Dialed {
-        /// The Dial effect.
-        id: EffectId,
-        /// The connection it opens.
-        conn: ConnId,
-        /// The harness address.
-        address: String,
-        /// The bound on the harness's first event.
-        first_event_timeout: Duration,
-        /// The open stream, or why there is none.
-        result: Result<Connection, HarnessFailure>,
-    },
-    /// Harness input on a connection.
-    Harness(ConnId, HarnessInput),
-    /// A read from the first record made with `plan` (see [`LogCache`]).
-    LogRead {
-        /// The ReadLog effect.
-        id: EffectId,
-        /// Its session.
-        session: String,
-        /// Its last seq (0: the end).
-        to_seq: i64,
-        /// How the store was asked.
-        plan: ReadPlan,
-        /// What it returned.
-        read: Result<Vec<LogRecord>, agentsessions_machine::host::StoreFault>,
-    },
-    /// An append's outcome, with its session for the cache.
-    Appended(EffectId, String, Outcome),
-    /// A streamed model chunk.
-    Chunk(EffectId, String),
-    /// The client of a call went away.
-    Cancel(RequestId),
-    /// Stop taking calls; exit once every call in flight has finished.
-    Drain(oneshot::Sender<()>),
-}
-
-/// A handle for submitting calls to the loop.
-#[derive(Clone)]
-pub struct DriverHandle {
-    tx: mpsc::UnboundedSender<Input>,
-    /// The RPC span the calls belong to (see [`DriverHandle::traced`]).
-    span: tracing::Span,
-}
-
-impl DriverHandle {
-    /// This handle with its calls' work traced as children of `span`.
-    pub fn traced(&self, span: &tracing::Span) -> Self {
-        Self {
-            tx: self.tx.clone(),
-            span: span.clone(),
-        }
-    }
-
-    /// Submits a unary call and waits for its reply.
-    pub async fn unary(&self, caller: Caller, request: Request) -> Result<Response, Status> {
-        let (tx, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Input::Call(
-                caller,
-                request,
-                ClientSink::Unary(tx),
-                self.span.clone(),
-            ))
-            .is_err()
-        {
-            return Err(Status::unavailable("host is shutting down"));
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(Status::unavailable("host is shutting down")))
-    }
-
-    /// Submits an Exec call; frames and the final status arrive on the
-    /// returned channel.
-    pub fn exec(
-        &self,
-        caller: Caller,
-        request: Request,
-    ) -> mpsc::UnboundedReceiver<Result<ExecUpdate, Status>> {
-        // Unbounded: the drive loop must never wait on one client. A turn's
-        // frames are bounded by the turn (its records and deltas).
-        let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Exec(tx), _))) =
-            self.tx.send(Input::Call(
-                caller,
-                request,
-                ClientSink::Exec(tx),
-                self.span.clone(),
-            ))
-        {
-            let _ = tx.send(Err(Status::unavailable("host is shutting down")));
-        }
-        rx
-    }
-
-    /// Submits a Replay call.
-    pub fn replay(
-        &self,
-        caller: Caller,
-        request: Request,
-    ) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
-        // Unbounded so the loop never waits on one reader; a slow reader of
-        // a long journal buffers up to the journal in memory (#18 adds
-        // client credit to the machine).
-        let (tx, rx) = mpsc::unbounded_channel();
-        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx), _))) =
-            self.tx.send(Input::Call(
-                caller,
-                request,
-                ClientSink::Replay(tx),
-                self.span.clone(),
-            ))
-        {
-            let _ = tx.send(Err(Status::unavailable("host is shutting down")));
-        }
-        rx
-    }
-
-    /// Stops taking calls and waits until the calls in flight have finished.
-    pub async fn drain(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Input::Drain(tx)).is_ok() {
-            let _ = rx.await;
-        }
-    }
-}
+pub use super::ports::{
+    ClientSink, Connection, EventStream, HarnessPort, ModelPort, PortFuture, RuntimePort, ToolPort,
+};
 
 struct Conn {
     frames: mpsc::UnboundedSender<ControllerFrame>,
@@ -429,10 +179,7 @@ impl<S: JournalStore + 'static> Driver<S> {
         // bounded by the host's in-flight cap: each call adds one request
         // and at most one outcome per effect it has outstanding.
         let (tx, rx) = mpsc::unbounded_channel();
-        let handle = DriverHandle {
-            tx: tx.clone(),
-            span: tracing::Span::none(),
-        };
+        let handle = DriverHandle::new(tx.clone());
         (
             Self {
                 host,

@@ -13,6 +13,7 @@ pub mod convert;
 mod drive_loop;
 pub mod driver;
 pub mod grpc;
+mod handle;
 pub mod harness_client;
 #[cfg(not(madsim))]
 pub mod http;
@@ -25,6 +26,7 @@ pub mod trace;
 #[cfg(not(madsim))]
 pub mod memory;
 pub mod observe;
+mod ports;
 // OTLP export needs a tokio runtime of its own, which madsim does not give.
 #[cfg(not(madsim))]
 pub mod otlp;
