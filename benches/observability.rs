@@ -18,14 +18,15 @@
 mod cli;
 #[path = "../shells/tests/support/otlp.rs"]
 mod otlp;
+#[path = "../tests/support/scrape.rs"]
+mod scrape;
 #[path = "../shells/tests/support/daemon.rs"]
 mod support;
 
-use std::io::{Read as _, Write as _};
 use std::time::{Duration, Instant};
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
-use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, Session};
+use agentsessions_proto::v1::ExecRequest;
 use tonic::transport::Channel;
 
 fn scale() -> f64 {
@@ -47,20 +48,6 @@ async fn connect(addr: &str) -> SessionsClient<Channel> {
         .await
         .unwrap();
     SessionsClient::new(channel)
-}
-
-async fn create(c: &mut SessionsClient<Channel>) -> String {
-    let s = c
-        .create_session(CreateSessionRequest {
-            session: Some(Session {
-                harness: "echo".into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    s.metadata.unwrap().uid
 }
 
 async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
@@ -97,7 +84,7 @@ async fn concurrent(addr: &str, sessions: usize, secs: f64) -> f64 {
     for i in 0..sessions {
         let mut c = clients[i / 16].clone();
         tasks.push(tokio::spawn(async move {
-            let session = create(&mut c).await;
+            let session = support::create(&mut c, "echo").await;
             turn(&mut c, &session).await;
             tokio::time::sleep_until(start.into()).await;
             let mut n = 0usize;
@@ -116,16 +103,6 @@ async fn concurrent(addr: &str, sessions: usize, secs: f64) -> f64 {
         / Instant::now()
             .saturating_duration_since(start)
             .as_secs_f64()
-}
-
-/// `GET /metrics`: the body's length.
-fn scrape(addr: &str) -> usize {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    assert!(raw.starts_with("HTTP/1.1 200") || raw.starts_with("HTTP/1.0 200"));
-    raw.len()
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -159,7 +136,7 @@ fn main() {
         std::thread::spawn(move || {
             let mut scrapes = 0;
             while scraping.load(std::sync::atomic::Ordering::Relaxed) {
-                scrape(&metrics);
+                scrape::metrics(&metrics);
                 scrapes += 1;
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -173,7 +150,7 @@ fn main() {
         let mut conns = Vec::new();
         for a in &addrs {
             let mut c = connect(a).await;
-            let s = create(&mut c).await;
+            let s = support::create(&mut c, "echo").await;
             turn(&mut c, &s).await;
             conns.push((c, s));
         }
@@ -226,22 +203,14 @@ fn main() {
     );
     println!(
         "spans received: {spans}; scrapes: {scrapes}; spans dropped: {}",
-        scrape_dropped(&metrics)
+        scrape::sample(
+            &scrape::metrics(&metrics),
+            "agentsessions_trace_spans_dropped_total"
+        )
+        .unwrap()
     );
     assert!(spans > 0, "the observed daemon exported its spans");
     // The children go with their handles.
     drop((bare, observed));
     std::process::exit(0);
-}
-
-/// `agentsessions_trace_spans_dropped_total` from one scrape.
-fn scrape_dropped(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    raw.lines()
-        .find_map(|l| l.strip_prefix("agentsessions_trace_spans_dropped_total "))
-        .unwrap_or("?")
-        .to_owned()
 }

@@ -3,14 +3,20 @@
 //! (turns, a park, an approval and its resume) the scrape reads exactly
 //! what was done, and no session id appears in it.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+#[path = "support/scrape.rs"]
+mod scrape;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
+
+use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    ApproveRequest, CreateSessionRequest, ExecRequest, Message, Part, ResumeRequest, Session,
-    TextPart, exec_update::Update, part,
+    ApproveRequest, ExecRequest, ResumeRequest, Session, exec_update::Update,
 };
+use scrape::{http_get, sample};
+use support::create;
 use tonic::transport::Channel;
 
 const DAEMON: &str = env!("CARGO_BIN_EXE_agentsessionsd");
@@ -24,47 +30,12 @@ impl Drop for Killed {
     }
 }
 
-/// `GET path` over HTTP/1.0: (status, body).
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    (status, body.to_owned())
-}
-
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-}
-
-async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
-    let s = c
-        .create_session(CreateSessionRequest {
-            session: Some(Session {
-                harness: harness.into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    s.metadata.unwrap().uid
-}
-
 /// Runs one Exec; returns the last Session frame.
 async fn exec(c: &mut SessionsClient<Channel>, uid: &str) -> Session {
     let mut stream = c
         .exec(ExecRequest {
             session: uid.into(),
-            inputs: vec![Message {
-                role: "user".into(),
-                parts: vec![Part {
-                    part: Some(part::Part::Text(TextPart { text: "hi".into() })),
-                }],
-            }],
+            inputs: vec![support::text("hi")],
             ..Default::default()
         })
         .await
@@ -111,12 +82,7 @@ async fn the_child_daemon_counts_turns_and_approvals_exactly() {
     let metrics = addr_of("metrics listening on ");
     assert_eq!(http_get(&metrics, "/readyz").0, 200);
 
-    let channel = Channel::from_shared(format!("http://{sessions}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = SessionsClient::new(channel);
+    let mut c = support::client_at(&sessions).await;
     let echo = create(&mut c, "echo").await;
     for _ in 0..2 {
         exec(&mut c, &echo).await;

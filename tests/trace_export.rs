@@ -12,48 +12,19 @@ mod cli;
 mod openai_fake;
 #[path = "../shells/tests/support/otlp.rs"]
 mod otlp;
+#[path = "support/scrape.rs"]
+mod scrape;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
-use std::io::{Read as _, Write as _};
 use std::time::Duration;
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
-use agentsessions_proto::v1::{
-    CreateSessionRequest, ExecRequest, Message, Part, Session, TextPart, part,
-};
+use agentsessions_proto::v1::ExecRequest;
 use otlp::{CALLER_SPAN, HARNESS, Noting, Receiver, TRACE_ID};
+use scrape::{metrics as scrape, sample};
+use support::{client_at, create, text};
 use tonic::transport::Channel;
-
-fn text(t: &str) -> Message {
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Text(TextPart { text: t.into() })),
-        }],
-    }
-}
-
-async fn client(addr: &str) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    SessionsClient::new(channel)
-}
-
-async fn create(c: &mut SessionsClient<Channel>, harness: &str) -> String {
-    let s = c
-        .create_session(CreateSessionRequest {
-            session: Some(Session {
-                harness: harness.into(),
-                ..Default::default()
-            }),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    s.metadata.unwrap().uid
-}
 
 /// Runs one Exec with `metadata` to its end; returns the stream's code.
 async fn exec(
@@ -80,19 +51,6 @@ async fn exec(
             Err(status) => return status.code(),
         }
     }
-}
-
-fn scrape(addr: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    raw.split_once("\r\n\r\n").unwrap().1.to_owned()
-}
-
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +80,7 @@ async fn the_child_daemon_exports_an_execs_span_tree_in_the_callers_trace() {
             &base,
         ],
     );
-    let mut c = client(&daemon.sessions).await;
+    let mut c = client_at(&daemon.sessions).await;
     let uid = create(&mut c, HARNESS).await;
     let traceparent = ("traceparent", otlp::caller_traceparent());
     assert_eq!(exec(&mut c, &uid, &[traceparent]).await, tonic::Code::Ok);
@@ -188,7 +146,7 @@ async fn a_dead_collector_drops_and_counts_spans_and_turns_go_on() {
     let metrics = daemon.metrics.clone().unwrap();
     let dropped = |text: &str| sample(text, "agentsessions_trace_spans_dropped_total");
     assert_eq!(dropped(&scrape(&metrics)), Some(0.0), "none yet");
-    let mut c = client(&daemon.sessions).await;
+    let mut c = client_at(&daemon.sessions).await;
     let uid = create(&mut c, "echo").await;
     for _ in 0..3 {
         assert_eq!(exec(&mut c, &uid, &[]).await, tonic::Code::Ok);

@@ -35,7 +35,12 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
 
 /// A Sessions client connected to `daemon`.
 pub async fn client(daemon: &Daemon) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{}", daemon.addr))
+    client_at(&daemon.addr.to_string()).await
+}
+
+/// A Sessions client connected to `host:port` in plaintext.
+pub async fn client_at(addr: &str) -> SessionsClient<Channel> {
+    let channel = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
