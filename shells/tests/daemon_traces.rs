@@ -96,6 +96,7 @@ async fn one_exec_makes_a_span_tree_in_the_callers_trace() {
     assert_eq!(rpc.kind, 2, "a server span");
     assert_eq!(rpc.attr("session.uid"), Some(uid.as_str()));
     assert_eq!(rpc.attr("rpc.method"), Some("Exec"));
+    assert_eq!(rpc.attr("rpc.grpc.status_code"), Some("0"), "OK");
 
     let appends: Vec<_> = spans
         .iter()
@@ -129,6 +130,9 @@ async fn one_exec_makes_a_span_tree_in_the_callers_trace() {
     assert_eq!(tool.parent, rpc.id);
     assert_eq!(tool.attr("tool"), Some("echo_args"));
     assert_eq!(tool.attr("tool_call.id"), Some("call-1"));
+    assert!(!tool.attr("execution.id").unwrap_or("").is_empty());
+    let tool_seq: i64 = tool.attr("seq").unwrap().parse().unwrap();
+    assert!(tool_seq > seqs[0], "the seq of the tool call's record");
 
     // The harness joined the trace under the connection's span ...
     let seen = harness.seen();

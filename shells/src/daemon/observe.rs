@@ -161,6 +161,8 @@ impl RpcLog {
             rpc.method = method,
             request_id = %request_id,
             session.uid = session_uid,
+            rpc.grpc.status_code = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
         super::trace::adopt_parent(&span, metadata);
         Self {
@@ -214,6 +216,10 @@ impl RpcLog {
             return;
         }
         let took = self.started.elapsed();
+        self.span.record("rpc.grpc.status_code", i32::from(code));
+        if code != tonic::Code::Ok {
+            self.span.record("otel.status_code", "ERROR");
+        }
         if let Some(m) = &self.metrics {
             m.rpc_finished(self.method, code_name(code), took);
         }

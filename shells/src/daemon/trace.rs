@@ -139,9 +139,20 @@ impl Tracer {
                 ..
             }) => tracing::info_span!(target: TARGET, parent: &parent, "model.call",
                 session.uid = %session, execution.id = %execution_id, model = %request.model),
-            Effect::Tool(ExecuteTool { session, call, .. }) => {
+            Effect::Tool(ExecuteTool {
+                session,
+                call,
+                intent,
+                ..
+            }) => {
+                let record = intent.record();
+                let execution = record
+                    .event
+                    .as_ref()
+                    .map_or("", |e| e.execution_id.as_str());
                 tracing::info_span!(target: TARGET, parent: &parent, "tool.execute",
-                    session.uid = %session, tool = %call.tool, tool_call.id = %call.id)
+                    session.uid = %session, execution.id = %execution, seq = record.seq,
+                    tool = %call.tool, tool_call.id = %call.id)
             }
             Effect::Harness(HarnessEffect::Close { conn }) => {
                 self.conns.remove(conn);
