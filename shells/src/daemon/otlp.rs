@@ -38,8 +38,10 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Why tracing could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpError {
-    /// The endpoint is not an http(s) URL.
-    #[error("otlp endpoint {0:?}: want http://host:port or https://host:port")]
+    /// The endpoint is not a plaintext http URL.
+    #[error(
+        "otlp endpoint {0:?}: want http://host:port (TLS to the collector is not supported; run a collector beside the daemon)"
+    )]
     Endpoint(String),
     /// The exporter could not be built.
     #[error("otlp exporter: {0}")]
@@ -56,7 +58,10 @@ impl Otlp {
     /// Starts exporting to `endpoint` (e.g. `http://127.0.0.1:4317`) and
     /// sets the W3C trace-context propagator for `traceparent` in and out.
     pub fn start(endpoint: &str) -> Result<Self, OtlpError> {
-        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+        // Plaintext only: an https collector would need roots and client
+        // certificates of its own, and a silent TLS failure would only
+        // show as dropped spans.
+        if !endpoint.starts_with("http://") || endpoint.len() == "http://".len() {
             return Err(OtlpError::Endpoint(endpoint.to_owned()));
         }
         let processor = Queue::start(endpoint.to_owned())?;
@@ -304,6 +309,14 @@ mod tests {
     use opentelemetry::trace::{Span as _, Tracer as _};
 
     use super::*;
+
+    #[test]
+    fn only_plaintext_http_endpoints_are_taken() {
+        for bad in ["https://collector:4317", "127.0.0.1:4317", "http://", ""] {
+            let err = Otlp::start(bad).unwrap_err();
+            assert!(matches!(err, OtlpError::Endpoint(_)), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn a_full_buffer_drops_and_counts_without_waiting_for_the_exporter() {
