@@ -1,6 +1,7 @@
 //! Cancel against a real HTTP model provider that never answers: the host
 //! abandons the call, and the daemon drops the provider's request at once
-//! instead of leaving it open until a timeout.
+//! instead of leaving it open until a timeout. The abandoned call is not
+//! counted as a failed model call, and the turn is counted as canceled.
 
 use std::time::Duration;
 
@@ -42,6 +43,7 @@ async fn a_cancel_drops_the_model_request_it_abandons() {
         model: "hangs".into(),
         model_base_url: Some(format!("http://{addr}")),
         model_api_key: Some("k".into()),
+        metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
         ..config(dir.path())
     };
     let daemon = Daemon::start(cfg).await.unwrap();
@@ -87,5 +89,15 @@ async fn a_cancel_drops_the_model_request_it_abandons() {
         .expect("the Exec stream ends")
         .unwrap();
     assert_eq!(ended.unwrap_err().code(), tonic::Code::Cancelled);
+    let metrics = format!("http://{}/metrics", daemon.metrics_addr.unwrap());
+    let text = reqwest::get(metrics).await.unwrap().text().await.unwrap();
+    assert!(
+        !text.contains("agentsessions_model_call_duration_seconds_count{"),
+        "an abandoned call is neither ok nor error: {text}"
+    );
+    assert!(
+        text.contains("agentsessions_turns_total{harness=\"echo\",outcome=\"canceled\"} 1"),
+        "{text}"
+    );
     daemon.shutdown().await;
 }

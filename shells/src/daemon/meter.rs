@@ -57,6 +57,11 @@ impl Meter {
             ) => {
                 self.harnesses.insert(*id, harness.clone());
             }
+            // A call a cancel abandons neither succeeded nor failed: it is
+            // not observed (its stand-in error outcome finds no entry).
+            Effect::AbandonModel { id } => {
+                self.models.remove(id);
+            }
             _ => {}
         }
     }
