@@ -40,16 +40,6 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-async fn connect(addr: &str) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .unwrap();
-    SessionsClient::new(channel)
-}
-
 async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
     let t = Instant::now();
     let mut stream = c
@@ -76,7 +66,7 @@ async fn turn(c: &mut SessionsClient<Channel>, session: &str) -> Duration {
 async fn concurrent(addr: &str, sessions: usize, secs: f64) -> f64 {
     let mut clients = Vec::new();
     for _ in 0..sessions.div_ceil(16) {
-        clients.push(connect(addr).await);
+        clients.push(support::client_at(addr).await);
     }
     let start = Instant::now() + Duration::from_millis(300);
     let stop = start + Duration::from_secs_f64(secs);
@@ -149,7 +139,7 @@ fn main() {
     let (lat, rates) = runtime.block_on(async {
         let mut conns = Vec::new();
         for a in &addrs {
-            let mut c = connect(a).await;
+            let mut c = support::client_at(a).await;
             let s = support::create(&mut c, "echo").await;
             turn(&mut c, &s).await;
             conns.push((c, s));

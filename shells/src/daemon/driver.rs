@@ -263,7 +263,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             if let Some(m) = self.meter.as_mut() {
                 m.input(&input);
             }
-            self.tracer.input(&input, RequestId(self.next_request + 1));
+            self.tracer.input(&input);
             self.handle(now, input);
             self.drain_effects();
         }
@@ -271,13 +271,14 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     fn handle(&mut self, now: Nanos, input: Input) {
         let result = match input {
-            Input::Call(caller, request, sink, _) => {
+            Input::Call(caller, request, sink, span) => {
                 if self.draining.is_some() {
                     sink.finish(Err(Status::unavailable("host is shutting down")));
                     return;
                 }
                 self.next_request += 1;
                 let id = RequestId(self.next_request);
+                self.tracer.call(id, span);
                 let watcher = self.watch_client(id, &sink);
                 self.clients.insert(id, (sink, watcher));
                 self.host.handle_request(now, id, caller, request)

@@ -49,17 +49,25 @@ impl Tracer {
         }
     }
 
-    /// An input about to be handled; `next_call` is the id a new call
-    /// will get. Outcomes end the spans of the effects they answer.
-    pub(super) fn input(&mut self, input: &Input, next_call: RequestId) {
+    /// A client call the loop took as `id`, with its RPC span: what it
+    /// causes is traced under that span.
+    pub(super) fn call(&mut self, id: RequestId, span: Span) {
+        if !self.on {
+            return;
+        }
+        self.calls.insert(id, span);
+        self.cause = Some(id);
+    }
+
+    /// An input about to be handled. Outcomes end the spans of the effects
+    /// they answer. (A call's cause is set by [`Tracer::call`] once the
+    /// loop has given it an id.)
+    pub(super) fn input(&mut self, input: &Input) {
         if !self.on {
             return;
         }
         self.cause = match input {
-            Input::Call(_, _, _, span) => {
-                self.calls.insert(next_call, span.clone());
-                Some(next_call)
-            }
+            Input::Call(..) => None,
             // A dial that connected: its span goes on timing the connection.
             Input::Dialed {
                 id, conn, result, ..
