@@ -27,6 +27,7 @@ use agentsessions_machine::host::{
     HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError,
     Request, RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
 };
+use agentsessions_machine::journal::Journal;
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};
 use agentsessions_testkit::harness::{Echo, Script};
 
@@ -82,7 +83,9 @@ fn live() -> isize {
 struct Stored {
     row: SessionRow,
     fence: i64,
-    records: Vec<LogRecord>,
+    /// Kept as a journal, as the daemon's record cache keeps it, so a
+    /// ReadJournal is a snapshot rather than a rebuild.
+    records: Journal,
 }
 
 enum Input {
@@ -211,7 +214,7 @@ impl Driver {
                 ..
             } => {
                 let s = self.store.entry(session).or_default();
-                assert_eq!(s.records.len() as i64, expected_last_seq);
+                assert_eq!(s.records.head(), expected_last_seq);
                 let out: Vec<LogRecord> = events
                     .into_iter()
                     .enumerate()
@@ -222,7 +225,7 @@ impl Driver {
                         ..LogRecord::default()
                     })
                     .collect();
-                s.records.extend(out.iter().cloned());
+                s.records.extend(out.iter().cloned()).expect("a chain");
                 s.row.last_seq = s.records.len() as i64;
                 StoreOutcome::Appended(Ok(out))
             }
@@ -245,10 +248,20 @@ impl Driver {
                     } else {
                         to_seq as usize
                     };
-                    s.records[(from_seq as usize - 1).min(to)..to].to_vec()
+                    let from = (from_seq as usize - 1).min(to);
+                    s.records
+                        .iter()
+                        .skip(from)
+                        .take(to - from)
+                        .cloned()
+                        .collect()
                 });
                 StoreOutcome::Log(Ok(records))
             }
+            StoreEffect::ReadJournal { session, .. } => StoreOutcome::Journal(Ok(self
+                .store
+                .get(&session)
+                .map_or_else(Journal::new, |s| s.records.clone()))),
             StoreEffect::GetSession { session, .. } => {
                 StoreOutcome::Session(Ok(self.store.get(&session).map(|s| s.row.clone())))
             }

@@ -40,11 +40,14 @@ pub enum Fault {
     /// The authorization gate admits a call once the session row exists,
     /// whatever its project.
     SkipProjectCheck,
+    /// A journal's summary stops following the gate records appended to
+    /// it, so the host decides from a stale approval state.
+    StaleSummary,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -58,6 +61,7 @@ impl Fault {
         Fault::DeleteKeepsRecords,
         Fault::IgnoreTombstone,
         Fault::SkipProjectCheck,
+        Fault::StaleSummary,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -76,6 +80,7 @@ impl Fault {
             Fault::DeleteKeepsRecords => "delete-keeps-records",
             Fault::IgnoreTombstone => "ignore-tombstone",
             Fault::SkipProjectCheck => "skip-project-check",
+            Fault::StaleSummary => "stale-summary",
         }
     }
 

@@ -78,7 +78,13 @@ fn an_exact_retry_returns_the_committed_record_without_a_fence_or_append() {
     assert_eq!(decision_of(&again), first);
     assert_eq!(
         effect_names(since(&world, mark)),
-        vec!["GetSession", "ReadLog", "GetSession", "ReadLog", "Reply"],
+        vec![
+            "GetSession",
+            "ReadJournal",
+            "GetSession",
+            "ReadJournal",
+            "Reply"
+        ],
         "a retry reads and renders; it never mints or appends"
     );
     assert_eq!(world.store.fence(&sid), fence, "no writer is fenced");
@@ -309,7 +315,7 @@ fn new_input_is_blocked_by_an_unreceipted_gate_before_any_runtime_io() {
         assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
         assert_eq!(
             effect_names(since(&world, mark)),
-            vec!["GetSession", "ReadLog", "Reply"]
+            vec!["GetSession", "ReadJournal", "Reply"]
         );
     }
 }
@@ -332,7 +338,13 @@ fn an_undecided_resume_parks_again_with_no_runtime_dial_or_fence() {
         );
         assert_eq!(
             effect_names(since(&world, mark)),
-            vec!["GetSession", "ReadLog", "GetSession", "ReadLog", "Reply"],
+            vec![
+                "GetSession",
+                "ReadJournal",
+                "GetSession",
+                "ReadJournal",
+                "Reply"
+            ],
             "journal reads only: no Runtime, Dial or MintFence"
         );
     }

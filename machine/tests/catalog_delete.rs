@@ -53,7 +53,7 @@ fn a_delete_reads_under_the_guard_deletes_at_the_head_it_read_and_forgets_the_to
         effect_names(since(&world, mark)),
         [
             "GetSession",
-            "ReadLog",
+            "ReadJournal",
             "DeleteSession",
             "ForgetTools",
             "Reply"

@@ -384,7 +384,7 @@ fn admission_refusal_of_a_memory_harness_on_a_plain_runtime_provisions_nothing()
     assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
     assert_eq!(
         effect_names(since(&world, mark)),
-        vec!["GetSession", "ReadLog", "Stream", "Describe", "Reply"],
+        vec!["GetSession", "ReadJournal", "Stream", "Describe", "Reply"],
         "admission refuses before Runtime, MintFence or Append"
     );
     assert!(world.store.records(&sid).is_empty());

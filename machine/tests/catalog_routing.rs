@@ -657,7 +657,7 @@ fn an_unknown_stored_harness_is_an_invalid_argument_with_no_effects() {
     assert_eq!(call.code(), Code::InvalidArgument, "{call:?}");
     assert_eq!(
         effect_names(since(&world, mark)),
-        vec!["GetSession", "ReadLog", "Reply"]
+        vec!["GetSession", "ReadJournal", "Reply"]
     );
 }
 

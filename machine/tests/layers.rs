@@ -33,14 +33,18 @@ const LAYERS: &[(&str, u32)] = &[
     ("journal::executions", 6),
     ("journal::projection", 6),
     ("journal", 7),
-    ("invocation", 8),
+    // Outcomes carry the loaded journal (records and summary), so they sit
+    // above the projections; the store faults they carry are a leaf of
+    // the vocabulary (`vocab::fault`), which the error catalog uses.
+    ("vocab::outcome", 8),
+    ("invocation", 9),
     // What every operation runs on, then the operations.
-    ("ops::leases", 8),
-    ("ops::cx", 9),
-    ("ops::render", 9),
-    ("ops::registry::rules", 10),
-    ("ops", 11),
-    ("host", 12),
+    ("ops::leases", 9),
+    ("ops::cx", 10),
+    ("ops::render", 10),
+    ("ops::registry::rules", 11),
+    ("ops", 12),
+    ("host", 13),
 ];
 
 fn src() -> PathBuf {

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{AppendError, ReplayReport, SessionRow};
-use agentsessions_machine::journal::{approval, executions, projection};
+use agentsessions_machine::journal::{Journal, approval, executions, legacy, projection};
 use agentsessions_proto::v1::{
     ComputeState, EventKind, LogRecord, Mediation, ModelCall, Session, lifecycle,
 };
@@ -76,6 +76,9 @@ pub enum Rule {
     ForkPrefix,
     /// A rendered projection differs from a recomputation.
     Projection,
+    /// A journal's summary, as a host was handed it, differs from a full
+    /// rescan of its records.
+    Summary,
     /// The approval scan or the execution projection rejects the journal.
     JournalInvalid,
     /// Something of an execution ran, or was written, after its Cancel.
@@ -750,6 +753,47 @@ impl Oracle {
             ensure(c.content_hash == p.content_hash, Rule::ForkPrefix, || {
                 format!("{s}: seq {} differs from parent {}", c.seq, row.parent_uid)
             })?;
+        }
+        Ok(())
+    }
+
+    /// A journal handed to a host summarizes its own records: every answer
+    /// of the summary equals the full projection over them.
+    pub fn check_summary(&self, session: &str, journal: &Journal) -> Check {
+        let records = journal.to_vec();
+        let s = journal.summary();
+        let head = records.last().map_or(0, |r| r.seq);
+        let differs = |what: &str, got: String, want: String| {
+            violation(
+                Rule::Summary,
+                format!("{session}: summary {what} {got}, a rescan says {want}"),
+            )
+        };
+        if s.head() != head {
+            return Err(differs("head", s.head().to_string(), head.to_string()));
+        }
+        // Compared as text: a NaN in a call's args is unequal to itself.
+        let scan = approval::scan(&records, 0);
+        let (got, want) = (format!("{:?}", s.approval_scan()), format!("{scan:?}"));
+        if got != want {
+            return Err(differs("approval scan", got, want));
+        }
+        let selected = scan.map(|sc| sc.selected().cloned());
+        let (got, want) = (format!("{:?}", s.selected_gate()), format!("{selected:?}"));
+        if got != want {
+            return Err(differs("selected gate", got, want));
+        }
+        let (got, want) = (s.legacy_prefix(), legacy::legacy_prefix(&records));
+        if got != want {
+            return Err(differs(
+                "legacy prefix",
+                format!("{got:?}"),
+                format!("{want:?}"),
+            ));
+        }
+        let (got, want) = (s.status(), projection::session_status(&records, head));
+        if got != want {
+            return Err(differs("status", format!("{got:?}"), format!("{want:?}")));
         }
         Ok(())
     }

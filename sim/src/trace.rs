@@ -26,6 +26,12 @@ pub(crate) fn hash_outcome(h: &mut Fnv, o: &Outcome) {
         Outcome::Store(StoreOutcome::Fence(r)) => {
             h.str("fence").i64(*r.as_ref().unwrap_or(&-1));
         }
+        Outcome::Store(StoreOutcome::Journal(Ok(j))) => {
+            h.str("journal").u64(j.len() as u64);
+            if let Some(last) = j.last() {
+                h.str(&last.content_hash);
+            }
+        }
         Outcome::Store(StoreOutcome::Log(Ok(r))) => {
             h.str("log").u64(r.len() as u64);
             if let Some(last) = r.last() {
@@ -160,6 +166,7 @@ pub fn outcome_name(o: &Outcome) -> &'static str {
         Outcome::Store(StoreOutcome::LeaseHeld(_)) => "LeaseHeld",
         Outcome::Store(StoreOutcome::Fence(_)) => "Fence",
         Outcome::Store(StoreOutcome::Log(_)) => "Log",
+        Outcome::Store(StoreOutcome::Journal(_)) => "Journal",
         Outcome::Store(StoreOutcome::Session(_)) => "Session",
         Outcome::Store(StoreOutcome::Put(_)) => "Put",
         Outcome::Store(StoreOutcome::SessionPage(_)) => "SessionPage",

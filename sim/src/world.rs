@@ -301,7 +301,7 @@ impl Sim {
                     self.d.store.delivered(tx);
                 }
                 if let Some(session) = session {
-                    self.observe(host, &session, &outcome);
+                    self.observe(host, &session, &outcome)?;
                 }
                 let slot = &mut self.hosts[host];
                 slot.hist.str("out").u64(id.0);
@@ -418,17 +418,22 @@ impl Sim {
     }
 
     /// Tells the oracle how far the host has now seen a journal.
-    fn observe(&mut self, host: usize, session: &str, outcome: &Outcome) {
-        let records = match outcome {
+    fn observe(&mut self, host: usize, session: &str, outcome: &Outcome) -> Check {
+        let last = match outcome {
             Outcome::Store(StoreOutcome::Appended(Ok(r)))
-            | Outcome::Store(StoreOutcome::Log(Ok(r))) => r,
-            _ => return,
+            | Outcome::Store(StoreOutcome::Log(Ok(r))) => r.last(),
+            Outcome::Store(StoreOutcome::Journal(Ok(j))) => {
+                self.d.oracle.check_summary(session, j)?;
+                j.last()
+            }
+            _ => return Ok(()),
         };
-        if let Some(last) = records.last() {
+        if let Some(last) = last {
             self.d
                 .oracle
                 .on_observed(self.hosts[host].inc, session, last.seq);
         }
+        Ok(())
     }
 
     fn push(&mut self, host: usize, what: What) {
@@ -635,9 +640,9 @@ impl Sim {
             _ => {}
         }
         let session = match &effect {
-            StoreEffect::Append { session, .. } | StoreEffect::ReadLog { session, .. } => {
-                Some(session.clone())
-            }
+            StoreEffect::Append { session, .. }
+            | StoreEffect::ReadLog { session, .. }
+            | StoreEffect::ReadJournal { session, .. } => Some(session.clone()),
             _ => None,
         };
         self.push(

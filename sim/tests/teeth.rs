@@ -25,6 +25,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::DeleteKeepsRecords => &[Rule::Deleted],
         Fault::IgnoreTombstone => &[Rule::Deleted],
         Fault::SkipProjectCheck => &[Rule::Authorization],
+        Fault::StaleSummary => &[Rule::Summary],
     }
 }
 
@@ -68,7 +69,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 13);
+    assert_eq!(Fault::ALL.len(), 14);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -152,4 +153,9 @@ fn ignore_tombstone() {
 #[test]
 fn skip_project_check() {
     caught(Fault::SkipProjectCheck);
+}
+
+#[test]
+fn stale_summary() {
+    caught(Fault::StaleSummary);
 }

@@ -77,6 +77,15 @@ impl ApprovalState {
             .and_then(body::approval_result)
     }
 
+    /// Stamps what depends on the whole scanned range: its head, and
+    /// whether the call precedes the last fork marker (`last_fork`, 0 for
+    /// none) and so belongs to the parent.
+    pub(super) fn settle(&mut self, head: i64, last_fork: i64) {
+        self.head = head;
+        self.inherited =
+            last_fork > 0 && self.call_seq < last_fork && !crate::planted!(AcceptInheritedApproval);
+    }
+
     /// A gate just opened by its gated TOOL_CALL at `call_seq`.
     fn opened(
         execution_id: &str,
@@ -227,9 +236,7 @@ fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan,
         }
     }
     for s in &mut states {
-        s.head = head;
-        s.inherited =
-            last_fork > 0 && s.call_seq < last_fork && !crate::planted!(AcceptInheritedApproval);
+        s.settle(head, last_fork);
     }
     Ok(ApprovalScan {
         states,
@@ -243,7 +250,7 @@ fn is_gated_group(members: &[&LogRecord]) -> bool {
     members.iter().copied().any(is_gated_record)
 }
 
-fn is_gated_record(r: &LogRecord) -> bool {
+pub(super) fn is_gated_record(r: &LogRecord) -> bool {
     match kind(r) {
         EventKind::EventApprovalRequest | EventKind::EventApprovalResult => true,
         EventKind::EventToolCall => tool_call(r).is_some_and(is_gated),
@@ -291,7 +298,7 @@ fn diverged(id: &str, r: &LogRecord, what: &str) -> LogError {
 /// gated call is open (no receipt yet) only its request, its decision, its
 /// receipt and audit ERRORs may follow: anything else means some writer ran
 /// past a gate that should have parked the execution.
-fn walk_gated_group(
+pub(super) fn walk_gated_group(
     id: &str,
     members: &[&LogRecord],
     states: &mut Vec<ApprovalState>,

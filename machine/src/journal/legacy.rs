@@ -38,40 +38,80 @@ fn is_legacy_kind(k: EventKind) -> bool {
 /// only an explicit EXECUTION_START may supersede an interrupted legacy tail,
 /// because that is the only way a modern host begins a new turn.
 pub fn legacy_prefix(records: &[LogRecord]) -> Result<usize, LogError> {
-    let mut has_legacy = false;
-    // Kind of the last non-lifecycle legacy record seen so far.
-    let mut last_legacy = EventKind::Unspecified;
-    for (i, r) in records.iter().enumerate() {
+    let mut fold = LegacyFold::default();
+    for r in records {
+        if fold.decided.is_some() {
+            break;
+        }
+        fold.push(r);
+    }
+    fold.prefix()
+}
+
+/// [`legacy_prefix`] one record at a time: the boundary is settled by the
+/// first modern (or impossible) record, so a settled fold ignores the rest
+/// and each push is O(1).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LegacyFold {
+    /// Set once the first modern or non-legacy record was seen.
+    decided: Option<Result<usize, LogError>>,
+    has_legacy: bool,
+    /// Kind of the last non-lifecycle legacy record seen so far.
+    last_legacy: EventKind,
+    /// Records pushed.
+    len: usize,
+}
+
+impl LegacyFold {
+    /// Takes the next record of the journal.
+    pub(crate) fn push(&mut self, r: &LogRecord) {
+        let i = self.len;
+        self.len += 1;
+        if self.decided.is_some() {
+            return;
+        }
         let k = kind(r);
         let modern = k == EventKind::EventExecutionStart
             || (k != EventKind::EventLifecycle && !exec_id(r).is_empty());
         if modern {
-            if !has_legacy {
-                return Ok(0);
-            }
-            let finished = matches!(last_legacy, EventKind::EventEnd | EventKind::EventError);
-            if k != EventKind::EventExecutionStart && !finished {
-                return Err(LogError::invalid(format!(
+            let finished = matches!(
+                self.last_legacy,
+                EventKind::EventEnd | EventKind::EventError
+            );
+            self.decided = Some(if !self.has_legacy {
+                Ok(0)
+            } else if k != EventKind::EventExecutionStart && !finished {
+                Err(LogError::invalid(format!(
                     "unfinished legacy prefix before event {}",
                     i + 1
-                )));
-            }
-            return Ok(i);
+                )))
+            } else {
+                Ok(i)
+            });
+            return;
         }
         if k == EventKind::EventLifecycle {
-            continue;
+            return;
         }
         if !is_legacy_kind(k) {
-            return Err(LogError::invalid(format!(
+            self.decided = Some(Err(LogError::invalid(format!(
                 "event {} ({}) is not a legacy event",
                 i + 1,
                 kind_name(k)
-            )));
+            ))));
+            return;
         }
-        has_legacy = true;
-        last_legacy = k;
+        self.has_legacy = true;
+        self.last_legacy = k;
     }
-    Ok(if has_legacy { records.len() } else { 0 })
+
+    /// [`legacy_prefix`] of the records pushed so far.
+    pub(crate) fn prefix(&self) -> Result<usize, LogError> {
+        match &self.decided {
+            Some(settled) => settled.clone(),
+            None => Ok(if self.has_legacy { self.len } else { 0 }),
+        }
+    }
 }
 
 /// The invocation id a harness sees for an id-less turn anchored on

@@ -10,8 +10,14 @@
 
 pub mod approval;
 pub mod executions;
+mod gates;
 mod inputs;
 pub mod legacy;
 pub mod projection;
+mod shared;
+mod summary;
+
+pub use shared::Journal;
+pub use summary::Summary;
 
 mod records;

@@ -4,7 +4,7 @@
 
 use agentsessions_proto::v1::{ApprovalRef, ComputeState, Event, EventKind, ExecState, LogRecord};
 
-use super::approval::scan;
+use super::approval::{ApprovalState, scan};
 use crate::error::LogError;
 use crate::events::{body, kind_of};
 
@@ -68,6 +68,20 @@ pub struct SessionStatus {
 /// when the latest execution ended with END{CANCELED}. Running and failed
 /// are never derived here.
 pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionStatus, LogError> {
+    status_from(
+        last_seq,
+        last_seq > 0 && last_execution_canceled(records, last_seq),
+        || Ok(scan(records, last_seq)?.selected().cloned()),
+    )
+}
+
+/// [`session_status`] from its parts: whether the latest execution was
+/// canceled, and the selected gate (asked for only when it matters).
+pub(crate) fn status_from(
+    last_seq: i64,
+    canceled: bool,
+    selected: impl FnOnce() -> Result<Option<ApprovalState>, LogError>,
+) -> Result<SessionStatus, LogError> {
     if last_seq <= 0 {
         // A negative cursor is unreachable from a real row; like the
         // reference it is simply not inspected.
@@ -81,14 +95,13 @@ pub fn session_status(records: &[LogRecord], last_seq: i64) -> Result<SessionSta
             pending_approval: None,
         });
     }
-    if last_execution_canceled(records, last_seq) {
+    if canceled {
         return Ok(SessionStatus {
             exec_state: ExecState::ExecCanceled,
             pending_approval: None,
         });
     }
-    let gates = scan(records, last_seq)?;
-    let pending = gates.selected().and_then(|s| {
+    let pending = selected()?.and_then(|s| {
         let request_seq = s.request_seq().filter(|&seq| seq > 0)?;
         let awaiting = !s.inherited && !s.completed && s.decision.is_none();
         awaiting.then(|| ApprovalRef {

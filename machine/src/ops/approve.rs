@@ -168,7 +168,7 @@ impl ApproveOp {
                         "permission denied: the session's creator may not approve its calls",
                     ),
                 ),
-                Loaded::Ready(_, log) => self.decide(cx, &log),
+                Loaded::Ready(_, log) => self.decide(cx, &log.to_vec()),
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {
                     self.fail(cx, Status::internal(format!("approve: {}", status.message)))

@@ -123,7 +123,7 @@ impl CancelOp {
                     self.stage = Stage::Load(load);
                     Flow::Continue
                 }
-                Loaded::Ready(_, log) => match self.decide(&log) {
+                Loaded::Ready(_, log) => match self.decide(&log.to_vec()) {
                     Err(status) => self.fail(cx, status),
                     Ok(None) => self.reply_session(cx),
                     Ok(Some(events)) => {

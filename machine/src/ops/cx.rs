@@ -318,6 +318,12 @@ impl Cx<'_> {
         self.request(|id| Effect::Store(StoreEffect::GetSession { id, session }))
     }
 
+    /// Reads the session's whole journal, summarized.
+    pub(crate) fn read_journal(&mut self, session: &str) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| Effect::Store(StoreEffect::ReadJournal { id, session }))
+    }
+
     /// Reads records `from_seq..=to_seq` (0 = to the head).
     pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
         let session = session.to_owned();

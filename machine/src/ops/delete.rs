@@ -119,7 +119,8 @@ impl Deletion {
                     self.stage = Stage::Load(load);
                     Deleted::Pending(self)
                 }
-                Loaded::Ready(row, log) => {
+                Loaded::Ready(row, journal) => {
+                    let log = journal.to_vec();
                     if let Err(status) = Self::decide(&self.uid, self.stale_before, &row, &log) {
                         cx.unguard(&self.uid);
                         return Deleted::Refused(status);

@@ -25,7 +25,7 @@ use super::{Flow, unexpected};
 use crate::error::TurnError;
 use crate::events;
 use crate::invocation::{Ending, Invocation, Mode, Setup};
-use crate::journal::{approval, legacy};
+use crate::journal::Journal;
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::{
@@ -54,9 +54,9 @@ pub(crate) struct ExecOp {
     req: ExecRequest,
     session: String,
     row: Option<SessionRow>,
-    /// The journal as loaded; handed to the harness as history when the
-    /// turn starts (empty from then on).
-    log: Vec<LogRecord>,
+    /// The journal as loaded (shared, with its summary); its events are
+    /// the harness's history when the turn starts (empty from then on).
+    log: Journal,
     harness: String,
     route: Option<Route>,
     stage: Stage,
@@ -75,7 +75,7 @@ impl ExecOp {
             session: req.session.clone(),
             req,
             row: None,
-            log: Vec::new(),
+            log: Journal::new(),
             harness: String::new(),
             route: None,
             stage: Stage::Over,
@@ -315,11 +315,12 @@ impl ExecOp {
 
     /// The approval preflight and routing, then the first frame.
     fn preflight(&mut self, cx: &mut Cx<'_>) -> Flow {
-        let scan = match approval::scan(&self.log, 0) {
+        // From the summary: the whole journal is not rescanned per turn.
+        let selected = match self.log.summary().selected_gate() {
             Ok(s) => s,
             Err(e) => return self.fail(cx, mapping::exec(&e.into())),
         };
-        if let Some(state) = scan.selected().filter(|s| !s.completed) {
+        if let Some(state) = selected.filter(|s| !s.completed) {
             if self.req.inputs.is_empty() {
                 // An inputless Exec on an approval-bearing turn recovers it.
                 let mut op = ResumeOp::exec_recovery(
@@ -347,12 +348,12 @@ impl ExecOp {
         };
         self.harness = harness;
         self.route = Some(route.clone());
-        match render::session(&row, &self.log) {
+        match render::session_of(&row, &self.log) {
             Ok(s) => cx.stream(self.request, StreamItem::Session(s)),
             Err(status) => return self.fail(cx, status),
         }
         // An ambiguous legacy boundary is refused before any harness work.
-        if let Err(e) = legacy::legacy_prefix(&self.log) {
+        if let Err(e) = self.log.summary().legacy_prefix() {
             return self.fail(cx, mapping::exec(&e.into()));
         }
         if let Some(check) = OverrideCheck::start(cx, &row.harness, &self.harness, &route) {
@@ -379,7 +380,7 @@ impl ExecOp {
 
     /// Placement is ready: write the turn's header and inputs, then run.
     fn begin_turn(&mut self, cx: &mut Cx<'_>, placement: Placement) -> Flow {
-        let head = self.log.last().map_or(0, |r| r.seq);
+        let head = self.log.head();
         let expected = self.req.expected_last_seq.unwrap_or(head);
         let descriptor = placement.descriptor.clone().expect("placement described");
         self.execution_id = cx.ids().execution_id();
@@ -406,12 +407,11 @@ impl ExecOp {
 
     /// The header and inputs are durable: send Start and serve the harness.
     fn run_turn(&mut self, cx: &mut Cx<'_>, placement: Placement, records: Vec<LogRecord>) -> Flow {
-        // The loaded journal is not read again in this turn, so its events
-        // move into the Start frame rather than being copied (a stateless
+        // The loaded journal is not read again in this turn (a stateless
         // harness gets the whole history every turn).
         let history = std::mem::take(&mut self.log)
-            .into_iter()
-            .filter_map(|r| r.event)
+            .events()
+            .cloned()
             .collect::<Vec<_>>();
         let head = records.last().map_or(0, |r| r.seq);
         let head_hash = records.last().map(|r| r.content_hash.clone());

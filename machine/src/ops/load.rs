@@ -1,10 +1,11 @@
-//! Loading a session: its row, then its whole journal. Most operations
-//! start here, because every decision is made from the journal.
+//! Loading a session: its row, then its whole journal with its summary.
+//! Most operations start here, because every decision is made from the
+//! journal.
 
 use crate::vocab::StoreOutcome;
-use agentsessions_proto::v1::LogRecord;
 
 use super::unexpected;
+use crate::journal::Journal;
 use crate::ops::cx::Cx;
 use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
 
@@ -25,7 +26,7 @@ pub(crate) struct Load {
 /// What a load step produced.
 pub(crate) enum Loaded {
     Pending(Load),
-    Ready(SessionRow, Vec<LogRecord>),
+    Ready(SessionRow, Journal),
     /// No such session: NOT_FOUND, with the reference's text.
     NotFound(Status),
     /// Another operation holds the session's guard: ABORTED.
@@ -74,7 +75,7 @@ impl Load {
                                 self.session
                             )));
                         }
-                        let read = cx.read_log(&self.session, 1, 0);
+                        let read = cx.read_journal(&self.session);
                         Loaded::Pending(Self {
                             step: Step::Log(read, Box::new(row)),
                             session: self.session,
@@ -88,14 +89,14 @@ impl Load {
                     Err(e) => Loaded::Failed(e.status(format_args!("session {:?}", self.session))),
                 }
             }
-            (Step::Log(want, row), Outcome::Store(StoreOutcome::Log(r))) => {
+            (Step::Log(want, row), Outcome::Store(StoreOutcome::Journal(r))) => {
                 assert_eq!(want, id, "a load waits for its own read");
                 match r {
                     // The store hands back a chain; one that is not (a gap, a
                     // broken link) is refused before anything is decided on it.
-                    Ok(records) => match crate::chain::check_links(&records, 1) {
-                        Ok(()) => Loaded::Ready(*row, records),
-                        Err(e) => Loaded::Failed(Status::new(
+                    Ok(journal) => match journal.broken() {
+                        None => Loaded::Ready(*row, journal),
+                        Some(e) => Loaded::Failed(Status::new(
                             Code::DataLoss,
                             format!(
                                 "session {:?}: the journal read back is not a chain: {e}",

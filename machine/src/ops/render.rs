@@ -3,7 +3,9 @@
 use agentsessions_proto::v1::{ComputeState, ExecState, LogRecord, ResourceMetadata, Session};
 use agentsessions_proto::wkt::Timestamp;
 
-use crate::journal::projection::session_status;
+use crate::error::LogError;
+use crate::journal::Journal;
+use crate::journal::projection::{SessionStatus, session_status};
 use crate::vocab::{Nanos, SessionRow, Status};
 
 /// Unix nanos as a Timestamp; `None` for 0 (unset).
@@ -20,14 +22,21 @@ pub fn timestamp(nanos: Nanos) -> Option<Timestamp> {
 /// through at least `row.last_seq`; records past it are ignored, so a
 /// decision that landed after the row was read does not show).
 pub fn session(row: &SessionRow, records: &[LogRecord]) -> Result<Session, Status> {
-    let status = session_status(records, row.last_seq)
-        .map_err(|e| Status::internal(format!("session {:?} approval projection: {e}", row.uid)))?;
+    let status = session_status(records, row.last_seq).map_err(|e| projection_error(row, &e))?;
+    Ok(with_status(row, status))
+}
+
+fn projection_error(row: &SessionRow, e: &LogError) -> Status {
+    Status::internal(format!("session {:?} approval projection: {e}", row.uid))
+}
+
+fn with_status(row: &SessionRow, status: SessionStatus) -> Session {
     let compute = if row.compute_state == ComputeState::Unspecified {
         ComputeState::ComputeNone
     } else {
         row.compute_state
     };
-    Ok(Session {
+    Session {
         metadata: Some(ResourceMetadata {
             project: row.project.clone(),
             name: row.name.clone(),
@@ -49,7 +58,21 @@ pub fn session(row: &SessionRow, records: &[LogRecord]) -> Result<Session, Statu
         origin: row.origin.clone(),
         labels: row.labels.clone(),
         annotations: row.annotations.clone(),
-    })
+    }
+}
+
+/// [`session`] over a loaded journal: from its summary when the row's
+/// cursor is the journal's head (the usual case), else by projecting the
+/// records through the cursor.
+pub fn session_of(row: &SessionRow, journal: &Journal) -> Result<Session, Status> {
+    if row.last_seq != journal.head() {
+        return session(row, &journal.to_vec_through(row.last_seq));
+    }
+    let status = journal
+        .summary()
+        .status()
+        .map_err(|e| projection_error(row, &e))?;
+    Ok(with_status(row, status))
 }
 
 /// A session that has never been run: no journal to inspect.

@@ -189,7 +189,7 @@ impl ResumeOp {
                 }
                 Loaded::Ready(row, log) => {
                     self.row = Some(row);
-                    self.log = log;
+                    self.log = log.to_vec();
                     self.decide(cx)
                 }
                 Loaded::NotFound(status) | Loaded::Busy(status) | Loaded::Failed(status) => {

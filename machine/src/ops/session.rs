@@ -3,8 +3,7 @@
 use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::{
-    CreateSessionRequest, IdentityRef, ListSessionsRequest, ListSessionsResponse, LogRecord,
-    Session,
+    CreateSessionRequest, IdentityRef, ListSessionsRequest, ListSessionsResponse, Session,
 };
 use base64::Engine as _;
 
@@ -171,7 +170,10 @@ impl Render {
         if row.last_seq == 0 {
             return Rendered::Done(Box::new(render::fresh_session(&row)));
         }
-        self.read = Some(cx.read_log(&row.uid, 1, row.last_seq));
+        // The whole journal, summarized: the shell's cache serves it
+        // without copying, and the status comes from the summary (records
+        // past the row's cursor are ignored, see `render::session_of`).
+        self.read = Some(cx.read_journal(&row.uid));
         self.row = Some(row);
         Rendered::Pending
     }
@@ -198,19 +200,17 @@ impl Render {
         self.read = None;
         let row = self.row.take().expect("a read follows a row");
         match outcome {
-            Outcome::Store(StoreOutcome::Log(Ok(records))) => rendered(&row, &records),
-            Outcome::Store(StoreOutcome::Log(Err(e))) => {
+            Outcome::Store(StoreOutcome::Journal(Ok(journal))) => {
+                match render::session_of(&row, &journal) {
+                    Ok(s) => Rendered::Done(Box::new(s)),
+                    Err(status) => Rendered::Failed(status),
+                }
+            }
+            Outcome::Store(StoreOutcome::Journal(Err(e))) => {
                 Rendered::Failed(e.status(format_args!("session {:?}: read", row.uid)))
             }
             other => unexpected("render", &other),
         }
-    }
-}
-
-fn rendered(row: &SessionRow, records: &[LogRecord]) -> Rendered {
-    match render::session(row, records) {
-        Ok(s) => Rendered::Done(Box::new(s)),
-        Err(status) => Rendered::Failed(status),
     }
 }
 

@@ -113,7 +113,7 @@ impl SuspendOp {
                 }
                 Loaded::Ready(row, log) => {
                     self.stored = row.harness;
-                    self.route(cx, &log)
+                    self.route(cx, &log.to_vec())
                 }
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {

@@ -148,6 +148,15 @@ pub enum StoreEffect {
         /// Last seq, 0 = head.
         to_seq: i64,
     },
+    /// Read the whole journal as a [`Journal`](crate::journal::Journal):
+    /// its records from seq 1 and their summary. A shell may answer from a
+    /// journal it keeps, extended with what the store holds past it.
+    ReadJournal {
+        /// Completion key.
+        id: EffectId,
+        /// Session uid.
+        session: String,
+    },
     /// Delete the session (records and row) and leave its tombstone, in
     /// one transaction, if its head is still `expected_last_seq`.
     DeleteSession {
@@ -396,6 +405,7 @@ impl StoreEffect {
             | Self::MintFence { id, .. }
             | Self::HoldLease { id, .. }
             | Self::ReadLog { id, .. }
+            | Self::ReadJournal { id, .. }
             | Self::GetSession { id, .. }
             | Self::PutSession { id, .. }
             | Self::ListSessions { id, .. }
@@ -416,6 +426,7 @@ impl StoreEffect {
             Self::MintFence { .. } => "MintFence",
             Self::HoldLease { .. } => "HoldLease",
             Self::ReadLog { .. } => "ReadLog",
+            Self::ReadJournal { .. } => "ReadJournal",
             Self::GetSession { .. } => "GetSession",
             Self::PutSession { .. } => "PutSession",
             Self::ListSessions { .. } => "ListSessions",

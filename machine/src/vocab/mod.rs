@@ -10,6 +10,7 @@ pub mod caller;
 pub mod committed;
 pub mod config;
 pub mod effect;
+pub mod fault;
 pub mod ids;
 pub mod lease;
 pub mod outcome;
@@ -25,12 +26,12 @@ pub use effect::{
     ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, RuntimeOp,
     StoreEffect,
 };
+pub use fault::{AppendError, FaultKind, StoreFault};
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use lease::{DEFAULT_LEASE, LeaseClaim, LeaseConfig};
 pub use outcome::{
-    AppendError, DeleteRefusal, FaultKind, HarnessFailure, HarnessInput, HarnessOutcome,
-    ModelReply, Outcome, ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply,
-    StoreFault, StoreOutcome,
+    DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome, ParkRef,
+    PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

@@ -101,7 +101,7 @@ pub struct Faults {
     pub append: Option<(usize, AppendError)>,
     /// Fail the next MintFence.
     pub fence: Option<String>,
-    /// Fail a ReadLog after letting this many more succeed.
+    /// Fail a ReadLog or ReadJournal after letting this many more succeed.
     pub read: Option<(usize, String)>,
     /// Fail a GetSession after letting this many more succeed.
     pub get: Option<(usize, String)>,
@@ -506,6 +506,9 @@ impl World {
                 .map(|e| StoreOutcome::Fence(Err(e.into()))),
             StoreEffect::ReadLog { .. } => {
                 Self::countdown(&mut self.faults.read).map(|e| StoreOutcome::Log(Err(e.into())))
+            }
+            StoreEffect::ReadJournal { .. } => {
+                Self::countdown(&mut self.faults.read).map(|e| StoreOutcome::Journal(Err(e.into())))
             }
             StoreEffect::GetSession { .. } => {
                 Self::countdown(&mut self.faults.get).map(|e| StoreOutcome::Session(Err(e.into())))

@@ -207,6 +207,9 @@ pub fn render(effects: &[Effect]) -> String {
                 to_seq,
                 ..
             }) => format!("ReadLog {session} {from_seq}..={to_seq}"),
+            Effect::Store(StoreEffect::ReadJournal { session, .. }) => {
+                format!("ReadJournal {session}")
+            }
             Effect::Store(StoreEffect::GetSession { session, .. }) => {
                 format!("GetSession {session}")
             }

@@ -25,6 +25,7 @@ use agentsessions_machine::host::{
     HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, RequestId,
     RuntimeCall, Status, StoreEffect, StoreOutcome,
 };
+use agentsessions_machine::journal::Journal;
 use agentsessions_proto::v1::ControllerFrame;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
@@ -32,7 +33,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::{StreamExt as _, StreamMap};
 
 use super::convert::{self, append_error_of};
-use super::log_cache::{LogCache, ReadPlan};
+use super::log_cache::{Completed, LogCache, ReadPlan};
 use super::meter::Meter;
 use super::store_effects::{perform_store, text};
 use super::trace::Tracer;
@@ -305,22 +306,33 @@ impl<S: JournalStore + 'static> Driver<S> {
                 id,
                 session,
                 to_seq,
+                whole,
                 plan,
                 read,
             } => {
-                let outcome = match read {
+                let completed = match read {
                     Err(e) => Err(e),
-                    Ok(read) => match self.log_cache.complete(&session, &plan, read) {
-                        Some(full) => Ok(full),
+                    Ok(read) => match self.log_cache.complete(&session, &plan, to_seq, read) {
+                        Some(done) => Ok(done),
                         None => {
                             // The cached prefix is stale: read it all.
-                            self.read_log(id, session, to_seq, ReadPlan::Full);
+                            self.read_log(id, session, to_seq, whole, ReadPlan::Full);
                             return;
                         }
                     },
                 };
-                self.host
-                    .handle_outcome(now, id, Outcome::Store(StoreOutcome::Log(outcome)))
+                let outcome = if whole {
+                    StoreOutcome::Journal(completed.map(|done| match done {
+                        Completed::Journal(j) => *j,
+                        Completed::NotAChain(raw) => Journal::from_records(raw),
+                    }))
+                } else {
+                    StoreOutcome::Log(completed.map(|done| match done {
+                        Completed::Journal(j) => j.to_vec_through(to_seq),
+                        Completed::NotAChain(raw) => raw,
+                    }))
+                };
+                self.host.handle_outcome(now, id, Outcome::Store(outcome))
             }
             Input::Appended(id, session, outcome) => {
                 match &outcome {
@@ -394,8 +406,16 @@ impl<S: JournalStore + 'static> Driver<S> {
     }
 
     /// Reads the journal of `session` from its first record through
-    /// `to_seq` for ReadLog `id`, from where `plan` says.
-    fn read_log(&mut self, id: EffectId, session: String, to_seq: i64, plan: ReadPlan) {
+    /// `to_seq` for ReadLog (or, `whole`, ReadJournal) `id`, from where
+    /// `plan` says.
+    fn read_log(
+        &mut self,
+        id: EffectId,
+        session: String,
+        to_seq: i64,
+        whole: bool,
+        plan: ReadPlan,
+    ) {
         let store = self.ports.store.clone();
         self.start(async move {
             let from = match &plan {
@@ -407,6 +427,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 id,
                 session,
                 to_seq,
+                whole,
                 plan,
                 read,
             }
@@ -528,7 +549,11 @@ impl<S: JournalStore + 'static> Driver<S> {
                 to_seq,
             } => {
                 let plan = self.log_cache.plan(&session, to_seq);
-                self.read_log(id, session, to_seq, plan);
+                self.read_log(id, session, to_seq, false, plan);
+            }
+            StoreEffect::ReadJournal { id, session } => {
+                let plan = self.log_cache.plan(&session, 0);
+                self.read_log(id, session, 0, true, plan);
             }
             StoreEffect::Append {
                 id,

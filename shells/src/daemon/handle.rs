@@ -49,6 +49,9 @@ pub enum Input {
         session: String,
         /// Its last seq (0: the end).
         to_seq: i64,
+        /// A ReadJournal (answered with the journal and its summary)
+        /// rather than a ReadLog.
+        whole: bool,
         /// How the store was asked.
         plan: ReadPlan,
         /// What it returned.

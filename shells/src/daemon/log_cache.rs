@@ -1,13 +1,14 @@
-//! A bounded cache of committed journal records, so a turn reads only what
-//! it has not seen.
+//! A bounded cache of committed journals, so a turn reads only what it has
+//! not seen and the machine's summary is not rebuilt per turn.
 //!
 //! Every operation loads the whole journal of its session (the machine keeps
 //! nothing between requests), which made each turn's read linear in the
-//! session's length. The driver keeps the records it has already seen per
-//! session — from earlier whole-journal reads and from its own acknowledged
-//! appends — and turns a read from the first record into a read from the
-//! cached head onward (or, when the read ends before the cached head, of
-//! its last record alone).
+//! session's length. The driver keeps a [`Journal`] per session — records
+//! and their summary, from earlier whole-journal reads and from its own
+//! acknowledged appends — and turns a read from the first record into a
+//! read from the cached head onward (or, when the read ends before the
+//! cached head, of its last record alone). A snapshot of a cached journal
+//! is O(1) to hand out: records are shared, not copied.
 //!
 //! Correctness does not depend on the cache being current: every read still
 //! goes to the store, starting at the last cached record it uses, and the
@@ -23,14 +24,16 @@
 
 use std::collections::HashMap;
 
+use agentsessions_machine::chain::check_links;
+use agentsessions_machine::journal::Journal;
 use agentsessions_proto::v1::LogRecord;
 
 /// Most records held across all sessions.
 pub const MAX_RECORDS: usize = 50_000;
 
 struct Entry {
-    /// Records 1..=N, contiguous (`records[i].seq == i + 1`).
-    records: Vec<LogRecord>,
+    /// Records 1..=N with their summary.
+    journal: Journal,
     used: u64,
 }
 
@@ -63,11 +66,15 @@ pub enum ReadPlan {
     },
 }
 
-fn contiguous(records: &[LogRecord]) -> bool {
-    records
-        .iter()
-        .enumerate()
-        .all(|(i, r)| r.seq == i as i64 + 1)
+/// What a completed read gives back.
+#[derive(Debug)]
+pub enum Completed {
+    /// The journal from its first record (past `to_seq` when the cache
+    /// already reached further; callers bound it).
+    Journal(Box<Journal>),
+    /// What the store returned for a full read that is not a chain, as it
+    /// was (the machine decides what a broken journal means).
+    NotAChain(Vec<LogRecord>),
 }
 
 impl LogCache {
@@ -98,12 +105,13 @@ impl LogCache {
         let Some(entry) = self.sessions.get(session) else {
             return ReadPlan::Full;
         };
-        let cached = entry.records.len();
-        let through = match usize::try_from(to_seq) {
-            Ok(to) if to > 0 => cached.min(to),
-            _ => cached,
+        let cached = entry.journal.head();
+        let through = if to_seq > 0 {
+            cached.min(to_seq)
+        } else {
+            cached
         };
-        match through.checked_sub(1).map(|i| &entry.records[i]) {
+        match entry.journal.get(through) {
             Some(last) => ReadPlan::From {
                 seq: last.seq,
                 hash: last.content_hash.clone(),
@@ -112,40 +120,80 @@ impl LogCache {
         }
     }
 
-    /// Completes a read made with `plan`: `read` is what the store returned
-    /// from the plan's first seq on. Returns the journal from its first
-    /// record, or None when the cached prefix no longer matches the store
-    /// (the caller reads everything).
+    /// Completes a read made with `plan` for records through `to_seq` (0:
+    /// the end): `read` is what the store returned from the plan's first
+    /// seq on. None when the cached prefix no longer matches the store (the
+    /// caller reads everything).
     pub fn complete(
         &mut self,
         session: &str,
         plan: &ReadPlan,
+        to_seq: i64,
         read: Vec<LogRecord>,
-    ) -> Option<Vec<LogRecord>> {
-        let full = match plan {
-            ReadPlan::Full => read,
-            ReadPlan::From { seq, hash } => {
-                let first = read.first()?;
-                if first.seq != *seq || first.content_hash != *hash {
+    ) -> Option<Completed> {
+        let journal = match plan {
+            ReadPlan::Full => {
+                if check_links(&read, 1).is_err() {
                     self.forget(session);
-                    return None;
+                    return Some(Completed::NotAChain(read));
                 }
-                // The entry may have been replaced or dropped since the
-                // plan was made; its first `seq` records are the same
-                // whenever it still reaches `seq` (the hashes chain).
-                let entry = self.sessions.get(session)?;
-                let n = *seq as usize;
-                if entry.records.len() < n || entry.records[n - 1].content_hash != *hash {
-                    return None;
+                Journal::from_records(read)
+            }
+            ReadPlan::From { seq, hash } => {
+                match self.extended(session, *seq, hash, to_seq, read) {
+                    Some(j) => j,
+                    None => {
+                        self.forget(session);
+                        return None;
+                    }
                 }
-                let mut full = Vec::with_capacity(n - 1 + read.len());
-                full.extend_from_slice(&entry.records[..n - 1]);
-                full.extend(read);
-                full
             }
         };
-        self.remember(session, &full);
-        Some(full)
+        debug_assert!(journal.broken().is_none(), "only chains are completed");
+        self.remember(session, &journal);
+        Some(Completed::Journal(Box::new(journal)))
+    }
+
+    /// The cached journal extended with what `read` (records from `seq`
+    /// on) holds past it, if `read` starts at the cached record `seq` and
+    /// agrees with the cache wherever they overlap.
+    fn extended(
+        &self,
+        session: &str,
+        seq: i64,
+        hash: &str,
+        to_seq: i64,
+        mut read: Vec<LogRecord>,
+    ) -> Option<Journal> {
+        let first = read.first()?;
+        if first.seq != seq || first.content_hash != hash {
+            return None;
+        }
+        // The entry may have grown or been replaced since the plan was
+        // made; its first `seq` records are the same whenever it still
+        // holds the same record at `seq` (the hashes chain).
+        let entry = self.sessions.get(session)?;
+        if entry.journal.get(seq)?.content_hash != hash {
+            return None;
+        }
+        let mut journal = entry.journal.clone();
+        let head = journal.head();
+        let overlap = usize::try_from(head - seq).ok()?;
+        match read.get(overlap) {
+            // The read reaches the cached head: it must be the same record.
+            Some(at_head)
+                if Some(&at_head.content_hash) != journal.last().map(|r| &r.content_hash) =>
+            {
+                return None;
+            }
+            Some(_) => {}
+            // A read to the end that stops short of what this host saw
+            // committed contradicts the cache.
+            None if to_seq <= 0 => return None,
+            None => return Some(journal),
+        }
+        journal.extend(read.drain(overlap + 1..)).ok()?;
+        Some(journal)
     }
 
     /// Records this host appended (acknowledged by the store): extends the
@@ -154,48 +202,41 @@ impl LogCache {
         let Some(entry) = self.sessions.get_mut(session) else {
             return;
         };
-        let follows = match (entry.records.last(), records.first()) {
-            (Some(head), Some(first)) => {
-                first.seq == head.seq + 1 && first.prev_hash == head.content_hash
-            }
-            _ => false,
-        };
-        if follows && contiguous_from(records, entry.records.len() as i64 + 1) {
-            entry.records.extend_from_slice(records);
-            self.total += records.len();
-            self.touch(session);
-            self.evict(session);
-        } else {
+        if records.is_empty() || entry.journal.extend(records.iter().cloned()).is_err() {
             self.forget(session);
+            return;
         }
+        self.total += records.len();
+        self.touch(session);
+        self.evict(session);
     }
 
     /// Drops what is cached for `session`.
     pub fn forget(&mut self, session: &str) {
         if let Some(e) = self.sessions.remove(session) {
-            self.total -= e.records.len();
+            self.total -= e.journal.len();
         }
     }
 
-    fn remember(&mut self, session: &str, full: &[LogRecord]) {
-        if full.is_empty() || !contiguous(full) || full.len() > self.max_records {
+    fn remember(&mut self, session: &str, journal: &Journal) {
+        if journal.is_empty() || journal.len() > self.max_records {
             self.forget(session);
             return;
         }
         // Keep the longer of what is cached and what was read: a read that
         // raced one of our own appends may be the shorter one.
         if let Some(e) = self.sessions.get(session)
-            && e.records.len() >= full.len()
+            && e.journal.len() >= journal.len()
         {
             self.touch(session);
             return;
         }
         self.forget(session);
-        self.total += full.len();
+        self.total += journal.len();
         self.sessions.insert(
             session.to_owned(),
             Entry {
-                records: full.to_vec(),
+                journal: journal.clone(),
                 used: 0,
             },
         );
@@ -231,13 +272,6 @@ impl LogCache {
     }
 }
 
-fn contiguous_from(records: &[LogRecord], first: i64) -> bool {
-    records
-        .iter()
-        .enumerate()
-        .all(|(i, r)| r.seq == first + i as i64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +296,14 @@ mod tests {
         }
     }
 
+    /// The records of a completed read through `to_seq`.
+    fn got(c: Option<Completed>, to_seq: i64) -> Option<Vec<LogRecord>> {
+        match c? {
+            Completed::Journal(j) => Some(j.to_vec_through(to_seq)),
+            Completed::NotAChain(raw) => Some(raw),
+        }
+    }
+
     fn chain(n: i64, tag: &str) -> Vec<LogRecord> {
         (1..=n).map(|s| rec(s, tag)).collect()
     }
@@ -271,41 +313,44 @@ mod tests {
         let mut c = LogCache::new(100);
         assert_eq!(c.plan("s", 0), ReadPlan::Full);
         assert_eq!(
-            c.complete("s", &ReadPlan::Full, chain(3, "a")),
+            got(c.complete("s", &ReadPlan::Full, 0, chain(3, "a")), 0),
             Some(chain(3, "a"))
         );
         let plan = c.plan("s", 0);
         assert_eq!(plan, from(3, "a3"));
         // Another writer appended 4 and 5 meanwhile.
         let tail = chain(5, "a")[2..].to_vec();
-        assert_eq!(c.complete("s", &plan, tail), Some(chain(5, "a")));
+        assert_eq!(got(c.complete("s", &plan, 0, tail), 0), Some(chain(5, "a")));
         assert_eq!(c.len(), 5);
     }
 
     #[test]
     fn a_changed_head_is_never_served_from_the_cache() {
         let mut c = LogCache::new(100);
-        c.complete("s", &ReadPlan::Full, chain(3, "a"));
+        c.complete("s", &ReadPlan::Full, 0, chain(3, "a"));
         let plan = c.plan("s", 0);
         // The store now holds a different record at seq 3.
-        assert_eq!(c.complete("s", &plan, chain(4, "b")[2..].to_vec()), None);
+        assert!(
+            c.complete("s", &plan, 0, chain(4, "b")[2..].to_vec())
+                .is_none()
+        );
         assert_eq!(c.plan("s", 0), ReadPlan::Full);
         // An empty or shorter journal is a mismatch too.
-        c.complete("s", &ReadPlan::Full, chain(3, "a"));
+        c.complete("s", &ReadPlan::Full, 0, chain(3, "a"));
         let plan = c.plan("s", 0);
-        assert_eq!(c.complete("s", &plan, Vec::new()), None);
+        assert!(c.complete("s", &plan, 0, Vec::new()).is_none());
     }
 
     #[test]
     fn a_bounded_read_uses_the_cached_prefix_up_to_its_end() {
         let mut c = LogCache::new(100);
-        c.complete("s", &ReadPlan::Full, chain(5, "a"));
+        c.complete("s", &ReadPlan::Full, 0, chain(5, "a"));
         // The cache reaches past the bound: only the bound's record is read,
         // to check the prefix.
         let plan = c.plan("s", 3);
         assert_eq!(plan, from(3, "a3"));
         assert_eq!(
-            c.complete("s", &plan, chain(3, "a")[2..].to_vec()),
+            got(c.complete("s", &plan, 3, chain(3, "a")[2..].to_vec()), 3),
             Some(chain(3, "a"))
         );
         // A shorter answer never shrinks what is cached.
@@ -314,19 +359,22 @@ mod tests {
         let plan = c.plan("s", 7);
         assert_eq!(plan, from(5, "a5"));
         assert_eq!(
-            c.complete("s", &plan, chain(7, "a")[4..].to_vec()),
+            got(c.complete("s", &plan, 7, chain(7, "a")[4..].to_vec()), 7),
             Some(chain(7, "a"))
         );
         // A changed record at the bound is a mismatch like any other.
         let plan = c.plan("s", 2);
-        assert_eq!(c.complete("s", &plan, chain(2, "b")[1..].to_vec()), None);
+        assert!(
+            c.complete("s", &plan, 2, chain(2, "b")[1..].to_vec())
+                .is_none()
+        );
         assert_eq!(c.plan("s", 2), ReadPlan::Full);
     }
 
     #[test]
     fn own_appends_extend_only_a_matching_head() {
         let mut c = LogCache::new(100);
-        c.complete("s", &ReadPlan::Full, chain(2, "a"));
+        c.complete("s", &ReadPlan::Full, 0, chain(2, "a"));
         c.appended("s", &chain(4, "a")[2..]);
         assert_eq!(c.len(), 4);
         // A gap (or a foreign link) drops the entry rather than guess.
@@ -338,17 +386,59 @@ mod tests {
     #[test]
     fn least_recently_used_sessions_go_first() {
         let mut c = LogCache::new(5);
-        c.complete("a", &ReadPlan::Full, chain(2, "a"));
-        c.complete("b", &ReadPlan::Full, chain(2, "b"));
+        c.complete("a", &ReadPlan::Full, 0, chain(2, "a"));
+        c.complete("b", &ReadPlan::Full, 0, chain(2, "b"));
         c.plan("a", 0);
-        c.complete("a", &c.plan("a", 0), chain(2, "a")[1..].to_vec());
-        c.complete("c", &ReadPlan::Full, chain(2, "c"));
+        let plan = c.plan("a", 0);
+        c.complete("a", &plan, 0, chain(2, "a")[1..].to_vec());
+        c.complete("c", &ReadPlan::Full, 0, chain(2, "c"));
         assert_eq!(c.plan("b", 0), ReadPlan::Full);
         assert_ne!(c.plan("a", 0), ReadPlan::Full);
         assert_ne!(c.plan("c", 0), ReadPlan::Full);
         // A journal larger than the whole budget is not kept.
-        c.complete("d", &ReadPlan::Full, chain(6, "d"));
+        c.complete("d", &ReadPlan::Full, 0, chain(6, "d"));
         assert_eq!(c.plan("d", 0), ReadPlan::Full);
         assert!(c.len() <= 5);
+    }
+
+    #[test]
+    fn a_full_read_that_is_not_a_chain_comes_back_as_read_and_is_not_kept() {
+        let mut c = LogCache::new(100);
+        let mut broken = chain(3, "a");
+        broken[2].prev_hash = "elsewhere".into();
+        match c.complete("s", &ReadPlan::Full, 0, broken.clone()) {
+            Some(Completed::NotAChain(raw)) => assert_eq!(raw, broken),
+            other => panic!("not handed back as read: {other:?}"),
+        }
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_handed_out_journal_does_not_move_when_the_cache_grows() {
+        let mut c = LogCache::new(100);
+        let Some(Completed::Journal(snapshot)) = c.complete("s", &ReadPlan::Full, 0, chain(2, "a"))
+        else {
+            panic!("a chain is completed as a journal");
+        };
+        c.appended("s", &chain(4, "a")[2..]);
+        assert_eq!(snapshot.to_vec(), chain(2, "a"));
+        assert_eq!(snapshot.summary().head(), 2);
+        // Our appends landed while a read from the old head was out: the
+        // read's overlap with the cache is checked, its tail taken.
+        let plan = from(2, "a2");
+        let read = chain(5, "a")[1..].to_vec();
+        assert_eq!(got(c.complete("s", &plan, 0, read), 0), Some(chain(5, "a")));
+        let Some(Completed::Journal(j)) =
+            c.complete("s", &from(5, "a5"), 0, chain(5, "a")[4..].to_vec())
+        else {
+            panic!("the cached head is served");
+        };
+        assert_eq!((j.head(), j.summary().head_hash()), (5, "a5"));
+        // A read that disagrees with the cache where they overlap is not
+        // served.
+        let mut diverged = chain(6, "a")[3..].to_vec();
+        diverged[1].content_hash = "other".into();
+        assert!(c.complete("s", &from(4, "a4"), 0, diverged).is_none());
+        assert!(c.is_empty());
     }
 }

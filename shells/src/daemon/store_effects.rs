@@ -6,6 +6,7 @@ use agentsessions_machine::host::{
     StoreFault, StoreOutcome,
 };
 
+use agentsessions_machine::journal::Journal;
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
@@ -90,6 +91,10 @@ pub async fn perform_store<S: JournalStore>(
             id,
             StoreOutcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
         ),
+        StoreEffect::ReadJournal { id, session } => {
+            let read = store.read(&session, 1, 0).await.map_err(text);
+            (id, StoreOutcome::Journal(read.map(Journal::from_records)))
+        }
         StoreEffect::GetSession { id, session } => {
             let r = match store.session_info(&session).await {
                 Ok(info) => row_of(info)
