@@ -7,11 +7,11 @@ mod common;
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
     AppendError, Backend, Code, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
-    Request, Response, Route, StoreEffect, StreamItem,
+    History, Request, Response, Route, StoreEffect, StreamItem,
 };
 use agentsessions_proto::v1::{
-    CreateSessionRequest, EventKind, ExecState, HarnessEnd, Mediation, ReplayRequest, Resumability,
-    Session, ToolCall, controller_frame::Frame, event::Body,
+    ControllerFrame, CreateSessionRequest, EventKind, ExecState, HarnessEnd, Mediation,
+    ReplayRequest, Resumability, Session, ToolCall, controller_frame::Frame, event::Body,
 };
 use agentsessions_testkit::harness::{self, FnScript, Reply, ev};
 use agentsessions_testkit::{World, world};
@@ -124,10 +124,15 @@ fn execution_start_records_config_cursor_count_and_the_connected_identity() {
     );
     // The harness gets the same Start, with no history and the inputs.
     let sent = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
-            Some(Frame::Start(s)) => Some((frame.execution_id.clone(), s.clone())),
-            _ => None,
-        },
+        Effect::Harness(HarnessEffect::Send { frame, history, .. }) => {
+            // As the harness receives it: the shared history put back in.
+            let mut frame = frame.clone();
+            History::attach(&mut frame, history.as_ref());
+            match frame.frame {
+                Some(Frame::Start(s)) => Some((frame.execution_id, s)),
+                _ => None,
+            }
+        }
         _ => None,
     });
     let (exec_id, s) = sent.expect("Start sent");
@@ -167,10 +172,18 @@ fn each_turn_has_its_own_execution_id_and_sees_earlier_turns_as_history() {
             .all(|i| i.len() == 16 && i.bytes().all(|b| b.is_ascii_hexdigit()))
     );
     let history = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Harness(HarnessEffect::Send { frame, .. }) => match &frame.frame {
-            Some(Frame::Start(s)) => Some(s.history.clone()),
-            _ => None,
-        },
+        Effect::Harness(HarnessEffect::Send {
+            frame:
+                ControllerFrame {
+                    frame: Some(Frame::Start(s)),
+                    ..
+                },
+            history,
+            ..
+        }) => {
+            assert!(s.history.is_empty(), "the history travels beside the frame");
+            history.as_ref().map(History::to_vec)
+        }
         _ => None,
     });
     let history: Vec<_> = history.unwrap().iter().map(events::kind_of).collect();

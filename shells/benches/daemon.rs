@@ -273,6 +273,29 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
     }
 }
 
+/// One session grown turn by turn: the p50 of the turns around turn 20
+/// against the p50 around turn 2 000 (~10 000 records), the in-process
+/// echo harness started with the whole history each time.
+async fn long_session(daemon: &Daemon) -> (Duration, Duration) {
+    let mut c = connect(daemon).await;
+    let session = support::create(&mut c, "echo").await;
+    let window = |lat: &mut Vec<Duration>| {
+        lat.sort();
+        pct(lat, 0.5)
+    };
+    let mut early = Vec::new();
+    let mut late = Vec::new();
+    for i in 1..=2_030 {
+        let d = turn(&mut c, &session).await;
+        if (1..=40).contains(&i) {
+            early.push(d);
+        } else if i > 1_980 {
+            late.push(d);
+        }
+    }
+    (window(&mut early), window(&mut late))
+}
+
 async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
     let secs = 4.0 * scale();
     let mut clients = Vec::new();
@@ -372,6 +395,10 @@ fn main() {
             on_client_thread(move || async move { single_session(&daemon, server).await }).await
         };
         let (one, append, per_turn) = (&single.turns, &single.appends, single.writes_per_turn);
+        let (early, late) = {
+            let daemon = daemon.clone();
+            on_client_thread(move || async move { long_session(&daemon).await }).await
+        };
         // DAEMON_BENCH_SESSIONS=0 skips the concurrent phase (to profile
         // the single-session turn alone).
         let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
@@ -420,6 +447,13 @@ fn main() {
             us(one.p50),
             budget,
             us(one.p50) / budget
+        );
+        println!(
+            "one long session: turn p50 {:.0} µs over turns 1-40, {:.0} µs over turns 1 981-2 030 \
+             (~10 000 records): **{:.2}×** (goal ≤ 1.3×)",
+            us(early),
+            us(late),
+            us(late) / us(early)
         );
         let own = us(single.own_writes.p50);
         println!(

@@ -98,7 +98,7 @@ pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
                 Err(s) => s.code as i64,
             });
         }
-        Effect::Harness(HarnessEffect::Send { conn, frame }) => {
+        Effect::Harness(HarnessEffect::Send { conn, frame, .. }) => {
             h.str("send").u64(conn.0).str(&frame.execution_id);
         }
         other => {

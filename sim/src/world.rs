@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
     Backend, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool,
-    HarnessEffect, HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Nanos,
-    Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Status,
-    StoreEffect, StoreOutcome, StreamItem,
+    HarnessEffect, HarnessInput, HarnessOutcome, History, Host, HostConfig, InvokeModel,
+    ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp,
+    RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
@@ -590,7 +590,12 @@ impl Sim {
                 (id, Outcome::Tool(self.execute(&session, &call)?))
             }
             Effect::Store(effect) => return self.perform_store(host, effect),
-            Effect::Harness(HarnessEffect::Send { conn, frame }) => {
+            Effect::Harness(HarnessEffect::Send {
+                conn,
+                mut frame,
+                history,
+            }) => {
+                History::attach(&mut frame, history.as_ref());
                 return self.send(host, conn, frame);
             }
             Effect::Harness(HarnessEffect::Close { conn }) => {

@@ -22,6 +22,7 @@ use imbl::Vector;
 
 use super::summary::Summary;
 use crate::chain::ChainError;
+use crate::vocab::History;
 
 /// See the module docs.
 #[derive(Clone, Default)]
@@ -130,6 +131,11 @@ impl Journal {
     /// The records' events in seq order, shared with this journal.
     pub fn events(&self) -> impl Iterator<Item = &Event> + '_ {
         self.iter().filter_map(|r| r.event.as_ref())
+    }
+
+    /// The records' events as a harness's history, shared (O(1)).
+    pub fn history(&self) -> History {
+        History::from_shared(self.records.clone())
     }
 
     /// The records copied out, for projections that take a slice.

@@ -409,10 +409,7 @@ impl ExecOp {
     fn run_turn(&mut self, cx: &mut Cx<'_>, placement: Placement, records: Vec<LogRecord>) -> Flow {
         // The loaded journal is not read again in this turn (a stateless
         // harness gets the whole history every turn).
-        let history = std::mem::take(&mut self.log)
-            .events()
-            .cloned()
-            .collect::<Vec<_>>();
+        let history = std::mem::take(&mut self.log).history();
         let head = records.last().map_or(0, |r| r.seq);
         let head_hash = records.last().map(|r| r.content_hash.clone());
         for r in records {
@@ -438,15 +435,22 @@ impl ExecOp {
             execution_id: self.execution_id.clone(),
             frame: Some(Frame::Start(Start {
                 config: self.req.config.clone(),
-                history,
+                history: Vec::new(),
                 inputs: self.req.inputs.clone(),
                 identity: None,
                 resume_from_seq: self.req.resume_from_seq,
             })),
         };
         // Whatever ends the run ends the Exec: its last append may release.
-        let run = Run::start(cx, Invocation::new(setup), conn, start, Some(self.request))
-            .ending_the_operation();
+        let run = Run::start(
+            cx,
+            Invocation::new(setup),
+            conn,
+            start,
+            history,
+            Some(self.request),
+        )
+        .ending_the_operation();
         self.stage = Stage::Running(Box::new(run));
         Flow::Continue
     }

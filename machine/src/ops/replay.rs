@@ -15,8 +15,8 @@ use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
-use crate::vocab::AppendError;
 use crate::vocab::config::REPLAY_PAGE;
+use crate::vocab::{AppendError, History};
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessInput,
     HarnessOutcome, Outcome, ReplayReport, RequestId, Response, Route, RuntimeCall, RuntimeOp,
@@ -414,10 +414,11 @@ impl ReplayHarnessOp {
         // Legacy replay hands over the whole trimmed prefix, turn included
         // (what the released host did); everything else the records before
         // the execution. `history_end` encodes both.
-        let history = self.log[..exec.history_end]
-            .iter()
-            .filter_map(|r| r.event.clone())
-            .collect();
+        let history = History::from_events(
+            self.log[..exec.history_end]
+                .iter()
+                .filter_map(|r| r.event.clone()),
+        );
         let stream = exec.stream.iter().map(|&i| self.log[i].clone()).collect();
         let approvals = self.scan.for_execution(&exec.id).cloned().collect();
         let setup = Setup {
@@ -439,13 +440,13 @@ impl ReplayHarnessOp {
             execution_id: wire_id,
             frame: Some(Frame::Start(Start {
                 config: marker.config,
-                history,
+                history: Vec::new(),
                 inputs: exec.inputs.clone(),
                 identity: None,
                 resume_from_seq: marker.resume_from_seq,
             })),
         };
-        let run = Run::start(cx, Invocation::new(setup), conn, start, None);
+        let run = Run::start(cx, Invocation::new(setup), conn, start, history, None);
         self.stage = HarnessStage::Running(Box::new(run));
         Flow::Continue
     }

@@ -14,7 +14,7 @@
 
 mod cancel;
 
-use crate::vocab::StoreOutcome;
+use crate::vocab::{History, StoreOutcome};
 use agentsessions_proto::v1::{
     ControllerFrame, IdentityRef, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
 };
@@ -568,10 +568,11 @@ impl ResumeOp {
             exec.id.clone()
         };
         let marker = exec.marker.clone().unwrap_or_default();
-        let history = self.log[..exec.start]
-            .iter()
-            .filter_map(|r| r.event.clone())
-            .collect();
+        let history = History::from_events(
+            self.log[..exec.start]
+                .iter()
+                .filter_map(|r| r.event.clone()),
+        );
         let stream = exec.stream.iter().map(|&i| self.log[i].clone()).collect();
         let setup = Setup {
             session: self.session.clone(),
@@ -592,7 +593,7 @@ impl ResumeOp {
             execution_id: wire_id,
             frame: Some(Frame::Start(Start {
                 config: marker.config,
-                history,
+                history: Vec::new(),
                 inputs: exec.inputs.clone(),
                 identity: None,
                 resume_from_seq: marker.resume_from_seq,
@@ -602,7 +603,7 @@ impl ResumeOp {
             Style::ExecStream { .. } => Some(self.request),
             Style::Unary => None,
         };
-        let run = Run::start(cx, Invocation::new(setup), conn, start, stream_to);
+        let run = Run::start(cx, Invocation::new(setup), conn, start, history, stream_to);
         self.stage = Stage::Running(Box::new(run));
         Flow::Continue
     }

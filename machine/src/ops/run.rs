@@ -13,9 +13,9 @@ use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation, Mode}
 use crate::journal::approval;
 use crate::ops::cx::Cx;
 use crate::vocab::{
-    Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
-    Nanos, Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply, Signal,
-    Status, StoreOutcome, StreamItem, TurnOutcome,
+    Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, History,
+    InvokeModel, Nanos, Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply,
+    Signal, Status, StoreOutcome, StreamItem, TurnOutcome,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,9 +46,14 @@ impl Run {
         inv: Invocation,
         conn: ConnId,
         start: ControllerFrame,
+        history: History,
         stream_to: Option<RequestId>,
     ) -> Self {
-        cx.emit(Effect::Harness(HarnessEffect::Send { conn, frame: start }));
+        cx.emit(Effect::Harness(HarnessEffect::Send {
+            conn,
+            frame: start,
+            history: Some(history),
+        }));
         let fence = inv.setup().fence;
         Self {
             inv,
@@ -242,6 +247,7 @@ impl Run {
                 Action::Send(frame) => cx.emit(Effect::Harness(HarnessEffect::Send {
                     conn: self.conn,
                     frame,
+                    history: None,
                 })),
                 Action::Close => cx.close(self.conn),
                 Action::Recorded(record) => {

@@ -301,6 +301,10 @@ pub enum HarnessEffect {
         conn: ConnId,
         /// Frame.
         frame: ControllerFrame,
+        /// A Start's prior events, which `frame` leaves empty: shared with
+        /// the journal, so delivering them in process copies nothing (see
+        /// [`History`](super::History)). None for every other frame.
+        history: Option<super::History>,
     },
     /// Close a connection (idempotent); no further input is expected.
     Close {

@@ -11,6 +11,7 @@ pub mod committed;
 pub mod config;
 pub mod effect;
 pub mod fault;
+pub mod history;
 pub mod ids;
 pub mod lease;
 pub mod outcome;
@@ -27,6 +28,7 @@ pub use effect::{
     StoreEffect,
 };
 pub use fault::{AppendError, FaultKind, StoreFault};
+pub use history::History;
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use lease::{DEFAULT_LEASE, LeaseClaim, LeaseConfig};
 pub use outcome::{

@@ -12,9 +12,9 @@ use super::store::MemStore;
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
     AppendError, Backend, BootReport, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId,
-    ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, Host, HostConfig,
-    InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall,
-    RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
+    ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, History, Host,
+    HostConfig, InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route,
+    RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
 };
 
 /// The end of one client call.
@@ -575,7 +575,12 @@ impl World {
                 };
                 self.outcome(id, Outcome::Harness(HarnessOutcome::Dialed(outcome)));
             }
-            HarnessEffect::Send { conn, frame } => {
+            HarnessEffect::Send {
+                conn,
+                mut frame,
+                history,
+            } => {
+                History::attach(&mut frame, history.as_ref());
                 if let Some((_, script)) = self.conns.get_mut(&conn) {
                     let reply = script.on_frame(&frame);
                     for ev in reply.events {

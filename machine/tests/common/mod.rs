@@ -241,11 +241,15 @@ pub fn render(effects: &[Effect]) -> String {
                 conn,
                 ..
             }) => format!("Dial {harness} {address} conn={}", conn.0),
-            Effect::Harness(HarnessEffect::Send { conn, frame }) => {
+            Effect::Harness(HarnessEffect::Send {
+                conn,
+                frame,
+                history,
+            }) => {
                 let what = match &frame.frame {
                     Some(Frame::Start(s)) => format!(
                         "Start history={} inputs={}",
-                        s.history.len(),
+                        s.history.len() + history.as_ref().map_or(0, |h| h.len()),
                         s.inputs.len()
                     ),
                     Some(Frame::Model(m)) => format!(

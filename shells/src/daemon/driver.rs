@@ -20,13 +20,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::harness::Outbound;
 use agentsessions_machine::host::{
     ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
     HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, RequestId,
     RuntimeCall, Status, StoreEffect, StoreOutcome,
 };
 use agentsessions_machine::journal::Journal;
-use agentsessions_proto::v1::ControllerFrame;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -50,7 +50,7 @@ pub use super::ports::{
 };
 
 struct Conn {
-    frames: mpsc::UnboundedSender<ControllerFrame>,
+    frames: mpsc::UnboundedSender<Outbound>,
     address: String,
     /// A frame (Start) has been sent: the first-event clock runs.
     started: bool,
@@ -662,7 +662,11 @@ impl<S: JournalStore + 'static> Driver<S> {
     fn perform_harness(&mut self, effect: HarnessEffect, span: tracing::Span) {
         let ports = self.ports.clone();
         match effect {
-            HarnessEffect::Send { conn, frame } => {
+            HarnessEffect::Send {
+                conn,
+                frame,
+                history,
+            } => {
                 if let Some(c) = self.conns.get_mut(&conn)
                     && !c.started
                 {
@@ -672,6 +676,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                         events.arm();
                     }
                 }
+                let frame = Outbound { frame, history };
                 let sent = self.conns.get(&conn).map(|c| c.frames.send(frame).is_ok());
                 if sent == Some(false) {
                     let _ = self.tx.send(Input::Harness(

@@ -21,6 +21,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::driver::{Connection, HarnessPort, PortFuture};
+use crate::harness::Outbound;
+use tokio_stream::StreamExt as _;
 
 /// Where a harness address points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,7 +226,9 @@ impl HarnessPort for GrpcHarnesses {
             // machine sends one frame per harness event it answers, and
             // caps a harness's unanswered events (INBOX_LIMIT).
             let (frames, frames_rx) = mpsc::unbounded_channel();
-            let mut request = tonic::Request::new(UnboundedReceiverStream::new(frames_rx));
+            // The history goes onto the wire here, copied from the shared one.
+            let outbound = UnboundedReceiverStream::new(frames_rx).map(Outbound::into_wire);
+            let mut request = tonic::Request::new(outbound);
             // The dial's span is current: a harness that traces joins it.
             for (key, value) in super::trace::outgoing_headers() {
                 if let (Ok(k), Ok(v)) = (

@@ -170,7 +170,7 @@ mod tests {
         let local = Arc::new(InProcess::default());
         let address = local.publish("echo", builtin::build("echo", "").unwrap());
         let Connection { frames, mut events } = local.connect(&address).unwrap();
-        frames.send(start("x1", "hello")).unwrap();
+        frames.send(start("x1", "hello").into()).unwrap();
 
         let call = events.next().await.unwrap().unwrap();
         assert_eq!(call.execution_id, "x1");
@@ -180,14 +180,17 @@ mod tests {
         };
         assert_eq!(events::message_text(&model.messages[0]), "hello");
         frames
-            .send(ControllerFrame {
-                session: "s1".into(),
-                execution_id: "x1".into(),
-                frame: Some(Frame::Model(ModelResult {
-                    model_call_id: model.id,
-                    ..ModelResult::default()
-                })),
-            })
+            .send(
+                ControllerFrame {
+                    session: "s1".into(),
+                    execution_id: "x1".into(),
+                    frame: Some(Frame::Model(ModelResult {
+                        model_call_id: model.id,
+                        ..ModelResult::default()
+                    })),
+                }
+                .into(),
+            )
             .unwrap();
 
         let end = events.next().await.unwrap().unwrap();
@@ -205,10 +208,13 @@ mod tests {
         let address = local.publish("echo", builtin::build("echo", "").unwrap());
         let Connection { frames, mut events } = local.connect(&address).unwrap();
         frames
-            .send(ControllerFrame {
-                execution_id: "x1".into(),
-                ..ControllerFrame::default()
-            })
+            .send(
+                ControllerFrame {
+                    execution_id: "x1".into(),
+                    ..ControllerFrame::default()
+                }
+                .into(),
+            )
             .unwrap();
         let failed = events.next().await.unwrap().unwrap_err();
         assert!(failed.contains("first frame must be start"), "{failed}");

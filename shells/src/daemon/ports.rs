@@ -9,10 +9,11 @@ use agentsessions_machine::host::{
     Backend, HarnessFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status, StreamItem,
 };
 use agentsessions_proto::v1::{
-    ControllerFrame, Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall,
-    ToolResult,
+    Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall, ToolResult,
 };
 use tokio::sync::{mpsc, oneshot};
+
+use crate::harness::Outbound;
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -26,7 +27,7 @@ pub type EventStream =
 /// in on `events`, polled by the drive loop itself.
 pub struct Connection {
     /// Outbound frames (dropping it half-closes the stream).
-    pub frames: mpsc::UnboundedSender<ControllerFrame>,
+    pub frames: mpsc::UnboundedSender<Outbound>,
     /// Inbound events.
     pub events: EventStream,
 }

@@ -36,8 +36,9 @@ mod sink;
 use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
+pub use agentsessions_machine::host::History;
 use agentsessions_proto::v1::{
-    Event, HarnessDescriptor, IdentityContext, Message, ToolChoice, ToolDefinition,
+    ControllerFrame, HarnessDescriptor, IdentityContext, Message, ToolChoice, ToolDefinition,
 };
 
 pub use error::HarnessError;
@@ -68,7 +69,9 @@ pub struct StartInfo {
     /// Opaque per-execution config, restored as is on replay and resume.
     pub config: Vec<u8>,
     /// Prior turns' events; empty when the harness's memory was restored.
-    pub history: Vec<Event>,
+    /// Shared with the host's journal in process: reading it copies
+    /// nothing, whatever the session's length.
+    pub history: History,
     /// This execution's inputs.
     pub inputs: Vec<Message>,
     /// Who the execution runs for, if the host said.
@@ -84,6 +87,35 @@ impl StartInfo {
             .last()
             .map(events::message_text)
             .unwrap_or_default()
+    }
+}
+
+/// A host frame on its way to a harness: the wire frame and, for a Start,
+/// its history beside it (see [`History`]). A harness in this process reads
+/// the shared history; the gRPC client puts it into the frame it encodes.
+#[derive(Debug, Clone, Default)]
+pub struct Outbound {
+    /// The frame (a Start's `history` left empty when `history` is set).
+    pub frame: ControllerFrame,
+    /// A Start's prior events, delivered by reference.
+    pub history: Option<History>,
+}
+
+impl Outbound {
+    /// The frame as the wire carries it, history included.
+    pub fn into_wire(self) -> ControllerFrame {
+        let mut frame = self.frame;
+        History::attach(&mut frame, self.history.as_ref());
+        frame
+    }
+}
+
+impl From<ControllerFrame> for Outbound {
+    fn from(frame: ControllerFrame) -> Self {
+        Self {
+            frame,
+            history: None,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::sink::{Sink, Stop, stopped};
-use super::{Harness, HarnessError, StartInfo};
+use super::{Harness, HarnessError, History, Outbound, StartInfo};
 
 /// The generated server type wrapping a service; madsim-tonic's carries
 /// an interceptor parameter that real tonic's does not.
@@ -76,7 +76,8 @@ impl<H: Harness + ?Sized> HarnessRpc for HarnessService<H> {
     ) -> Result<Response<Self::ConnectStream>, Status> {
         // Answer the headers at once and read Start in the task: a host may
         // wait for the response before it sends its first frame.
-        Ok(Response::new(self.execute(request.into_inner())))
+        let frames = request.into_inner().map(|f| f.map(Outbound::from));
+        Ok(Response::new(self.execute(frames)))
     }
 }
 
@@ -87,7 +88,7 @@ impl<H: Harness + ?Sized> HarnessService<H> {
     /// so the handshake, park and closing rules are the same for both.
     pub fn execute<S>(&self, inbound: S) -> ReceiverStream<Result<Event, Status>>
     where
-        S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+        S: Stream<Item = Result<Outbound, Status>> + Send + Unpin + 'static,
     {
         let (out, events) = mpsc::channel(OUT_CAPACITY);
         tokio::spawn(drive(Arc::clone(&self.harness), inbound, out));
@@ -102,7 +103,7 @@ impl<H: Harness + ?Sized> HarnessService<H> {
     /// Dropping the stream drops the execution where it stands.
     pub fn execute_inline<S>(&self, inbound: S) -> InlineExecution
     where
-        S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+        S: Stream<Item = Result<Outbound, Status>> + Send + Unpin + 'static,
         H: 'static,
     {
         let (out, events) = mpsc::channel(OUT_CAPACITY);
@@ -146,16 +147,25 @@ enum Outcome {
 }
 
 /// One execution: handshake, run, closing event.
-async fn drive<H, S>(harness: Arc<H>, mut inbound: S, out: mpsc::Sender<Result<Event, Status>>)
+async fn drive<H, S>(harness: Arc<H>, inbound: S, out: mpsc::Sender<Result<Event, Status>>)
 where
     H: Harness + ?Sized,
-    S: Stream<Item = Result<ControllerFrame, Status>> + Send + Unpin + 'static,
+    S: Stream<Item = Result<Outbound, Status>> + Send + Unpin + 'static,
 {
+    let mut inbound = inbound;
     let first = tokio::select! {
         biased;
         _ = out.closed() => return,
         first = inbound.next() => first.transpose(),
     };
+    // A Start from this process carries its history beside the frame;
+    // one read off the wire carries it inside.
+    let (first, shared) = match first {
+        Ok(Some(Outbound { frame, history })) => (Ok(Some(frame)), history),
+        Ok(None) => (Ok(None), None),
+        Err(e) => (Err(e), None),
+    };
+    let inbound = inbound.map(|f| f.map(|o| o.frame));
     let (envelope, start) = match first {
         Ok(Some(ControllerFrame {
             session,
@@ -197,7 +207,7 @@ where
         execution_id,
         session,
         config: start.config,
-        history: start.history,
+        history: shared.unwrap_or_else(|| History::from_events(start.history)),
         inputs: start.inputs,
         identity: start.identity,
         resume_from_seq: start.resume_from_seq,

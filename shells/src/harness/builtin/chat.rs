@@ -62,7 +62,7 @@ pub(crate) fn conversation(prompt: Option<&str>, start: &StartInfo) -> Vec<Messa
     }
     // Only the turns themselves: model calls, tool traffic and host records
     // stay out even when they carry a message.
-    for ev in &start.history {
+    for ev in start.history.iter() {
         let turn =
             ev.kind == EventKind::EventInput as i32 || ev.kind == EventKind::EventOutput as i32;
         if let (true, Some(Body::Message(m))) = (turn, &ev.body) {
@@ -96,12 +96,13 @@ impl Harness for Chat {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::History;
     use agentsessions_proto::v1::Event;
 
     fn start(history: Vec<Event>, inputs: Vec<Message>) -> StartInfo {
         StartInfo {
             execution_id: "e".into(),
-            history,
+            history: History::from_events(history),
             inputs,
             ..StartInfo::default()
         }
