@@ -135,6 +135,8 @@ impl Launcher for InProcess {
                 lease: None,
                 security: Default::default(),
                 metrics_addr: None,
+                // Two loops, so the suite certifies the partitioned host.
+                drive_loops: 2,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

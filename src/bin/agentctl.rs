@@ -192,6 +192,8 @@ impl Link {
             lease: None,
             security: Default::default(),
             metrics_addr: None,
+            // One process per command: one loop is plenty.
+            drive_loops: 1,
         };
         let daemon = Daemon::start(config)
             .await

@@ -73,6 +73,11 @@ struct Args {
     /// docs/architecture.md).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
     workers: u16,
+    /// Drive loops: each a host of its own on a thread of its own, with the
+    /// sessions partitioned over them by uid and one journal writer shared
+    /// by all. 0 (the default) runs one per core.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256))]
+    drive_loops: u16,
     /// Bound on each Describe of a harness, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     harness_describe_timeout_ms: u64,
@@ -368,6 +373,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         lease,
         security,
         metrics_addr: args.metrics_addr,
+        drive_loops: match args.drive_loops {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => usize::from(n),
+        },
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

@@ -71,6 +71,9 @@ pub struct DaemonConfig {
     /// Serve `/metrics` and `/readyz` on this address (loopback unless
     /// `--insecure-listen`); `None`: no metrics are kept.
     pub metrics_addr: Option<SocketAddr>,
+    /// Drive loops, each a host of its own on a thread of its own, with the
+    /// sessions partitioned over them (at least 1; see `DriverHandle`).
+    pub drive_loops: usize,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -354,7 +357,7 @@ pub struct Daemon {
     journal: Option<Reopening<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
-    drive_loop: DriveLoop,
+    drive_loops: Vec<DriveLoop>,
 }
 
 impl Daemon {
@@ -442,7 +445,7 @@ impl Daemon {
                 "--registry-addr {addr}: the registry is served on loopback only"
             )));
         }
-        let host = Host::new(host_config, Box::new(RandomIds));
+        let mut host = Some(Host::new(host_config.clone(), Box::new(RandomIds)));
 
         let tools_path = config
             .ledger
@@ -478,11 +481,34 @@ impl Daemon {
         let metrics = config
             .metrics_addr
             .map(|_| Arc::new(crate::metrics::Metrics::default()));
-        let (mut driver, handle) = Driver::new(host, ports);
-        if let Some(m) = &metrics {
-            driver = driver.with_metrics(m.clone());
+        if config.drive_loops == 0 {
+            return Err(StartError::Config(
+                "--drive-loops: at least one drive loop".into(),
+            ));
         }
-        let drive_loop = DriveLoop::start(driver)?;
+        // Each loop is a host of its own; the ports (journal and its
+        // writer, harnesses, runtimes, model, tools) are shared, so group
+        // commit still spans every loop.
+        let mut loops = Vec::with_capacity(config.drive_loops);
+        let mut lanes = Vec::with_capacity(config.drive_loops);
+        for i in 0..config.drive_loops {
+            let host = if i == 0 {
+                host.take().expect("the first loop takes the first host")
+            } else {
+                Host::new(host_config.clone(), Box::new(RandomIds))
+            };
+            let (mut driver, lane) = Driver::new(host, ports.clone());
+            if let Some(m) = &metrics {
+                driver = driver.with_metrics(m.clone());
+            }
+            loops.push(if i == 0 {
+                DriveLoop::start(driver)?
+            } else {
+                DriveLoop::start_on_thread(driver)?
+            });
+            lanes.push(lane);
+        }
+        let handle = DriverHandle::join(lanes);
         // The host boots before anything is served: static names are
         // reserved for good (a stored registration under one fails the
         // start) and stored registrations are loaded.
@@ -582,7 +608,7 @@ impl Daemon {
             journal: None,
             servers,
             stop,
-            drive_loop,
+            drive_loops: loops,
         })
     }
 
@@ -603,7 +629,9 @@ impl Daemon {
             let _ = s.await;
         }
         self.driver.drain().await;
-        self.drive_loop.finished().await;
+        for l in &mut self.drive_loops {
+            l.finished().await;
+        }
     }
 }
 

@@ -43,6 +43,22 @@ impl DriveLoop {
     /// Starts `driver` as described in the module docs. Must be called
     /// from within a tokio runtime.
     pub fn start<S: JournalStore + 'static>(driver: Driver<S>) -> Result<Self, StartError> {
+        Self::start_with(driver, false)
+    }
+
+    /// Starts `driver` on a thread of its own whatever the caller's
+    /// runtime: every loop past the first of a partitioned daemon, so the
+    /// loops run on as many cores.
+    pub fn start_on_thread<S: JournalStore + 'static>(
+        driver: Driver<S>,
+    ) -> Result<Self, StartError> {
+        Self::start_with(driver, true)
+    }
+
+    fn start_with<S: JournalStore + 'static>(
+        driver: Driver<S>,
+        own_thread: bool,
+    ) -> Result<Self, StartError> {
         let (kill, killed) = oneshot::channel::<()>();
         let (finished, done) = oneshot::channel::<()>();
         let (tether_tx, tether_rx) = oneshot::channel::<()>();
@@ -55,8 +71,9 @@ impl DriveLoop {
                 () = driver.run() => {}
             }
         };
-        let (thread, tether) = match Handle::current().runtime_flavor() {
-            RuntimeFlavor::CurrentThread => {
+        let flavor = Handle::current().runtime_flavor();
+        let (thread, tether) = match flavor {
+            RuntimeFlavor::CurrentThread if !own_thread => {
                 tokio::spawn(async move {
                     let _tether = tether_tx;
                     run.await;

@@ -5,6 +5,8 @@
 //! so the loop never waits on itself; a call's frames go out on a channel
 //! of the call's own, which the loop never waits on either.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agentsessions_machine::host::{
@@ -67,48 +69,145 @@ pub enum Input {
     Drain(oneshot::Sender<()>),
 }
 
-/// A handle for submitting calls to the loop.
+/// A handle for submitting calls to the drive loops.
+///
+/// Sessions are partitioned over the loops by a stable hash of their uid,
+/// so every call on one session meets the same host (its overlap guard and
+/// record cache hold per loop). Calls that name no session go to the loops
+/// in turn. What every host must know is sent to all of them: Boot, and a
+/// registration (first to loop 0, which writes it, then to the others,
+/// which find the identical row stored and add its route).
 #[derive(Clone)]
 pub struct DriverHandle {
-    tx: mpsc::UnboundedSender<Input>,
+    loops: Arc<[mpsc::UnboundedSender<Input>]>,
+    /// The next loop for a call that names no session.
+    turn: Arc<AtomicUsize>,
     /// The RPC span the calls belong to (see [`DriverHandle::traced`]).
     span: tracing::Span,
 }
 
+/// Where a request goes.
+enum Target {
+    /// The loop that owns the request's session, or the next in turn.
+    One(usize),
+    /// Loop 0, then (when it succeeds) every other loop.
+    All,
+}
+
 impl DriverHandle {
-    /// A handle on the loop's channel, tracing nothing.
+    /// A handle on one loop's channel, tracing nothing.
     pub(super) fn new(tx: mpsc::UnboundedSender<Input>) -> Self {
+        Self::partitioned(vec![tx])
+    }
+
+    /// A handle over several loops' channels (at least one).
+    pub(super) fn partitioned(loops: Vec<mpsc::UnboundedSender<Input>>) -> Self {
+        assert!(!loops.is_empty(), "a daemon runs at least one drive loop");
         Self {
-            tx,
+            loops: loops.into(),
+            turn: Arc::new(AtomicUsize::new(0)),
             span: tracing::Span::none(),
         }
+    }
+
+    /// One handle over the loops of `handles` (each a single loop's), in
+    /// order: loop `i` is `handles[i]`.
+    pub(super) fn join(handles: Vec<DriverHandle>) -> Self {
+        let loops = handles
+            .into_iter()
+            .flat_map(|h| h.loops.iter().cloned().collect::<Vec<_>>())
+            .collect();
+        Self::partitioned(loops)
+    }
+
+    /// The loops behind this handle.
+    pub fn loops(&self) -> usize {
+        self.loops.len()
+    }
+
+    /// The loop that owns `session`: FNV-1a of its uid, so the mapping is
+    /// the same in every process and run.
+    pub fn loop_of(&self, session: &str) -> usize {
+        let hash = session.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        let n = self.loops.len() as u64;
+        usize::try_from(hash % n).expect("a loop index fits usize")
+    }
+
+    fn target(&self, request: &Request) -> Target {
+        let session = match request {
+            Request::Boot | Request::RegisterHarness(_) => return Target::All,
+            Request::GetSession(r) => &r.uid,
+            Request::DeleteSession(r) => &r.uid,
+            Request::Exec(r) => &r.session,
+            Request::Replay(r) => &r.session,
+            Request::Approve(r) => &r.session,
+            Request::Cancel(r) => &r.session,
+            Request::Suspend(r) => &r.session,
+            Request::Resume(r) => &r.session,
+            Request::Fork(r) => &r.session,
+            Request::ReplayHarness { session } => session,
+            Request::CreateSession(_)
+            | Request::ListSessions(_)
+            | Request::Retain { .. }
+            | Request::GetHarness(_)
+            | Request::ListHarnesses(_)
+            | Request::RetireHarness(_) => {
+                let n = self.turn.fetch_add(1, Ordering::Relaxed);
+                return Target::One(n % self.loops.len());
+            }
+        };
+        Target::One(self.loop_of(session))
     }
 
     /// This handle with its calls' work traced as children of `span`.
     pub fn traced(&self, span: &tracing::Span) -> Self {
         Self {
-            tx: self.tx.clone(),
+            loops: self.loops.clone(),
+            turn: self.turn.clone(),
             span: span.clone(),
         }
     }
 
-    /// Submits a unary call and waits for its reply.
-    pub async fn unary(&self, caller: Caller, request: Request) -> Result<Response, Status> {
+    /// Submits `request` to one loop and waits for its reply.
+    async fn unary_on(
+        &self,
+        lane: usize,
+        caller: Caller,
+        request: Request,
+    ) -> Result<Response, Status> {
         let (tx, rx) = oneshot::channel();
-        if self
-            .tx
-            .send(Input::Call(
-                caller,
-                request,
-                ClientSink::Unary(tx),
-                self.span.clone(),
-            ))
-            .is_err()
-        {
+        let call = Input::Call(caller, request, ClientSink::Unary(tx), self.span.clone());
+        if self.loops[lane].send(call).is_err() {
             return Err(Status::unavailable("host is shutting down"));
         }
         rx.await
             .unwrap_or_else(|_| Err(Status::unavailable("host is shutting down")))
+    }
+
+    /// Submits a unary call and waits for its reply.
+    pub async fn unary(&self, caller: Caller, request: Request) -> Result<Response, Status> {
+        match self.target(&request) {
+            Target::One(lane) => self.unary_on(lane, caller, request).await,
+            Target::All => {
+                let copy = (self.loops.len() > 1).then(|| (caller.clone(), request.clone()));
+                let first = self.unary_on(0, caller, request).await;
+                if let (Ok(_), Some((caller, request))) = (&first, copy) {
+                    for lane in 1..self.loops.len() {
+                        // The row is stored by now: the others take it as an
+                        // identical registration (or boot from it).
+                        if let Err(status) =
+                            self.unary_on(lane, caller.clone(), request.clone()).await
+                        {
+                            tracing::warn!(lane, %status.message, "drive loop did not follow");
+                            return Err(status);
+                        }
+                    }
+                }
+                first
+            }
+        }
     }
 
     /// Submits an Exec call; frames and the final status arrive on the
@@ -121,8 +220,9 @@ impl DriverHandle {
         // Unbounded: the drive loop must never wait on one client. A turn's
         // frames are bounded by the turn (its records and deltas).
         let (tx, rx) = mpsc::unbounded_channel();
+        let lane = self.lane(&request);
         if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Exec(tx), _))) =
-            self.tx.send(Input::Call(
+            self.loops[lane].send(Input::Call(
                 caller,
                 request,
                 ClientSink::Exec(tx),
@@ -144,8 +244,9 @@ impl DriverHandle {
         // a long journal buffers up to the journal in memory (#18 adds
         // client credit to the machine).
         let (tx, rx) = mpsc::unbounded_channel();
+        let lane = self.lane(&request);
         if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx), _))) =
-            self.tx.send(Input::Call(
+            self.loops[lane].send(Input::Call(
                 caller,
                 request,
                 ClientSink::Replay(tx),
@@ -157,10 +258,25 @@ impl DriverHandle {
         rx
     }
 
-    /// Stops taking calls and waits until the calls in flight have finished.
+    /// The loop a streaming call goes to (they all name a session).
+    fn lane(&self, request: &Request) -> usize {
+        match self.target(request) {
+            Target::One(lane) => lane,
+            Target::All => 0,
+        }
+    }
+
+    /// Stops taking calls and waits until the calls in flight have
+    /// finished, on every loop.
     pub async fn drain(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Input::Drain(tx)).is_ok() {
+        let mut done = Vec::with_capacity(self.loops.len());
+        for tx in self.loops.iter() {
+            let (ack, rx) = oneshot::channel();
+            if tx.send(Input::Drain(ack)).is_ok() {
+                done.push(rx);
+            }
+        }
+        for rx in done {
             let _ = rx.await;
         }
     }

@@ -29,6 +29,8 @@ pub(super) struct Meter {
     tools: HashMap<EffectId, String>,
     /// Dials and Describes in flight: harness name.
     harnesses: HashMap<EffectId, String>,
+    /// This loop's share of the host gauges as last reported.
+    gauges: (usize, usize),
 }
 
 impl Meter {
@@ -38,6 +40,7 @@ impl Meter {
             models: HashMap::new(),
             tools: HashMap::new(),
             harnesses: HashMap::new(),
+            gauges: (0, 0),
         }
     }
 
@@ -136,7 +139,11 @@ impl Meter {
                 Signal::Awaiting { session, awaiting } => self.metrics.awaiting(&session, awaiting),
             }
         }
-        self.metrics.host_gauges(host.in_flight(), cached_records);
+        let now = (host.in_flight(), cached_records);
+        if now != self.gauges {
+            self.metrics.host_gauges(self.gauges, now);
+            self.gauges = now;
+        }
         debug_assert!(self.models.len() + self.tools.len() + self.harnesses.len() <= 1 << 20);
     }
 }

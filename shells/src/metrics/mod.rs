@@ -375,11 +375,14 @@ impl Metrics {
             .inc();
     }
 
-    /// The machine's operations in flight and the record cache's size, as
-    /// the drive loop sees them after an input.
-    pub fn host_gauges(&self, in_flight: usize, cached_records: usize) {
-        self.operations_in_flight.set(count(in_flight));
-        self.record_cache_records.set(count(cached_records));
+    /// One drive loop's operations in flight and record cache size moved
+    /// from `before` to `after` (each as that loop last reported it): the
+    /// gauges are sums over every loop, so each adds only its own change.
+    pub fn host_gauges(&self, before: (usize, usize), after: (usize, usize)) {
+        self.operations_in_flight
+            .inc_by(count(after.0) - count(before.0));
+        self.record_cache_records
+            .inc_by(count(after.1) - count(before.1));
     }
 
     /// The journal's half, handed to the store.

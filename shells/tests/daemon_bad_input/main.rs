@@ -313,9 +313,12 @@ struct World {
 }
 
 /// The shared test daemon, with the registry listener on as well.
+/// Two drive loops: every refusal must hold whichever loop owns the
+/// session, and the registrations below must reach both.
 fn config(dir: &std::path::Path) -> DaemonConfig {
     DaemonConfig {
         registry_addr: Some("127.0.0.1:0".parse().unwrap()),
+        drive_loops: 2,
         ..support::config(dir)
     }
 }
