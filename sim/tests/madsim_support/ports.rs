@@ -11,15 +11,15 @@ use agentsessions_machine::events::body;
 use agentsessions_machine::host::{HarnessFailure, ModelReply, SessionRow};
 use agentsessions_proto::v1::controller_frame::Frame;
 use agentsessions_proto::v1::{
-    Capabilities, ControllerFrame, EventKind, HarnessDescriptor, LogRecord, Mediation, ModelCall,
-    Resumability, ToolCall, ToolResult, ToolSpec,
+    Capabilities, EventKind, HarnessDescriptor, LogRecord, Mediation, ModelCall, Resumability,
+    ToolCall, ToolResult, ToolSpec,
 };
 use agentsessions_shells::daemon::convert::row_of;
 use agentsessions_shells::daemon::driver::{
     Connection, DriverHandle, HarnessPort, ModelPort, PortFuture, ToolPort,
 };
 use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
-use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
+use agentsessions_shells::harness::{Harness, HarnessError, Outbound, Sink, StartInfo};
 use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
 use agentsessions_shells::journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
@@ -457,7 +457,7 @@ impl HarnessPort for ObservedHarnesses {
     fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
         Box::pin(async move {
             let Connection { frames, events } = self.inner.connect(address).await?;
-            let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<ControllerFrame>();
+            let (frames_tx, mut frames_rx) = mpsc::unbounded_channel::<Outbound>();
             // The model requests the harness made on this stream, in order,
             // noted as the driver takes each event (before it can answer).
             let requests = Arc::new(Mutex::new(Vec::<ModelCall>::new()));
@@ -474,7 +474,8 @@ impl HarnessPort for ObservedHarnesses {
             let shared = Arc::clone(&self.shared);
             tokio::spawn(async move {
                 let mut answers = 0;
-                while let Some(frame) = frames_rx.recv().await {
+                while let Some(outbound) = frames_rx.recv().await {
+                    let frame = &outbound.frame;
                     let (session, exec) = (frame.session.clone(), frame.execution_id.clone());
                     match &frame.frame {
                         Some(Frame::Model(_)) => {
@@ -488,7 +489,7 @@ impl HarnessPort for ObservedHarnesses {
                         }
                         _ => {}
                     }
-                    if frames.send(frame).is_err() {
+                    if frames.send(outbound).is_err() {
                         return;
                     }
                 }
