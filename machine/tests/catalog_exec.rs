@@ -123,19 +123,7 @@ fn execution_start_records_config_cursor_count_and_the_connected_identity() {
         "the connected harness's version"
     );
     // The harness gets the same Start, with no history and the inputs.
-    let sent = since(&world, mark).iter().find_map(|e| match e {
-        Effect::Harness(HarnessEffect::Send { frame, history, .. }) => {
-            // As the harness receives it: the shared history put back in.
-            let mut frame = frame.clone();
-            History::attach(&mut frame, history.as_ref());
-            match frame.frame {
-                Some(Frame::Start(s)) => Some((frame.execution_id, s)),
-                _ => None,
-            }
-        }
-        _ => None,
-    });
-    let (exec_id, s) = sent.expect("Start sent");
+    let (exec_id, s) = start_delivered(&world, mark).expect("Start sent");
     assert_eq!(exec_id, first.event.as_ref().unwrap().execution_id);
     assert_eq!(
         (s.config.as_slice(), s.resume_from_seq),

@@ -11,7 +11,7 @@ mod common;
 
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
-    Code, Effect, ExecuteTool, HarnessEffect, History, ReplayReport, Request, Response, Status,
+    Code, Effect, ExecuteTool, ReplayReport, Request, Response, Status,
 };
 use agentsessions_proto::v1::{
     Event, EventKind, LogRecord, Mediation, Start, Usage, controller_frame::Frame,
@@ -52,18 +52,7 @@ fn imported(world: &mut World, records: Vec<LogRecord>) -> String {
 
 /// The Start frame sent since `mark`: (wire execution id, start).
 fn start_sent(world: &World, mark: usize) -> Option<(String, Start)> {
-    since(world, mark).iter().find_map(|e| match e {
-        Effect::Harness(HarnessEffect::Send { frame, history, .. }) => {
-            // As the harness receives it: the shared history put back in.
-            let mut frame = frame.clone();
-            History::attach(&mut frame, history.as_ref());
-            match frame.frame {
-                Some(Frame::Start(s)) => Some((frame.execution_id, s)),
-                _ => None,
-            }
-        }
-        _ => None,
-    })
+    start_delivered(world, mark)
 }
 
 fn texts(messages: &[agentsessions_proto::v1::Message]) -> Vec<String> {

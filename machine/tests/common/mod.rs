@@ -138,6 +138,25 @@ pub fn since(world: &World, mark: usize) -> &[Effect] {
     &world.trace[mark..]
 }
 
+/// The first Start frame sent since `mark` as its harness receives it (the
+/// shared history put back in): (wire execution id, start).
+pub fn start_delivered(
+    world: &World,
+    mark: usize,
+) -> Option<(String, agentsessions_proto::v1::Start)> {
+    since(world, mark).iter().find_map(|e| match e {
+        Effect::Harness(HarnessEffect::Send { frame, history, .. }) => {
+            let mut frame = frame.clone();
+            agentsessions_machine::host::History::attach(&mut frame, history.as_ref());
+            match frame.frame {
+                Some(Frame::Start(s)) => Some((frame.execution_id, s)),
+                _ => None,
+            }
+        }
+        _ => None,
+    })
+}
+
 /// Harness names the Describe effects since `mark` asked about.
 pub fn described(world: &World, mark: usize) -> Vec<String> {
     since(world, mark)
