@@ -135,6 +135,7 @@ impl Launcher for InProcess {
                 lease: None,
                 security: Default::default(),
                 metrics_addr: None,
+                console_addr: None,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

@@ -192,6 +192,7 @@ impl Link {
             lease: None,
             security: Default::default(),
             metrics_addr: None,
+            console_addr: None,
         };
         let daemon = Daemon::start(config)
             .await

@@ -136,6 +136,11 @@ struct Args {
     /// this address; loopback unless --insecure-listen. Off by default.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<SocketAddr>,
+    /// Serve the web console (sessions, journals, fork trees, approvals)
+    /// on this address; loopback unless --insecure-listen. With --auth it
+    /// asks for a token. Off by default.
+    #[arg(long, value_name = "HOST:PORT")]
+    console_addr: Option<SocketAddr>,
     /// Export trace spans over OTLP/gRPC to this collector, e.g.
     /// `http://127.0.0.1:4317`: one span per RPC and children for journal
     /// writes, harness connections, model calls and tool executions.
@@ -368,6 +373,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         lease,
         security,
         metrics_addr: args.metrics_addr,
+        console_addr: args.console_addr,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(
@@ -400,6 +406,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     if let Some(m) = daemon.metrics_addr {
         println!("metrics listening on {m}");
+    }
+    if let Some(c) = daemon.console_addr {
+        println!("console listening on http://{c}");
     }
     shutdown_signal().await;
     eprintln!("agentsessionsd: draining in-flight calls");

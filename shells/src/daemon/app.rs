@@ -71,6 +71,9 @@ pub struct DaemonConfig {
     /// Serve `/metrics` and `/readyz` on this address (loopback unless
     /// `--insecure-listen`); `None`: no metrics are kept.
     pub metrics_addr: Option<SocketAddr>,
+    /// Serve the web console on this address (loopback unless
+    /// `--insecure-listen`); `None`: no console.
+    pub console_addr: Option<SocketAddr>,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -351,6 +354,8 @@ pub struct Daemon {
     pub registry_addr: Option<SocketAddr>,
     /// The bound `/metrics` address, if served.
     pub metrics_addr: Option<SocketAddr>,
+    /// The bound web console address, if served.
+    pub console_addr: Option<SocketAddr>,
     journal: Option<Reopening<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -540,6 +545,28 @@ impl Daemon {
                 stop.subscribe(),
             ));
         }
+        let mut console_addr = None;
+        if let Some(caddr) = config.console_addr {
+            // Plain HTTP: loopback only unless the operator says otherwise.
+            check_listen("--console-addr", caddr, false, security.insecure_listen)?;
+            let listener =
+                tokio::net::TcpListener::bind(caddr)
+                    .await
+                    .map_err(|e| StartError::Listen {
+                        addr: caddr,
+                        reason: e.to_string(),
+                    })?;
+            console_addr = listener.local_addr().ok();
+            let csrf = crate::console::CsrfKey::random()
+                .map_err(|e| StartError::Config(format!("--console-addr: random key: {e}")))?;
+            let console = crate::console::Console::new(
+                handle.clone(),
+                security.auth.clone(),
+                csrf,
+                stop.subscribe(),
+            );
+            servers.push(crate::console::serve(listener, console, stop.subscribe()));
+        }
         let guard = Guard {
             tls,
             auth: security.auth.clone(),
@@ -579,6 +606,7 @@ impl Daemon {
             addr,
             registry_addr,
             metrics_addr,
+            console_addr,
             journal: None,
             servers,
             stop,

@@ -30,6 +30,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         lease: None,
         security: Default::default(),
         metrics_addr: None,
+        console_addr: None,
     }
 }
 
