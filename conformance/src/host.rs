@@ -136,6 +136,7 @@ impl Launcher for InProcess {
                 security: Default::default(),
                 metrics_addr: None,
                 console_addr: None,
+                journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

@@ -193,6 +193,7 @@ impl Link {
             security: Default::default(),
             metrics_addr: None,
             console_addr: None,
+            journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };
         let daemon = Daemon::start(config)
             .await

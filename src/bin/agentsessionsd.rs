@@ -136,6 +136,12 @@ struct Args {
     /// this address; loopback unless --insecure-listen. Off by default.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<SocketAddr>,
+    /// Most committed records the daemon keeps in memory across sessions,
+    /// so an operation on a session reads only what it has not seen; a
+    /// session longer than this is read whole by every call on it (a
+    /// 100,000-record session needs more than the default).
+    #[arg(long, value_name = "N", default_value_t = agentsessions_shells::daemon::log_cache::MAX_RECORDS)]
+    journal_cache_records: usize,
     /// Serve the web console (sessions, journals, fork trees, approvals)
     /// on this address; loopback unless --insecure-listen. With --auth it
     /// asks for a token. Off by default.
@@ -374,6 +380,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         security,
         metrics_addr: args.metrics_addr,
         console_addr: args.console_addr,
+        journal_cache_records: args.journal_cache_records,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

@@ -233,6 +233,16 @@ fn describe(kind: EventKind, ev: &agentsessions_proto::v1::Event) -> (String, Op
             }
             _ => None,
         },
+        EventKind::EventExecutionStart => body::execution_start(ev).map(|x| {
+            let mut line = format!("harness {}", x.harness);
+            if !x.harness_version.is_empty() {
+                line.push_str(&format!(" v{}", x.harness_version));
+            }
+            if let Some(n) = x.input_count {
+                line.push_str(&format!(", {n} input(s)"));
+            }
+            (line, None)
+        }),
         EventKind::EventError => match &ev.body {
             Some(agentsessions_proto::v1::event::Body::Error(e)) => {
                 Some((format!("{} (code {})", e.description, e.code), None))

@@ -71,6 +71,9 @@ pub struct DaemonConfig {
     /// Serve `/metrics` and `/readyz` on this address (loopback unless
     /// `--insecure-listen`); `None`: no metrics are kept.
     pub metrics_addr: Option<SocketAddr>,
+    /// Most committed records kept in the drive loop's journal cache
+    /// ([`super::log_cache::MAX_RECORDS`] by default).
+    pub journal_cache_records: usize,
     /// Serve the web console on this address (loopback unless
     /// `--insecure-listen`); `None`: no console.
     pub console_addr: Option<SocketAddr>,
@@ -484,6 +487,7 @@ impl Daemon {
             .metrics_addr
             .map(|_| Arc::new(crate::metrics::Metrics::default()));
         let (mut driver, handle) = Driver::new(host, ports);
+        driver = driver.with_log_cache(config.journal_cache_records);
         if let Some(m) = &metrics {
             driver = driver.with_metrics(m.clone());
         }

@@ -31,6 +31,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         security: Default::default(),
         metrics_addr: None,
         console_addr: None,
+        journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }
 }
 

@@ -1,0 +1,306 @@
+//! The web console over plain HTTP (no browser): escaping, 404s, CSRF,
+//! timeline paging, the live stream and the login cookie, against an
+//! in-process daemon. `tests/console_browser.rs` drives the same pages in
+//! chromium.
+
+#[path = "support/daemon.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsessions_proto::v1::{ExecRequest, GetSessionRequest};
+use agentsessions_shells::auth::{AuthFile, Authenticator};
+use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, StartError};
+use sha2::{Digest, Sha256};
+use support::{client, create, exec_code, replay, text};
+
+fn config(dir: &std::path::Path) -> DaemonConfig {
+    let mut c = support::config(dir);
+    c.console_addr = Some("127.0.0.1:0".parse().unwrap());
+    c
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+fn base(d: &Daemon) -> String {
+    format!("http://{}", d.console_addr.unwrap())
+}
+
+async fn page(url: &str) -> (u16, String) {
+    let r = http().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+async fn post(url: &str, cookie: Option<&str>, form: &str) -> reqwest::Response {
+    let mut b = http()
+        .post(url)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form.to_owned());
+    if let Some(c) = cookie {
+        b = b.header("cookie", c);
+    }
+    b.send().await.unwrap()
+}
+
+/// The value of the hidden input `name` on a page.
+fn hidden(html: &str, name: &str) -> String {
+    let at = html
+        .find(&format!("name=\"{name}\" value=\""))
+        .unwrap_or_else(|| panic!("no {name} on the page"));
+    let rest = &html[at + name.len() + 15..];
+    rest[..rest.find('"').unwrap()].to_owned()
+}
+
+async fn exec(d: &Daemon, uid: &str, input: &str) {
+    let mut c = client(d).await;
+    let code = exec_code(
+        &mut c,
+        ExecRequest {
+            session: uid.into(),
+            inputs: vec![text(input)],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(code, tonic::Code::Ok);
+}
+
+#[tokio::test]
+async fn a_console_off_loopback_needs_the_insecure_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(dir.path());
+    c.console_addr = Some("0.0.0.0:0".parse().unwrap());
+    match Daemon::start(c).await {
+        Err(StartError::Config(e)) => assert!(e.contains("--console-addr"), "{e}"),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a plaintext console off loopback started"),
+    }
+}
+
+#[tokio::test]
+async fn journal_content_is_escaped_and_an_unknown_session_is_a_404_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let uid = create(&mut client(&d).await, "echo").await;
+    exec(&d, &uid, "<script>alert(1)</script>").await;
+    let (status, html) = page(&format!("{}/sessions/{uid}", base(&d))).await;
+    assert_eq!(status, 200);
+    assert!(html.contains("user: &#60;script&#62;alert(1)&#60;/script&#62;"));
+    assert!(!html.contains("<script>alert"), "markup from the journal");
+    assert!(html.contains("chain verified (5 records)"));
+    let (status, html) = page(&format!("{}/sessions/sess-nope", base(&d))).await;
+    assert_eq!(status, 404);
+    assert!(html.contains("404 · Not found"), "{html}");
+    let (status, _) = page(&format!("{}/no/such/page", base(&d))).await;
+    assert_eq!(status, 404);
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_decision_needs_the_csrf_token_then_commits_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&d).await;
+    let uid = create(&mut c, "approval").await;
+    exec(&d, &uid, "remember milk").await;
+    let url = format!("{}/sessions/{uid}", base(&d));
+    let (_, html) = page(&url).await;
+    let execution = hidden(&html, "execution_id");
+    let form = format!(
+        "execution_id={execution}&tool_call_id=c1&request_seq=4&decision=approve&reason=ok"
+    );
+    let before = c
+        .get_session(GetSessionRequest { uid: uid.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    for forged in [
+        form.clone(),
+        format!("{form}&csrf=00"),
+        format!("{form}&csrf="),
+    ] {
+        let r = post(&format!("{url}/decide"), None, &forged).await;
+        assert_eq!(r.status(), 403, "{forged}");
+        assert!(r.text().await.unwrap().contains("nothing was changed"));
+    }
+    let after = c
+        .get_session(GetSessionRequest { uid: uid.clone() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(after.last_seq, before.last_seq);
+    assert!(after.pending_approval.is_some());
+
+    let csrf = hidden(&html, "csrf");
+    let r = post(
+        &format!("{url}/decide"),
+        None,
+        &format!("{form}&csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(r.status(), 303);
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    assert!(
+        to.starts_with(&format!("/sessions/{uid}?receipt=6")),
+        "{to}"
+    );
+    let kinds: Vec<i32> = replay(&mut c, &uid)
+        .await
+        .iter()
+        .map(|r| r.event.as_ref().unwrap().kind)
+        .collect();
+    use agentsessions_proto::v1::EventKind as K;
+    assert_eq!(kinds[5], K::EventApprovalResult as i32);
+    assert!(kinds.contains(&(K::EventToolResult as i32)), "resumed");
+    let (_, receipt) = page(&format!("{}{to}", base(&d))).await;
+    assert!(receipt.contains("call c1 approved (request seq 4): ok"));
+    assert!(receipt.contains("TOOL_RESULT"));
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_timeline_is_paged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let uid = create(&mut client(&d).await, "echo").await;
+    for i in 0..30 {
+        exec(&d, &uid, &format!("turn {i}")).await;
+    }
+    let url = format!("{}/sessions/{uid}", base(&d));
+    let (_, last) = page(&url).await;
+    assert!(
+        last.contains("seq 51–150 of 150"),
+        "the last page by default"
+    );
+    assert_eq!(last.matches("class=\"record ").count(), 100);
+    assert!(last.contains(&format!("/sessions/{uid}?from=1\" id=\"older\"")));
+    assert!(
+        last.contains("data-events="),
+        "the last page follows the journal"
+    );
+    let (_, first) = page(&format!("{url}?from=1")).await;
+    assert!(first.contains("seq 1–100 of 150"));
+    assert!(first.contains(&format!("/sessions/{uid}?from=101\" id=\"newer\"")));
+    assert!(!first.contains("data-events="), "an older page stays put");
+    let (_, clamped) = page(&format!("{url}?from=-5")).await;
+    assert!(clamped.contains("seq 1–100 of 150"));
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_live_stream_sends_a_turn_as_it_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let uid = create(&mut client(&d).await, "echo").await;
+    let mut stream = http()
+        .get(format!("{}/sessions/{uid}/events?after=0", base(&d)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    assert_eq!(stream.headers()["content-type"], "text/event-stream");
+    exec(&d, &uid, "live <b>one</b>").await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(seen.contains("echo:live &#60;b&#62;one") && seen.contains("\"exec\":\"COMPLETED\"")) {
+        let chunk = tokio::time::timeout_at(deadline, stream.chunk())
+            .await
+            .expect("the turn arrives on the stream")
+            .unwrap()
+            .expect("the stream stays open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("event: record"));
+    assert!(seen.contains("id: 5"));
+    let (status, _) = page(&format!("{}/sessions/sess-nope/events", base(&d))).await;
+    assert_eq!(status, 404);
+    drop(stream);
+    // Shutdown ends open streams rather than waiting on them.
+    let _open = http()
+        .get(format!("{}/sessions/{uid}/events?after=5", base(&d)))
+        .send()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), d.shutdown())
+        .await
+        .expect("shutdown with a live stream open");
+}
+
+#[tokio::test]
+async fn login_keeps_a_verified_token_in_an_http_only_strict_cookie() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = "olivia-key-0123456789";
+    let digest = hex::encode(Sha256::digest(key.as_bytes()));
+    let file = AuthFile::parse(&format!(
+        "[[api_key]]\nprincipal = \"olivia\"\nsha256 = \"{digest}\"\nroles = [\"*:reader\"]\n"
+    ))
+    .unwrap();
+    file.check().unwrap();
+    let mut c = config(dir.path());
+    c.security.auth = Arc::new(Authenticator::from_file(&file).unwrap());
+    let d = Daemon::start(c).await.unwrap();
+    let b = base(&d);
+
+    let r = http().get(format!("{b}/sessions")).send().await.unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/login?next=%2Fsessions");
+    let (_, form) = page(&format!("{b}/login?next=%2Fsessions")).await;
+    let csrf = hidden(&form, "csrf");
+
+    let r = post(&format!("{b}/login"), None, "token=wrong&next=%2Fsessions").await;
+    assert_eq!(r.status(), 403, "a login without its CSRF token");
+    let r = post(
+        &format!("{b}/login"),
+        None,
+        &format!("token=wrong&next=%2Fsessions&csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("unknown credentials"));
+
+    let r = post(
+        &format!("{b}/login"),
+        None,
+        &format!("token={key}&next=%2F%2Fevil.example&csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers()["location"], "/sessions", "only local paths");
+    let set = r.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let r = http()
+        .get(format!("{b}/sessions"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("<span id=\"viewer\">olivia</span>")
+    );
+
+    // A cookie that no longer verifies sends the browser back to log in.
+    let r = http()
+        .get(format!("{b}/sessions"))
+        .header("cookie", "agentsessions_console=6e6f7065")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let to = r.headers()["location"].to_str().unwrap();
+    assert!(to.contains("error=unknown%20credentials"), "{to}");
+    d.shutdown().await;
+}
