@@ -304,3 +304,112 @@ async fn login_keeps_a_verified_token_in_an_http_only_strict_cookie() {
     assert!(to.contains("error=unknown%20credentials"), "{to}");
     d.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_session_page_shows_its_fork_tree() {
+    use agentsessions_proto::v1::ForkRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&d).await;
+    let root = create(&mut c, "echo").await;
+    exec(&d, &root, "hello").await;
+    let forked = c
+        .fork(ForkRequest {
+            session: root.clone(),
+            at_seq: 5,
+            count: 2,
+            child_names: vec!["left".into(), "right".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let left = forked.children[0].metadata.as_ref().unwrap().uid.clone();
+    let grandchild = c
+        .fork(ForkRequest {
+            session: left.clone(),
+            at_seq: 6,
+            count: 1,
+            child_names: vec!["leaf".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .children[0]
+        .metadata
+        .as_ref()
+        .unwrap()
+        .uid
+        .clone();
+    let b = base(&d);
+    let (_, html) = page(&format!("{b}/sessions/{root}")).await;
+    let tree = &html[html.find("id=\"tree\"").unwrap()..html.find("Journal").unwrap()];
+    assert!(
+        tree.contains(&format!("child <a href=\"/sessions/{left}\">left</a>")),
+        "{tree}"
+    );
+    assert!(
+        tree.contains(">right</a> <span class=\"muted\">at seq 5</span>"),
+        "{tree}"
+    );
+    assert!(!tree.contains("leaf"), "only direct children");
+    let (_, html) = page(&format!("{b}/sessions/{grandchild}")).await;
+    let tree = &html[html.find("id=\"tree\"").unwrap()..html.find("Journal").unwrap()];
+    let at_root = tree.find(&format!("/sessions/{root}")).expect("the root");
+    let at_left = tree
+        .find(&format!(
+            "/sessions/{left}\">left</a> <span class=\"muted\">forked at seq 6"
+        ))
+        .expect("the parent");
+    assert!(at_root < at_left, "root first: {tree}");
+    assert!(tree.contains("(forked at seq 6)"), "{tree}");
+    d.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_list_filters_by_harness_and_state_and_pages_newest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let mut c = client(&d).await;
+    let mut echo = Vec::new();
+    for _ in 0..55 {
+        echo.push(create(&mut c, "echo").await);
+    }
+    let parked = create(&mut c, "approval").await;
+    exec(&d, &parked, "remember milk").await;
+    exec(&d, &echo[0], "hello").await;
+    let b = base(&d);
+    let uids = |html: &str| -> Vec<String> {
+        html.split("data-uid=\"")
+            .skip(1)
+            .map(|s| s[..s.find('"').unwrap()].to_owned())
+            .collect()
+    };
+    let (_, all) = page(&format!("{b}/sessions")).await;
+    let first = uids(&all);
+    assert_eq!(first.len(), 50);
+    assert_eq!(first[0], parked, "newest first");
+    let next = all
+        .split("href=\"")
+        .find(|s| s.contains("id=\"next\""))
+        .unwrap();
+    let next = next[..next.find('"').unwrap()].replace("&amp;", "&");
+    let (_, rest) = page(&format!("{b}{next}")).await;
+    let second = uids(&rest);
+    assert_eq!(second.len(), 6);
+    assert_eq!(second.last(), Some(&echo[0]));
+    assert!(!rest.contains("id=\"next\""));
+
+    let (_, approval) = page(&format!("{b}/sessions?harness=approval")).await;
+    assert_eq!(uids(&approval), std::slice::from_ref(&parked));
+    let (_, waiting) = page(&format!("{b}/sessions?waiting=1")).await;
+    assert_eq!(uids(&waiting), std::slice::from_ref(&parked));
+    let (_, done) = page(&format!("{b}/sessions?state=COMPLETED")).await;
+    assert_eq!(uids(&done), std::slice::from_ref(&echo[0]));
+    let (_, none) = page(&format!("{b}/sessions?harness=echo&state=AWAITING")).await;
+    assert!(uids(&none).is_empty() && none.contains("No sessions match."));
+    let (status, _) = page(&format!("{b}/sessions?page_token=garbage")).await;
+    assert_eq!(status, 400, "the machine's INVALID_ARGUMENT");
+    d.shutdown().await;
+}
