@@ -413,3 +413,62 @@ async fn the_list_filters_by_harness_and_state_and_pages_newest_first() {
     assert_eq!(status, 400, "the machine's INVALID_ARGUMENT");
     d.shutdown().await;
 }
+
+#[tokio::test]
+async fn with_tls_the_console_serves_https_with_secure_cookies() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+    let token = "tess-key-0123456789";
+    let digest = hex::encode(Sha256::digest(token.as_bytes()));
+    let file = AuthFile::parse(&format!(
+        "[[api_key]]\nprincipal = \"tess\"\nsha256 = \"{digest}\"\nroles = [\"*:reader\"]\n"
+    ))
+    .unwrap();
+    file.check().unwrap();
+    let mut c = config(dir.path());
+    c.security.auth = Arc::new(Authenticator::from_file(&file).unwrap());
+    c.security.tls = Some(agentsessions_shells::daemon::security::TlsFiles {
+        cert: dir.path().join("server.pem"),
+        key: dir.path().join("server.key"),
+        client_ca: None,
+    });
+    let d = Daemon::start(c).await.unwrap();
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let b = format!("https://{}", d.console_addr.unwrap());
+    let form = https.get(format!("{b}/login")).send().await.unwrap();
+    assert_eq!(form.status(), 200);
+    let csrf = hidden(&form.text().await.unwrap(), "csrf");
+    let r = https
+        .post(format!("{b}/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={token}&next=%2Fsessions&csrf={csrf}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.headers()["set-cookie"].to_str().unwrap();
+    assert!(set.contains("HttpOnly") && set.contains("Secure"), "{set}");
+    // Plain HTTP on the TLS port gets no page.
+    let plain = http()
+        .get(format!("http://{}/sessions", d.console_addr.unwrap()))
+        .send()
+        .await;
+    assert!(plain.is_err() || plain.unwrap().status() != 200);
+    d.shutdown().await;
+}

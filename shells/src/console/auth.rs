@@ -130,17 +130,22 @@ pub fn viewer(auth: &Authenticator, headers: &HeaderMap) -> Result<Viewer, NoVie
     Ok(Viewer { caller, token })
 }
 
-/// The Set-Cookie value keeping `token` (HttpOnly, SameSite=Strict).
-pub fn set_cookie(token: &str) -> String {
+/// The Set-Cookie value keeping `token` (HttpOnly, SameSite=Strict, and
+/// Secure when the console is served over TLS).
+pub fn set_cookie(token: &str, secure: bool) -> String {
     format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-        hex::encode(token)
+        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{}",
+        hex::encode(token),
+        if secure { "; Secure" } else { "" }
     )
 }
 
 /// The Set-Cookie value removing the cookie.
-pub fn clear_cookie() -> String {
-    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        if secure { "; Secure" } else { "" }
+    )
 }
 
 /// Where to go after logging in: a local path only, so the login form
@@ -168,7 +173,9 @@ mod tests {
     #[test]
     fn the_cookie_round_trips_any_token_and_ignores_other_cookies() {
         let mut headers = HeaderMap::new();
-        let set = set_cookie("k; =x");
+        let set = set_cookie("k; =x", true);
+        assert!(set.ends_with("; Secure"));
+        assert!(!set_cookie("k", false).contains("Secure"));
         let pair = set.split(';').next().unwrap();
         headers.insert(
             axum::http::header::COOKIE,

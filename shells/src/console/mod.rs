@@ -18,6 +18,7 @@ mod auth;
 mod decide;
 mod live;
 mod pages;
+pub mod tls;
 mod view;
 
 use std::sync::Arc;
@@ -52,16 +53,20 @@ struct Inner {
     csrf: CsrfKey,
     live: Arc<tokio::sync::Semaphore>,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Served over TLS: cookies are marked `Secure`.
+    secure: bool,
 }
 
 impl Console {
     /// A console submitting to `driver` as the callers `auth` verifies;
-    /// its live streams end when `stop` turns true.
+    /// its live streams end when `stop` turns true. `secure`: it is served
+    /// over TLS, so its cookies are marked `Secure`.
     pub fn new(
         driver: DriverHandle,
         auth: Arc<Authenticator>,
         csrf: CsrfKey,
         stop: tokio::sync::watch::Receiver<bool>,
+        secure: bool,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -70,8 +75,13 @@ impl Console {
                 csrf,
                 live: Arc::new(tokio::sync::Semaphore::new(MAX_LIVE_STREAMS)),
                 stop,
+                secure,
             }),
         }
+    }
+
+    fn is_secure(&self) -> bool {
+        self.inner.secure
     }
 
     /// The console's routes.
@@ -283,23 +293,35 @@ impl IntoResponse for Failure {
     }
 }
 
-/// Serves the console on `listener` until `stop` turns true.
+/// Serves the console on `listener` (over TLS with `tls`) until `stop`
+/// turns true.
 pub fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     console: Console,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let app = console.router();
-    tokio::spawn(async move {
-        let stopped = async move {
-            while !*stop.borrow() {
-                if stop.changed().await.is_err() {
-                    return;
-                }
+    let stopped = async move {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                return;
             }
-        };
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(stopped)
-            .await;
+        }
+    };
+    Ok(match tls {
+        None => tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await;
+        }),
+        Some(config) => {
+            let listener = tls::TlsListener::new(listener, config)?;
+            tokio::spawn(async move {
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await;
+            })
+        }
     })
 }

@@ -45,12 +45,12 @@ pub fn urlencode(s: &str) -> String {
 }
 
 /// Sends the browser to the login page, forgetting a refused cookie.
-pub struct ToLogin(String);
+pub struct ToLogin(String, bool);
 
 impl IntoResponse for ToLogin {
     fn into_response(self) -> HttpResponse {
         (
-            [(header::SET_COOKIE, auth::clear_cookie())],
+            [(header::SET_COOKIE, auth::clear_cookie(self.1))],
             Redirect::to(&self.0),
         )
             .into_response()
@@ -69,7 +69,7 @@ pub fn viewer_or_login(
         if let NoViewer::Refused(e) = no {
             to.push_str(&format!("&error={}", urlencode(&e.to_string())));
         }
-        ToLogin(to)
+        ToLogin(to, console.is_secure())
     })
 }
 
@@ -639,7 +639,10 @@ pub async fn login(State(console): State<Console>, Form(f): Form<LoginForm>) -> 
     let token = f.token.trim();
     match auth::verify(console.auth(), token) {
         Ok(_) => (
-            [(header::SET_COOKIE, auth::set_cookie(token))],
+            [(
+                header::SET_COOKIE,
+                auth::set_cookie(token, console.is_secure()),
+            )],
             Redirect::to(&next),
         )
             .into_response(),
@@ -677,7 +680,7 @@ pub async fn logout(
         .into_response();
     }
     (
-        [(header::SET_COOKIE, auth::clear_cookie())],
+        [(header::SET_COOKIE, auth::clear_cookie(console.is_secure()))],
         Redirect::to("/login"),
     )
         .into_response()

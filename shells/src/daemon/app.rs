@@ -551,8 +551,19 @@ impl Daemon {
         }
         let mut console_addr = None;
         if let Some(caddr) = config.console_addr {
-            // Plain HTTP: loopback only unless the operator says otherwise.
-            check_listen("--console-addr", caddr, false, security.insecure_listen)?;
+            // HTTPS with the Sessions listener's certificate when TLS is
+            // configured; plain HTTP is loopback only unless the operator
+            // says otherwise.
+            check_listen(
+                "--console-addr",
+                caddr,
+                security.tls.is_some(),
+                security.insecure_listen,
+            )?;
+            let tls = match &security.tls {
+                Some(files) => Some(crate::console::tls::server_config(files)?),
+                None => None,
+            };
             let listener =
                 tokio::net::TcpListener::bind(caddr)
                     .await
@@ -568,8 +579,16 @@ impl Daemon {
                 security.auth.clone(),
                 csrf,
                 stop.subscribe(),
+                tls.is_some(),
             );
-            servers.push(crate::console::serve(listener, console, stop.subscribe()));
+            servers.push(
+                crate::console::serve(listener, tls, console, stop.subscribe()).map_err(|e| {
+                    StartError::Listen {
+                        addr: caddr,
+                        reason: e.to_string(),
+                    }
+                })?,
+            );
         }
         let guard = Guard {
             tls,
