@@ -235,6 +235,255 @@ fn records(dir: &Path, server: &str, uid: &str) -> Vec<Json> {
         .collect()
 }
 
+/// Where the test's daemon is.
+struct World {
+    dir: PathBuf,
+    server: String,
+    base: String,
+}
+
+/// Logs in, checks the list is newest first, filters to the waiting
+/// approvals.
+async fn list_and_filter(c: &Client, w: &World, newest_first: &[String]) {
+    let base = &w.base;
+    // The console asks for a token once.
+    c.goto(&format!("{base}/sessions")).await.unwrap();
+    wait_css(c, "#login").await;
+    assert!(absent(c, "#sessions").await);
+    log_in(c, ANA).await;
+    wait_css(c, "#sessions").await;
+    assert_eq!(text(c, "#viewer").await, "ana");
+    let order: Vec<String> = {
+        let mut uids = Vec::new();
+        for row in c.find_all(Locator::Css("tr.session")).await.unwrap() {
+            uids.push(row.attr("data-uid").await.unwrap().unwrap_or_default());
+        }
+        uids
+    };
+    assert_eq!(order, newest_first, "newest first");
+
+    // Filter to the sessions waiting for approval.
+    wait_css(c, "#waiting").await.click().await.unwrap();
+    wait_css(c, "#apply").await.click().await.unwrap();
+    wait_css(c, "input#waiting[checked]").await;
+    let waiting = c.find_all(Locator::Css("tr.session")).await.unwrap();
+    assert_eq!(waiting.len(), 3, "the three parked approval sessions");
+    for row in &waiting {
+        assert!(
+            row.attr("class")
+                .await
+                .unwrap()
+                .unwrap()
+                .contains("waiting")
+        );
+    }
+    screenshot(c, "sessions.png").await;
+}
+
+/// Opens the probe session, reads its call, denies it, checks the
+/// journal over gRPC.
+async fn read_and_deny(c: &Client, w: &World, probe: &str, probe_input: &str) {
+    let (d, server) = (w.dir.as_path(), &w.server);
+    // Open one and read the call's arguments.
+    wait_css(c, &format!("tr[data-uid='{probe}'] a.uid"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    wait_css(c, "#pending").await;
+    assert_eq!(text(c, "#pending-tool").await, "append_note");
+    let args = text(c, "#pending-args").await;
+    assert!(
+        args.contains(r#""text": "<script>window.__xss=1</script>"#),
+        "{args}"
+    );
+    assert!(
+        text(c, "#verify")
+            .await
+            .contains("chain verified (5 records)")
+    );
+
+    // The XSS probe in the message is text: nothing ran, no element made.
+    let probe_state = c
+        .execute(
+            "return [typeof window.__xss, document.querySelectorAll('main img, main script').length, \
+             document.querySelector('#seq-2 .summary').textContent];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(probe_state[0], json!("undefined"), "the probe ran");
+    assert_eq!(probe_state[1], json!(0), "the probe made elements");
+    assert_eq!(probe_state[2], json!(format!("user: {probe_input}")));
+    screenshot(c, "session.png").await;
+
+    // Deny with a reason; the receipt follows.
+    wait_css(c, "#reason")
+        .await
+        .send_keys("too risky")
+        .await
+        .unwrap();
+    wait_css(c, "#deny").await.click().await.unwrap();
+    let receipt = text(c, "#receipt").await;
+    assert!(receipt.contains("APPROVAL_RESULT"), "{receipt}");
+    assert!(
+        receipt.contains("call c1 denied (request seq 4): too risky"),
+        "{receipt}"
+    );
+    assert!(receipt.contains("ana (api-key)"), "attributed: {receipt}");
+    assert!(receipt.contains("TOOL_RESULT"), "{receipt}");
+    assert!(absent(c, "#pending").await);
+    screenshot(c, "receipt.png").await;
+
+    // The journal over gRPC: the decision, attributed to the principal
+    // the cookie verified, then the receipt of the resumed turn.
+    let recs = records(d, server, probe);
+    let decision = recs
+        .iter()
+        .find(|r| r["event"]["kind"] == "EVENT_APPROVAL_RESULT")
+        .expect("an APPROVAL_RESULT");
+    let body = &decision["event"]["approval_result"];
+    assert_eq!(body["reason"], "too risky");
+    assert_ne!(body["approved"], json!(true));
+    assert_eq!(decision["event"]["actor"]["principal"], "ana");
+    assert_eq!(decision["event"]["actor"]["issuer"], "api-key");
+    assert!(
+        recs.iter()
+            .any(|r| r["event"]["kind"] == "EVENT_TOOL_RESULT")
+    );
+    assert!(get_json(d, server, probe).get("pending_approval").is_none());
+}
+
+/// A decision that lost to one made elsewhere while the page was open.
+async fn stale_decision(c: &Client, w: &World, raced: &str) {
+    let (d, server, base) = (w.dir.as_path(), &w.server, &w.base);
+    // A stale approval: decided elsewhere while the page was open.
+    c.goto(&format!("{base}/sessions/{raced}")).await.unwrap();
+    wait_css(c, "#approve").await;
+    ctl(
+        d,
+        server,
+        ANA,
+        &[
+            "deny",
+            "--session",
+            raced,
+            "--pending",
+            "--reason",
+            "decided on the CLI",
+        ],
+    );
+    wait_css(c, "#approve").await.click().await.unwrap();
+    let stale = text(c, "#stale").await;
+    assert!(stale.contains("decided elsewhere"), "{stale}");
+    assert!(
+        stale.contains("denied (request seq 4): decided on the CLI"),
+        "{stale}"
+    );
+    assert!(text(c, "#note").await.contains("different decision"));
+    let raced_records = records(d, server, raced);
+    let decisions = raced_records
+        .iter()
+        .filter(|r| r["event"]["kind"] == "EVENT_APPROVAL_RESULT")
+        .count();
+    assert_eq!(decisions, 1, "the losing click committed nothing");
+}
+
+/// A turn run elsewhere appears on the open page; an unknown session is
+/// a 404 page.
+async fn live_turn_and_404(c: &Client, w: &World, live: &str) {
+    let (d, server, base) = (w.dir.as_path(), &w.server, &w.base);
+    // Live: a turn run elsewhere shows on the open page as it commits.
+    c.goto(&format!("{base}/sessions/{live}")).await.unwrap();
+    wait_css(c, "#timeline").await;
+    let deadline = Instant::now() + WAIT;
+    while text(c, "#live-status").await != "live" {
+        assert!(Instant::now() < deadline, "the live stream did not open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.execute("window.__same_page = true;", vec![])
+        .await
+        .unwrap();
+    ctl(
+        d,
+        server,
+        ANA,
+        &["exec", "--session", live, "--input", "streamed turn"],
+    );
+    let deadline = Instant::now() + WAIT;
+    while !text(c, "#timeline").await.contains("echo:streamed turn") {
+        assert!(Instant::now() < deadline, "the turn did not appear live");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let same = c
+        .execute("return window.__same_page === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!(true), "shown without reloading the page");
+    assert_eq!(text(c, "#exec-state").await, "COMPLETED");
+
+    // Unknown session: a 404 page.
+    c.goto(&format!("{base}/sessions/sess-000000000000000000000000"))
+        .await
+        .unwrap();
+    let error = text(c, "#error").await;
+    assert!(error.contains("404 · Not found"), "{error}");
+}
+
+/// Without a token the login page; a reader's page has no buttons.
+/// Returns the reader's CSRF token (for the forged POSTs).
+async fn reader_without_buttons(c: &Client, w: &World, guarded: &str) -> String {
+    let base = &w.base;
+    // Without a token: the login page, no buttons.
+    c.delete_all_cookies().await.unwrap();
+    c.goto(&format!("{base}/sessions/{guarded}")).await.unwrap();
+    wait_css(c, "#login").await;
+    assert!(absent(c, "#approve").await && absent(c, "#deny").await);
+
+    // A reader sees the card but no buttons.
+    log_in(c, RITA).await;
+    wait_css(c, "#pending").await;
+    assert_eq!(text(c, "#viewer").await, "rita");
+    assert!(absent(c, "#decide").await && absent(c, "#approve").await);
+    assert!(text(c, "#no-decide").await.contains("not decide"));
+    let rita_csrf = c
+        .execute(
+            "return document.querySelector('form.who input[name=csrf]').value;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let rita_csrf = rita_csrf.as_str().unwrap().to_owned();
+    screenshot(c, "reader.png").await;
+    rita_csrf
+}
+
+/// Hand-made POSTs change nothing.
+fn forged_posts(w: &World, guarded: &str, rita_csrf: &str) {
+    let (d, server, base) = (w.dir.as_path(), &w.server, &w.base);
+    // Hand-made POSTs change nothing: no token, no CSRF token, a wrong
+    // one, and a reader's own form token (the machine refuses the role).
+    let before = get_json(d, server, guarded);
+    let path = format!("/sessions/{guarded}/decide");
+    let form = "execution_id=x&tool_call_id=c1&request_seq=4&decision=approve&reason=forged";
+    let (status, _) = raw_post(base, &path, None, form);
+    assert_eq!(status, 401, "no token");
+    let (status, _) = raw_post(base, &path, Some(ANA), form);
+    assert_eq!(status, 403, "no CSRF token");
+    let (status, _) = raw_post(base, &path, Some(ANA), &format!("{form}&csrf={rita_csrf}"));
+    assert_eq!(status, 403, "another cookie's CSRF token");
+    let pending = &before["pending_approval"];
+    let real = format!(
+        "execution_id={}&tool_call_id=c1&request_seq=4&decision=approve&csrf={rita_csrf}",
+        pending["execution_id"].as_str().unwrap()
+    );
+    let (status, reply) = raw_post(base, &path, Some(RITA), &real);
+    assert_eq!(status, 403, "a reader may not approve: {reply}");
+    assert!(reply.contains("PermissionDenied"), "{reply}");
+    let after = get_json(d, server, guarded);
+    assert_eq!(after["last_seq"], before["last_seq"], "nothing committed");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn people_list_filter_read_and_decide_approvals_in_a_real_browser() {
     let Some((chromium, chromedriver)) = browser() else {
@@ -285,228 +534,19 @@ async fn people_list_filter_read_and_decide_approvals_in_a_real_browser() {
     let driver = Driver::start(&chromedriver);
     let c = open_browser(&driver, &chromium, &d.join("profile")).await;
 
-    // The console asks for a token once.
-    c.goto(&format!("{base}/sessions")).await.unwrap();
-    wait_css(&c, "#login").await;
-    assert!(absent(&c, "#sessions").await);
-    log_in(&c, ANA).await;
-    wait_css(&c, "#sessions").await;
-    assert_eq!(text(&c, "#viewer").await, "ana");
-    let order: Vec<String> = {
-        let mut uids = Vec::new();
-        for row in c.find_all(Locator::Css("tr.session")).await.unwrap() {
-            uids.push(row.attr("data-uid").await.unwrap().unwrap_or_default());
-        }
-        uids
+    let w = World {
+        dir: d.to_owned(),
+        server: server.clone(),
+        base: base.clone(),
     };
-    assert_eq!(
-        order,
-        [&live, &guarded, &raced, &probe, &plain].map(String::clone),
-        "newest first"
-    );
-
-    // Filter to the sessions waiting for approval.
-    wait_css(&c, "#waiting").await.click().await.unwrap();
-    wait_css(&c, "#apply").await.click().await.unwrap();
-    wait_css(&c, "input#waiting[checked]").await;
-    let waiting = c.find_all(Locator::Css("tr.session")).await.unwrap();
-    assert_eq!(waiting.len(), 3, "the three parked approval sessions");
-    for row in &waiting {
-        assert!(
-            row.attr("class")
-                .await
-                .unwrap()
-                .unwrap()
-                .contains("waiting")
-        );
-    }
-    screenshot(&c, "sessions.png").await;
-
-    // Open one and read the call's arguments.
-    wait_css(&c, &format!("tr[data-uid='{probe}'] a.uid"))
-        .await
-        .click()
-        .await
-        .unwrap();
-    wait_css(&c, "#pending").await;
-    assert_eq!(text(&c, "#pending-tool").await, "append_note");
-    let args = text(&c, "#pending-args").await;
-    assert!(
-        args.contains(r#""text": "<script>window.__xss=1</script>"#),
-        "{args}"
-    );
-    assert!(
-        text(&c, "#verify")
-            .await
-            .contains("chain verified (5 records)")
-    );
-
-    // The XSS probe in the message is text: nothing ran, no element made.
-    let probe_state = c
-        .execute(
-            "return [typeof window.__xss, document.querySelectorAll('main img, main script').length, \
-             document.querySelector('#seq-2 .summary').textContent];",
-            vec![],
-        )
-        .await
-        .unwrap();
-    assert_eq!(probe_state[0], json!("undefined"), "the probe ran");
-    assert_eq!(probe_state[1], json!(0), "the probe made elements");
-    assert_eq!(probe_state[2], json!(format!("user: {probe_input}")));
-    screenshot(&c, "session.png").await;
-
-    // Deny with a reason; the receipt follows.
-    wait_css(&c, "#reason")
-        .await
-        .send_keys("too risky")
-        .await
-        .unwrap();
-    wait_css(&c, "#deny").await.click().await.unwrap();
-    let receipt = text(&c, "#receipt").await;
-    assert!(receipt.contains("APPROVAL_RESULT"), "{receipt}");
-    assert!(
-        receipt.contains("call c1 denied (request seq 4): too risky"),
-        "{receipt}"
-    );
-    assert!(receipt.contains("ana (api-key)"), "attributed: {receipt}");
-    assert!(receipt.contains("TOOL_RESULT"), "{receipt}");
-    assert!(absent(&c, "#pending").await);
-    screenshot(&c, "receipt.png").await;
-
-    // The journal over gRPC: the decision, attributed to the principal
-    // the cookie verified, then the receipt of the resumed turn.
-    let recs = records(d, &server, &probe);
-    let decision = recs
-        .iter()
-        .find(|r| r["event"]["kind"] == "EVENT_APPROVAL_RESULT")
-        .expect("an APPROVAL_RESULT");
-    let body = &decision["event"]["approval_result"];
-    assert_eq!(body["reason"], "too risky");
-    assert_ne!(body["approved"], json!(true));
-    assert_eq!(decision["event"]["actor"]["principal"], "ana");
-    assert_eq!(decision["event"]["actor"]["issuer"], "api-key");
-    assert!(
-        recs.iter()
-            .any(|r| r["event"]["kind"] == "EVENT_TOOL_RESULT")
-    );
-    assert!(
-        get_json(d, &server, &probe)
-            .get("pending_approval")
-            .is_none()
-    );
-
-    // A stale approval: decided elsewhere while the page was open.
-    c.goto(&format!("{base}/sessions/{raced}")).await.unwrap();
-    wait_css(&c, "#approve").await;
-    ctl(
-        d,
-        &server,
-        ANA,
-        &[
-            "deny",
-            "--session",
-            &raced,
-            "--pending",
-            "--reason",
-            "decided on the CLI",
-        ],
-    );
-    wait_css(&c, "#approve").await.click().await.unwrap();
-    let stale = text(&c, "#stale").await;
-    assert!(stale.contains("decided elsewhere"), "{stale}");
-    assert!(
-        stale.contains("denied (request seq 4): decided on the CLI"),
-        "{stale}"
-    );
-    assert!(text(&c, "#note").await.contains("different decision"));
-    let raced_records = records(d, &server, &raced);
-    let decisions = raced_records
-        .iter()
-        .filter(|r| r["event"]["kind"] == "EVENT_APPROVAL_RESULT")
-        .count();
-    assert_eq!(decisions, 1, "the losing click committed nothing");
-
-    // Live: a turn run elsewhere shows on the open page as it commits.
-    c.goto(&format!("{base}/sessions/{live}")).await.unwrap();
-    wait_css(&c, "#timeline").await;
-    let deadline = Instant::now() + WAIT;
-    while text(&c, "#live-status").await != "live" {
-        assert!(Instant::now() < deadline, "the live stream did not open");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    c.execute("window.__same_page = true;", vec![])
-        .await
-        .unwrap();
-    ctl(
-        d,
-        &server,
-        ANA,
-        &["exec", "--session", &live, "--input", "streamed turn"],
-    );
-    let deadline = Instant::now() + WAIT;
-    while !text(&c, "#timeline").await.contains("echo:streamed turn") {
-        assert!(Instant::now() < deadline, "the turn did not appear live");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let same = c
-        .execute("return window.__same_page === true;", vec![])
-        .await
-        .unwrap();
-    assert_eq!(same, json!(true), "shown without reloading the page");
-    assert_eq!(text(&c, "#exec-state").await, "COMPLETED");
-
-    // Unknown session: a 404 page.
-    c.goto(&format!("{base}/sessions/sess-000000000000000000000000"))
-        .await
-        .unwrap();
-    let error = text(&c, "#error").await;
-    assert!(error.contains("404 · Not found"), "{error}");
-
-    // Without a token: the login page, no buttons.
-    c.delete_all_cookies().await.unwrap();
-    c.goto(&format!("{base}/sessions/{guarded}")).await.unwrap();
-    wait_css(&c, "#login").await;
-    assert!(absent(&c, "#approve").await && absent(&c, "#deny").await);
-
-    // A reader sees the card but no buttons.
-    log_in(&c, RITA).await;
-    wait_css(&c, "#pending").await;
-    assert_eq!(text(&c, "#viewer").await, "rita");
-    assert!(absent(&c, "#decide").await && absent(&c, "#approve").await);
-    assert!(text(&c, "#no-decide").await.contains("not decide"));
-    let rita_csrf = c
-        .execute(
-            "return document.querySelector('form.who input[name=csrf]').value;",
-            vec![],
-        )
-        .await
-        .unwrap();
-    let rita_csrf = rita_csrf.as_str().unwrap().to_owned();
-    screenshot(&c, "reader.png").await;
+    let newest_first = [&live, &guarded, &raced, &probe, &plain].map(String::clone);
+    list_and_filter(&c, &w, &newest_first).await;
+    read_and_deny(&c, &w, &probe, probe_input).await;
+    stale_decision(&c, &w, &raced).await;
+    live_turn_and_404(&c, &w, &live).await;
+    let rita_csrf = reader_without_buttons(&c, &w, &guarded).await;
     c.close().await.unwrap();
-
-    // Hand-made POSTs change nothing: no token, no CSRF token, a wrong
-    // one, and a reader's own form token (the machine refuses the role).
-    let before = get_json(d, &server, &guarded);
-    let path = format!("/sessions/{guarded}/decide");
-    let form = "execution_id=x&tool_call_id=c1&request_seq=4&decision=approve&reason=forged";
-    let (status, _) = raw_post(&base, &path, None, form);
-    assert_eq!(status, 401, "no token");
-    let (status, _) = raw_post(&base, &path, Some(ANA), form);
-    assert_eq!(status, 403, "no CSRF token");
-    let (status, _) = raw_post(&base, &path, Some(ANA), &format!("{form}&csrf={rita_csrf}"));
-    assert_eq!(status, 403, "another cookie's CSRF token");
-    let pending = &before["pending_approval"];
-    let real = format!(
-        "execution_id={}&tool_call_id=c1&request_seq=4&decision=approve&csrf={rita_csrf}",
-        pending["execution_id"].as_str().unwrap()
-    );
-    let (status, reply) = raw_post(&base, &path, Some(RITA), &real);
-    assert_eq!(status, 403, "a reader may not approve: {reply}");
-    assert!(reply.contains("PermissionDenied"), "{reply}");
-    let after = get_json(d, &server, &guarded);
-    assert_eq!(after["last_seq"], before["last_seq"], "nothing committed");
-    assert_eq!(after["pending_approval"], before["pending_approval"]);
+    forged_posts(&w, &guarded, &rita_csrf);
     drop(driver);
     drop(daemon);
 }
