@@ -472,3 +472,142 @@ async fn with_tls_the_console_serves_https_with_secure_cookies() {
     assert!(plain.is_err() || plain.unwrap().status() != 200);
     d.shutdown().await;
 }
+
+fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+#[tokio::test]
+async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_is_said() {
+    use agentsessions_proto::v1::{CreateSessionRequest, ReplayRequest, Session};
+    let dir = tempfile::tempdir().unwrap();
+    let (writer, approver) = ("wanda-key-0123456789", "abe-key-0123456789");
+    let mut toml = String::new();
+    for (who, key, role) in [
+        ("wanda", writer, "default:writer"),
+        ("abe", approver, "default:approver"),
+    ] {
+        let digest = hex::encode(Sha256::digest(key.as_bytes()));
+        toml += &format!(
+            "[[api_key]]\nprincipal = {who:?}\nsha256 = {digest:?}\nroles = [{role:?}]\n\n"
+        );
+    }
+    let file = AuthFile::parse(&toml).unwrap();
+    file.check().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.security.auth = Arc::new(Authenticator::from_file(&file).unwrap());
+    let d = Daemon::start(cfg).await.unwrap();
+    let mut c = client(&d).await;
+    let uid = c
+        .create_session(authed(
+            CreateSessionRequest {
+                session: Some(Session {
+                    harness: "approval".into(),
+                    ..Default::default()
+                }),
+            },
+            writer,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .metadata
+        .unwrap()
+        .uid;
+    let mut turn = c
+        .exec(authed(
+            ExecRequest {
+                session: uid.clone(),
+                inputs: vec![text("remember milk")],
+                ..Default::default()
+            },
+            writer,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    while turn.message().await.unwrap().is_some() {}
+
+    let b = base(&d);
+    let (_, login) = page(&format!("{b}/login")).await;
+    let r = post(
+        &format!("{b}/login"),
+        None,
+        &format!("token={approver}&next=%2F&csrf={}", hidden(&login, "csrf")),
+    )
+    .await;
+    let cookie = r.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let html = http()
+        .get(format!("{b}/sessions/{uid}"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("id=\"approve\""),
+        "an approver gets the buttons"
+    );
+    let form = format!(
+        "execution_id={}&tool_call_id=c1&request_seq=4&decision=approve&reason=fine&csrf={}",
+        hidden(&html, "execution_id"),
+        hidden(&html, "csrf")
+    );
+    let r = post(&format!("{b}/sessions/{uid}/decide"), Some(&cookie), &form).await;
+    assert_eq!(r.status(), 303);
+    let to = r.headers()["location"].to_str().unwrap().to_owned();
+    assert_eq!(to, format!("/sessions/{uid}?receipt=6&resume=7#receipt"));
+    let html = http()
+        .get(format!("{b}{to}"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("may approve but not resume"),
+        "the note says why"
+    );
+    assert!(html.contains("call c1 approved (request seq 4): fine"));
+    assert!(
+        html.contains("<td class=\"actor\">abe (api-key)</td>"),
+        "attributed"
+    );
+
+    let mut records = c
+        .replay(authed(
+            ReplayRequest {
+                session: uid.clone(),
+                ..Default::default()
+            },
+            writer,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut decision = None;
+    while let Some(r) = records.message().await.unwrap() {
+        if r.seq == 6 {
+            decision = r.event;
+        }
+    }
+    let actor = decision.unwrap().actor.unwrap();
+    assert_eq!(
+        (actor.principal.as_str(), actor.issuer.as_str()),
+        ("abe", "api-key")
+    );
+    d.shutdown().await;
+}

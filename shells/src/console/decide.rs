@@ -85,12 +85,12 @@ pub async fn decide(
         Ok(other) => return Failure::from(super::unexpected("Approve", &other)).into_response(),
         Err(s) if s.code == Code::FailedPrecondition => {
             // Decided elsewhere (or superseded): the page looks for the
-            // decision that won and says what the machine said.
+            // decision that won. Only codes travel in the URL, so a link
+            // cannot put words of its own on the console's page.
             let to = format!(
-                "{base}?stale={}&call={}&note={}",
+                "{base}?stale={}&call={}#stale",
                 f.request_seq,
                 urlencode(&f.tool_call_id),
-                urlencode(&s.message)
             );
             return Redirect::to(&to).into_response();
         }
@@ -101,17 +101,12 @@ pub async fn decide(
         session: uid.clone(),
         ..Default::default()
     });
-    let note = match console.unary(&viewer.caller, resume).await {
-        Ok(_) => String::new(),
-        Err(s) => format!(
-            "the decision was committed at seq {seq}, but resuming failed ({:?}: {}); a writer \
-             can resume the session",
-            s.code, s.message
-        ),
-    };
     let mut to = format!("{base}?receipt={seq}");
-    if !note.is_empty() {
-        to.push_str(&format!("&note={}", urlencode(&note)));
+    if let Err(s) = console.unary(&viewer.caller, resume).await {
+        // The page says so (the decision stands); the log has the cause.
+        tracing::warn!(session = %uid, code = ?s.code, message = %s.message,
+            "console: resume after a decision failed");
+        to.push_str(&format!("&resume={}", s.code as i32));
     }
     to.push_str("#receipt");
     Redirect::to(&to).into_response()

@@ -215,9 +215,8 @@ pub struct SessionQuery {
     /// The call of `stale`.
     #[serde(default)]
     call: String,
-    /// A message for the viewer (a resume that failed after a decision).
-    #[serde(default)]
-    note: String,
+    /// The status code of a resume that failed after `receipt`'s decision.
+    resume: Option<i32>,
 }
 
 /// The approval a parked turn waits for.
@@ -382,8 +381,23 @@ async fn session_page(
         receipt_seq,
         stale,
         stale_seq,
-        note: q.note.clone(),
+        note: q.resume.map_or(String::new(), resume_note),
     })
+}
+
+/// What the page says when the resume after a decision failed with the
+/// status `code`: fixed texts only (the URL carries just the code).
+fn resume_note(code: i32) -> String {
+    let why = match code {
+        7 => "this principal may approve but not resume (a writer can)",
+        9 | 10 => "the session was busy or changed meanwhile",
+        14 => "the host was unavailable",
+        _ => "the resume failed",
+    };
+    format!(
+        "The decision was committed, but the session was not resumed: {why}. A writer can \
+         resume it (`agentctl resume`)."
+    )
 }
 
 fn verdict(v: Verdict) -> (Option<bool>, String) {
