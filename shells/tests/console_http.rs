@@ -611,3 +611,34 @@ async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_i
     );
     d.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_tampered_record_fails_the_chain_check_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let uid = create(&mut client(&d).await, "echo").await;
+    exec(&d, &uid, "hello").await;
+    d.shutdown().await;
+    let db = rusqlite::Connection::open(dir.path().join("journal.db")).unwrap();
+    let changed = db
+        .execute(
+            "UPDATE events SET hash = '0000' || substr(hash, 5) WHERE session = ?1 AND seq = 5",
+            [&uid],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(db);
+    let d = Daemon::start(config(dir.path())).await.unwrap();
+    let (status, html) = page(&format!("{}/sessions/{uid}", base(&d))).await;
+    assert_eq!(status, 200);
+    assert!(
+        html.contains("✘ seq 5: content_hash mismatch at seq 5: stored 0000"),
+        "{html}"
+    );
+    let (_, verify) = page(&format!("{}/sessions/{uid}/verify", base(&d))).await;
+    assert!(
+        verify.contains("class=\"bad\">seq 5: content_hash mismatch"),
+        "{verify}"
+    );
+    d.shutdown().await;
+}
