@@ -15,6 +15,7 @@ mod cli;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,7 +70,9 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
     ))
 }
 
-/// chromedriver on a free loopback port; killed when dropped.
+/// chromedriver on a free loopback port, in a process group of its own
+/// with the chromium it starts; the group is killed when dropped, so a
+/// failed test leaves no browser behind.
 struct Driver {
     child: Child,
     url: String,
@@ -82,6 +85,7 @@ impl Driver {
             .expect("free port")
             .port();
         let child = Command::new(bin)
+            .process_group(0)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -101,6 +105,8 @@ impl Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill").args(["-KILL", "--", &group]).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -372,6 +378,12 @@ async fn stale_decision(c: &Client, w: &World, raced: &str) {
             "--reason",
             "decided on the CLI",
         ],
+    );
+    // The open page learns of it (and offers a reload) but keeps its card.
+    assert!(
+        text(c, "#changed:not([hidden])")
+            .await
+            .contains("decided elsewhere")
     );
     wait_css(c, "#approve").await.click().await.unwrap();
     let stale = text(c, "#stale").await;

@@ -42,11 +42,19 @@
       state.className = "state " + head.exec;
     }
     // A turn parked (or an approval was decided elsewhere): the card
-    // comes from the server, so the page is fetched again.
+    // comes from the server, so the page says so and offers a reload. It
+    // does not reload by itself: that could cancel a decision being sent,
+    // and a decision sent from an outdated card gets the stale answer.
     if ((head.pending ? "1" : "0") !== table.dataset.pending) {
-      source.close();
-      window.location.reload();
+      var changed = document.getElementById("changed");
+      if (changed) {
+        changed.hidden = false;
+      }
     }
+  });
+  // A form on its way out needs no more updates.
+  document.addEventListener("submit", function () {
+    source.close();
   });
   source.addEventListener("error", function () {
     if (status) {
