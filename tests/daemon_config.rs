@@ -86,6 +86,7 @@ fn flags_and_environment_beat_the_file_which_beats_the_defaults() {
         "d.toml",
         "addr = \"127.0.0.1:7001\"\n\
          metrics_addr = \"127.0.0.1:7002\"\n\
+         console-addr = \"127.0.0.1:7003\"\n\
          journal-ca = \"/from/file.pem\"\n\
          harness = [\"a=127.0.0.1:5000\", \"b=127.0.0.1:5001\"]\n\
          model = \"gpt-test\"\n\
@@ -106,6 +107,10 @@ fn flags_and_environment_beat_the_file_which_beats_the_defaults() {
     assert_eq!(
         setting(&out, "metrics-addr"),
         ("\"127.0.0.1:7002\"", "file")
+    );
+    assert_eq!(
+        setting(&out, "console-addr"),
+        ("\"127.0.0.1:7003\"", "file")
     );
     assert_eq!(
         setting(&out, "journal-ca"),

@@ -137,6 +137,8 @@ impl Launcher for InProcess {
                 metrics_addr: None,
                 // Two loops, so the suite certifies the partitioned host.
                 drive_loops: 2,
+                console_addr: None,
+                journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };
             let (ready_tx, ready_rx) = oneshot::channel();
             let (end_tx, end_rx) = oneshot::channel();

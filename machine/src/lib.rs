@@ -13,6 +13,8 @@
 //! - [`vocab`]: what goes in and out of the machine (requests, effects,
 //!   outcomes, rows, statuses, config).
 //! - [`chain`]: verification of a hash-chained sequence of records.
+//! - [`verify`]: a session's whole chain checked as it streams in, against
+//!   the head its metadata claims (`agentctl verify`, the web console).
 //! - [`journal`]: pure projections of a journal (executions, legacy prefix,
 //!   approval gate, session status).
 //! - [`error`]: the error catalog.
@@ -53,4 +55,5 @@ pub mod inputhash;
 pub mod invocation;
 pub mod journal;
 mod ops;
+pub mod verify;
 pub mod vocab;

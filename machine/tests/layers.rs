@@ -25,6 +25,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("vocab", 1),
     ("chain", 1),
     ("error", 2),
+    // A whole chain checked against the head its metadata claims.
+    ("verify", 2),
     // Journal projections, bottom up.
     ("journal::records", 3),
     ("journal::legacy", 4),

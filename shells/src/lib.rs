@@ -1,6 +1,9 @@
 //! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).
 
 pub mod auth;
+// The web console (axum pages over the drive loop); not in the simulation.
+#[cfg(not(madsim))]
+pub mod console;
 pub mod daemon;
 pub mod harness;
 pub mod journal;

@@ -194,6 +194,8 @@ impl Link {
             metrics_addr: None,
             // One process per command: one loop is plenty.
             drive_loops: 1,
+            console_addr: None,
+            journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };
         let daemon = Daemon::start(config)
             .await

@@ -141,6 +141,17 @@ struct Args {
     /// this address; loopback unless --insecure-listen. Off by default.
     #[arg(long, value_name = "HOST:PORT")]
     metrics_addr: Option<SocketAddr>,
+    /// Most committed records the daemon keeps in memory across sessions,
+    /// so an operation on a session reads only what it has not seen; a
+    /// session longer than its loop's share (this divided by
+    /// --drive-loops) is read whole by every call on it.
+    #[arg(long, value_name = "N", default_value_t = agentsessions_shells::daemon::log_cache::MAX_RECORDS)]
+    journal_cache_records: usize,
+    /// Serve the web console (sessions, journals, fork trees, approvals)
+    /// on this address; loopback unless --insecure-listen. With --auth it
+    /// asks for a token. Off by default.
+    #[arg(long, value_name = "HOST:PORT")]
+    console_addr: Option<SocketAddr>,
     /// Export trace spans over OTLP/gRPC to this collector, e.g.
     /// `http://127.0.0.1:4317`: one span per RPC and children for journal
     /// writes, harness connections, model calls and tool executions.
@@ -377,6 +388,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => usize::from(n),
         },
+        console_addr: args.console_addr,
+        journal_cache_records: args.journal_cache_records,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(
@@ -409,6 +422,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     if let Some(m) = daemon.metrics_addr {
         println!("metrics listening on {m}");
+    }
+    if let Some(c) = daemon.console_addr {
+        println!("console listening on http://{c}");
     }
     shutdown_signal().await;
     eprintln!("agentsessionsd: draining in-flight calls");

@@ -50,6 +50,8 @@ pub struct Daemon {
     pub registry: String,
     /// The `/metrics` address, when `--metrics-addr` was among the flags.
     pub metrics: Option<String>,
+    /// The console's base URL, when `--console-addr` was among the flags.
+    pub console: Option<String>,
 }
 
 impl Daemon {
@@ -97,11 +99,15 @@ impl Daemon {
         let metrics = extra
             .contains(&"--metrics-addr")
             .then(|| addr_of("metrics listening on "));
+        let console = extra
+            .contains(&"--console-addr")
+            .then(|| addr_of("console listening on "));
         Self {
             child,
             sessions,
             registry,
             metrics,
+            console,
         }
     }
 }

@@ -74,6 +74,12 @@ pub struct DaemonConfig {
     /// Drive loops, each a host of its own on a thread of its own, with the
     /// sessions partitioned over them (at least 1; see `DriverHandle`).
     pub drive_loops: usize,
+    /// Most committed records kept in the drive loop's journal cache
+    /// ([`super::log_cache::MAX_RECORDS`] by default).
+    pub journal_cache_records: usize,
+    /// Serve the web console on this address (loopback unless
+    /// `--insecure-listen`); `None`: no console.
+    pub console_addr: Option<SocketAddr>,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -354,6 +360,8 @@ pub struct Daemon {
     pub registry_addr: Option<SocketAddr>,
     /// The bound `/metrics` address, if served.
     pub metrics_addr: Option<SocketAddr>,
+    /// The bound web console address, if served.
+    pub console_addr: Option<SocketAddr>,
     journal: Option<Reopening<SqliteJournal>>,
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -486,6 +494,8 @@ impl Daemon {
                 "--drive-loops: at least one drive loop".into(),
             ));
         }
+        // The record budget is the daemon's: each loop caches its share.
+        let cache_share = (config.journal_cache_records / config.drive_loops).max(1);
         // Each loop is a host of its own; the ports (journal and its
         // writer, harnesses, runtimes, model, tools) are shared, so group
         // commit still spans every loop.
@@ -498,6 +508,7 @@ impl Daemon {
                 Host::new(host_config.clone(), Box::new(RandomIds))
             };
             let (mut driver, lane) = Driver::new(host, ports.clone());
+            driver = driver.with_log_cache(cache_share);
             if let Some(m) = &metrics {
                 driver = driver.with_metrics(m.clone());
             }
@@ -566,6 +577,47 @@ impl Daemon {
                 stop.subscribe(),
             ));
         }
+        let mut console_addr = None;
+        if let Some(caddr) = config.console_addr {
+            // HTTPS with the Sessions listener's certificate when TLS is
+            // configured; plain HTTP is loopback only unless the operator
+            // says otherwise.
+            check_listen(
+                "--console-addr",
+                caddr,
+                security.tls.is_some(),
+                security.insecure_listen,
+            )?;
+            let tls = match &security.tls {
+                Some(files) => Some(crate::console::tls::server_config(files)?),
+                None => None,
+            };
+            let listener =
+                tokio::net::TcpListener::bind(caddr)
+                    .await
+                    .map_err(|e| StartError::Listen {
+                        addr: caddr,
+                        reason: e.to_string(),
+                    })?;
+            console_addr = listener.local_addr().ok();
+            let csrf = crate::console::CsrfKey::random()
+                .map_err(|e| StartError::Config(format!("--console-addr: random key: {e}")))?;
+            let console = crate::console::Console::new(
+                handle.clone(),
+                security.auth.clone(),
+                csrf,
+                stop.subscribe(),
+                tls.is_some(),
+            );
+            servers.push(
+                crate::console::serve(listener, tls, console, stop.subscribe()).map_err(|e| {
+                    StartError::Listen {
+                        addr: caddr,
+                        reason: e.to_string(),
+                    }
+                })?,
+            );
+        }
         let guard = Guard {
             tls,
             auth: security.auth.clone(),
@@ -605,6 +657,7 @@ impl Daemon {
             addr,
             registry_addr,
             metrics_addr,
+            console_addr,
             journal: None,
             servers,
             stop,

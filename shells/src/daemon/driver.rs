@@ -202,6 +202,14 @@ impl<S: JournalStore + 'static> Driver<S> {
         )
     }
 
+    /// Keeps at most `records` committed records in the journal cache
+    /// (default [`super::log_cache::MAX_RECORDS`]); a session longer than
+    /// that is read whole by every operation on it.
+    pub fn with_log_cache(mut self, records: usize) -> Self {
+        self.log_cache = LogCache::new(records);
+        self
+    }
+
     /// Keeps `metrics` of what the loop performs and the machine decides.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.ports.store.set_meter(metrics.journal());

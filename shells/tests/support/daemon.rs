@@ -31,6 +31,8 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         security: Default::default(),
         metrics_addr: None,
         drive_loops: 1,
+        console_addr: None,
+        journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }
 }
 

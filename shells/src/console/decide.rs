@@ -1,0 +1,113 @@
+//! POST /sessions/{uid}/decide: Approve, then Resume, as `agentctl
+//! approve` does, with the browser's verified caller.
+
+use agentsessions_machine::host::{Code, Request, Response};
+use agentsessions_proto::v1::{ApproveRequest, ResumeRequest};
+use axum::extract::{Form, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response as HttpResponse};
+
+use super::auth::{self, NoViewer};
+use super::pages::urlencode;
+use super::{Console, Failure};
+
+/// The decision form.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    execution_id: String,
+    #[serde(default)]
+    tool_call_id: String,
+    #[serde(default)]
+    request_seq: i64,
+    /// `approve` or `deny`.
+    #[serde(default)]
+    decision: String,
+    #[serde(default)]
+    reason: String,
+}
+
+fn refused(status: StatusCode, title: &str, why: &str) -> HttpResponse {
+    Failure::new(status, title, format!("{why}; nothing was changed")).into_response()
+}
+
+/// Commits the decision and resumes the session, then shows the session
+/// with the receipt; a decision that lost to another shows the winner.
+pub async fn decide(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(uid): Path<String>,
+    Form(f): Form<DecideForm>,
+) -> HttpResponse {
+    let viewer = match auth::viewer(console.auth(), &headers) {
+        Ok(v) => v,
+        Err(NoViewer::Missing) => {
+            return refused(StatusCode::UNAUTHORIZED, "Not signed in", "no token");
+        }
+        Err(NoViewer::Refused(e)) => {
+            return refused(StatusCode::UNAUTHORIZED, "Not signed in", &e.to_string());
+        }
+    };
+    if !console.csrf().check(&viewer.token, &f.csrf) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            "the form's CSRF token is missing or wrong",
+        );
+    }
+    let approved = match f.decision.as_str() {
+        "approve" => true,
+        "deny" => false,
+        _ => {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "decision must be approve or deny",
+            );
+        }
+    };
+    let request = Request::Approve(ApproveRequest {
+        session: uid.clone(),
+        execution_id: f.execution_id.clone(),
+        tool_call_id: f.tool_call_id.clone(),
+        request_seq: f.request_seq,
+        approved: Some(approved),
+        reason: f.reason.clone(),
+        // The machine records the verified principal; with auth off the
+        // decision names no one, as an anonymous `agentctl approve`.
+        identity: None,
+    });
+    let base = format!("/sessions/{}", urlencode(&uid));
+    let decision = match console.unary(&viewer.caller, request).await {
+        Ok(Response::Approve(r)) => r,
+        Ok(other) => return Failure::from(super::unexpected("Approve", &other)).into_response(),
+        Err(s) if s.code == Code::FailedPrecondition => {
+            // Decided elsewhere (or superseded): the page looks for the
+            // decision that won. Only codes travel in the URL, so a link
+            // cannot put words of its own on the console's page.
+            let to = format!(
+                "{base}?stale={}&call={}#stale",
+                f.request_seq,
+                urlencode(&f.tool_call_id),
+            );
+            return Redirect::to(&to).into_response();
+        }
+        Err(s) => return Failure::from(s).into_response(),
+    };
+    let seq = decision.decision.as_ref().map_or(0, |r| r.seq);
+    let resume = Request::Resume(ResumeRequest {
+        session: uid.clone(),
+        ..Default::default()
+    });
+    let mut to = format!("{base}?receipt={seq}");
+    if let Err(s) = console.unary(&viewer.caller, resume).await {
+        // The page says so (the decision stands); the log has the cause.
+        tracing::warn!(session = %uid, code = ?s.code, message = %s.message,
+            "console: resume after a decision failed");
+        to.push_str(&format!("&resume={}", s.code as i32));
+    }
+    to.push_str("#receipt");
+    Redirect::to(&to).into_response()
+}
