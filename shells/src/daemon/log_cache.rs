@@ -20,7 +20,10 @@
 //! exactly what an uncached read at the same moment would return.
 //!
 //! Memory is bounded by a total record count across sessions; the least
-//! recently used sessions are dropped first.
+//! recently used sessions are dropped first. A journal longer than the
+//! whole budget stays only while it is the most recently used one, alone:
+//! the call that read it held it in memory anyway, and the next call on
+//! the same session (a console page, the next turn) reads only its tail.
 
 use std::collections::HashMap;
 
@@ -219,7 +222,7 @@ impl LogCache {
     }
 
     fn remember(&mut self, session: &str, journal: &Journal) {
-        if journal.is_empty() || journal.len() > self.max_records {
+        if journal.is_empty() {
             self.forget(session);
             return;
         }
@@ -251,8 +254,8 @@ impl LogCache {
         }
     }
 
-    /// Drops least recently used sessions (never `keep`) until within bounds;
-    /// `keep` itself goes if it alone is too large.
+    /// Drops least recently used sessions (never `keep`) until within
+    /// bounds, or until `keep` is all that is left.
     fn evict(&mut self, keep: &str) {
         while self.total > self.max_records {
             let victim = self
@@ -263,12 +266,13 @@ impl LogCache {
                 .map(|(k, _)| k.clone());
             match victim {
                 Some(k) => self.forget(&k),
-                None => {
-                    self.forget(keep);
-                    return;
-                }
+                None => break,
             }
         }
+        debug_assert!(
+            self.total <= self.max_records || self.sessions.len() == 1,
+            "over budget only with one journal alone"
+        );
     }
 }
 
@@ -395,8 +399,12 @@ mod tests {
         assert_eq!(c.plan("b", 0), ReadPlan::Full);
         assert_ne!(c.plan("a", 0), ReadPlan::Full);
         assert_ne!(c.plan("c", 0), ReadPlan::Full);
-        // A journal larger than the whole budget is not kept.
+        // A journal larger than the whole budget is kept alone while it is
+        // the most recent; the next session's read drops it.
         c.complete("d", &ReadPlan::Full, 0, chain(6, "d"));
+        assert_ne!(c.plan("d", 0), ReadPlan::Full);
+        assert_eq!((c.len(), c.sessions.len()), (6, 1));
+        c.complete("e", &ReadPlan::Full, 0, chain(2, "e"));
         assert_eq!(c.plan("d", 0), ReadPlan::Full);
         assert!(c.len() <= 5);
     }
