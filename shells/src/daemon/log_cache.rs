@@ -20,10 +20,11 @@
 //! exactly what an uncached read at the same moment would return.
 //!
 //! Memory is bounded by a total record count across sessions; the least
-//! recently used sessions are dropped first. A journal longer than the
-//! whole budget stays only while it is the most recently used one, alone:
-//! the call that read it held it in memory anyway, and the next call on
-//! the same session (a console page, the next turn) reads only its tail.
+//! recently used sessions are dropped first. The longest journal held does
+//! not count against the budget, so one session longer than the whole
+//! budget stays cached beside the others (memory: the budget plus one
+//! journal, which the call that read it held in memory anyway), and the
+//! next call on it (a console page, the next turn) reads only its tail.
 
 use std::collections::HashMap;
 
@@ -254,10 +255,10 @@ impl LogCache {
         }
     }
 
-    /// Drops least recently used sessions (never `keep`) until within
-    /// bounds, or until `keep` is all that is left.
+    /// Drops least recently used sessions (never `keep`) until what is held
+    /// besides the longest journal is within bounds.
     fn evict(&mut self, keep: &str) {
-        while self.total > self.max_records {
+        while self.total - self.longest() > self.max_records {
             let victim = self
                 .sessions
                 .iter()
@@ -270,9 +271,17 @@ impl LogCache {
             }
         }
         debug_assert!(
-            self.total <= self.max_records || self.sessions.len() == 1,
-            "over budget only with one journal alone"
+            self.total - self.longest() <= self.max_records || self.sessions.len() <= 2,
+            "over budget by more than the longest journal"
         );
+    }
+
+    fn longest(&self) -> usize {
+        self.sessions
+            .values()
+            .map(|e| e.journal.len())
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -396,17 +405,25 @@ mod tests {
         let plan = c.plan("a", 0);
         c.complete("a", &plan, 0, chain(2, "a")[1..].to_vec());
         c.complete("c", &ReadPlan::Full, 0, chain(2, "c"));
+        // The longest journal is not counted: 6 - 2 fits the budget of 5.
+        assert_ne!(c.plan("b", 0), ReadPlan::Full);
+        c.complete("x", &ReadPlan::Full, 0, chain(2, "x"));
         assert_eq!(c.plan("b", 0), ReadPlan::Full);
+        assert_ne!(c.plan("x", 0), ReadPlan::Full);
         assert_ne!(c.plan("a", 0), ReadPlan::Full);
         assert_ne!(c.plan("c", 0), ReadPlan::Full);
-        // A journal larger than the whole budget is kept alone while it is
-        // the most recent; the next session's read drops it.
+        // A journal larger than the whole budget is kept beside at most a
+        // budget's worth of others.
         c.complete("d", &ReadPlan::Full, 0, chain(6, "d"));
         assert_ne!(c.plan("d", 0), ReadPlan::Full);
-        assert_eq!((c.len(), c.sessions.len()), (6, 1));
         c.complete("e", &ReadPlan::Full, 0, chain(2, "e"));
+        assert_ne!(c.plan("d", 0), ReadPlan::Full, "the long one stays");
+        assert_ne!(c.plan("e", 0), ReadPlan::Full);
+        assert!(c.len() - 6 <= 5);
+        // Least recently used, the long one goes like any other.
+        c.complete("f", &ReadPlan::Full, 0, chain(4, "f"));
         assert_eq!(c.plan("d", 0), ReadPlan::Full);
-        assert!(c.len() <= 5);
+        assert!(c.len() - c.longest() <= 5, "the rest is held to the budget");
     }
 
     #[test]
