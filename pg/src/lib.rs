@@ -26,10 +26,10 @@ pub use group::{GroupLimits, GroupStats};
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
+    HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
+    RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
+    StoreError, Tombstone, VerifyError,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -217,6 +217,11 @@ impl JournalStore for PgJournal {
         }
         let mut c = self.conn().await?;
         ops::append(&mut c, &batch, &self.default_project).await
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        let mut c = self.conn().await?;
+        ops::fork(client_mut(&mut c), &batch, &self.default_project).await
     }
 
     async fn mint_fence(
