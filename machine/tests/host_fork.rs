@@ -626,3 +626,78 @@ fn a_fork_at_a_tool_call_refuses_to_resume_the_inherited_intent() {
     );
     assert_eq!(world.store.records(&child).len(), 4, "nothing written");
 }
+
+/// The parent's reads and the children's writes of one fork: what the
+/// fork costs the store.
+fn fork_effects(world: &mut World, parent: &str) -> Vec<Effect> {
+    let mark = world.trace.len();
+    fork_ok(world, fork_req(parent, 0, 2));
+    world.trace[mark..]
+        .iter()
+        .filter(|e| matches!(e, Effect::Store(_)))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_fork_reads_only_the_parents_row_and_writes_one_marker_per_child_whatever_its_length() {
+    let mut world = World::default();
+    let short = echoed(&mut world);
+    let long = echoed(&mut world);
+    for i in 0..60 {
+        let call = world.call(exec(&long, &format!("turn {i}")));
+        assert_eq!(call.code(), Code::Ok, "{call:?}");
+    }
+    let long_head = world.store.records(&long).len() as i64;
+    assert!(long_head > 300, "{long_head}");
+
+    let (a, b) = (
+        fork_effects(&mut world, &short),
+        fork_effects(&mut world, &long),
+    );
+    let names = |effects: &[Effect]| effects.iter().map(Effect::name).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b), "the same effects whatever the length");
+    for (effects, parent, head) in [(&a, &short, 5), (&b, &long, long_head)] {
+        // Nothing of the parent's journal is read: its row has the head.
+        assert!(!effects.iter().any(|e| matches!(
+            e,
+            Effect::Store(StoreEffect::ReadLog { session, .. } | StoreEffect::ReadJournal { session, .. })
+                if session == parent
+        )));
+        let forks: Vec<_> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Store(StoreEffect::Fork {
+                    parent: p,
+                    at_seq,
+                    events,
+                    ..
+                }) => Some((p.clone(), *at_seq, events.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(forks, vec![(parent.clone(), head, 1); 2], "one marker each");
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::Store(StoreEffect::Append { .. })))
+        );
+    }
+    // And the children read as copies would have.
+    let children: Vec<String> = world
+        .store
+        .sessions()
+        .into_iter()
+        .filter(|s| world.store.row(s).is_some_and(|r| r.parent_uid == long))
+        .collect();
+    assert_eq!(children.len(), 2);
+    for child in &children {
+        assert_forked_copy(&world, &long, child, long_head as usize);
+    }
+    // Stored once: each child adds its marker, not the prefix.
+    let own: usize = [&short, &long]
+        .iter()
+        .map(|s| world.store.records(s).len())
+        .sum();
+    assert_eq!(world.store.stored_records(), own + 4);
+}

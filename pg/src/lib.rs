@@ -197,6 +197,22 @@ impl PgJournal {
             .unwrap_or_default()
     }
 
+    /// Rows in `events` and `session_prefixes`: what the store holds,
+    /// for tests that check a fork writes and a delete frees what they
+    /// should.
+    #[doc(hidden)]
+    pub async fn row_counts(&self) -> Result<(i64, i64), StoreError> {
+        let c = self.conn().await?;
+        let row = client(&c)
+            .query_one(
+                "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM session_prefixes)",
+                &[],
+            )
+            .await
+            .map_err(backend)?;
+        Ok((row.get(0), row.get(1)))
+    }
+
     async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }

@@ -205,6 +205,11 @@ impl DurableImage {
     pub fn stored_records(&self) -> usize {
         self.0.stored_records()
     }
+
+    /// Fork prefix spans stored.
+    pub fn stored_spans(&self) -> usize {
+        self.0.stored_spans()
+    }
     /// The durable row of `session`.
     pub fn deleted(&self) -> Vec<String> {
         self.0.deleted()

@@ -292,6 +292,11 @@ impl Tables {
         own + self.retained.values().map(Vec::len).sum::<usize>()
     }
 
+    /// Prefix spans stored (a SQL store's `session_prefixes` rows).
+    pub fn stored_spans(&self) -> usize {
+        self.sessions.values().map(|s| s.prefix.len()).sum()
+    }
+
     pub fn head(&self, session: &str) -> i64 {
         self.sessions.get(session).map_or(0, Session::head)
     }
