@@ -166,13 +166,15 @@ fn last_fork(records: &[LogRecord]) -> i64 {
     records
         .iter()
         .rev()
-        .find(|r| {
-            r.event
-                .as_ref()
-                .and_then(body::lifecycle)
-                .is_some_and(|l| l.kind == lifecycle::Kind::LifecycleFork as i32)
-        })
+        .find(|r| is_fork_marker(r))
         .map_or(0, |r| r.seq)
+}
+
+fn is_fork_marker(r: &LogRecord) -> bool {
+    r.event
+        .as_ref()
+        .and_then(body::lifecycle)
+        .is_some_and(|l| l.kind == lifecycle::Kind::LifecycleFork as i32)
 }
 
 /// The compute state a row must show after `records`.
@@ -665,7 +667,10 @@ impl Oracle {
             ensure(r.seq == i as i64 + 1, Rule::Chain, || {
                 format!("{s}: seq {} at position {}", r.seq, i + 1)
             })?;
-            if i > 0 {
+            // Fences are a session's own: a fork child's records before its
+            // FORK marker are its parent's, under the parent's fences, and
+            // its own begin again at its first mint.
+            if i > 0 && !is_fork_marker(r) {
                 ensure(
                     r.fence >= records[i - 1].fence,
                     Rule::FenceMonotonic,
