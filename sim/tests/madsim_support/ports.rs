@@ -331,12 +331,12 @@ fn map_err(
 }
 
 /// The durable record that owns `pred` in `session`, latest first.
-fn find<'a>(
-    view: &'a View,
-    session: &str,
-    pred: impl Fn(&LogRecord) -> bool,
-) -> Option<&'a LogRecord> {
-    view.records(session).iter().rev().find(|r| pred(r))
+fn find(view: &View, session: &str, pred: impl Fn(&LogRecord) -> bool) -> Option<LogRecord> {
+    view.records(session)
+        .iter()
+        .rev()
+        .find(|r| pred(r))
+        .cloned()
 }
 
 /// The port sees only the request, so its owner is found by the input
@@ -424,7 +424,7 @@ impl ToolPort for SimTools {
                     })
                 });
                 match intent {
-                    Some(intent) => o.on_execute_tool(view, inc, &session, intent, &call),
+                    Some(intent) => o.on_execute_tool(view, inc, &session, &intent, &call),
                     None => Err(violation(
                         Rule::RecordBeforeEffect,
                         format!("{session}: tool {} ran with no durable TOOL_CALL", call.id),
