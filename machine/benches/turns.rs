@@ -237,6 +237,12 @@ impl Driver {
                 s.row.last_seq = s.records.len() as i64;
                 StoreOutcome::Appended(Ok(out))
             }
+            // Echo turns never fork.
+            StoreEffect::Fork { .. } => {
+                StoreOutcome::Appended(Err(agentsessions_machine::host::AppendError::Failed(
+                    "the echo bench does not fork".into(),
+                )))
+            }
             StoreEffect::MintFence { session, .. } => {
                 let s = self.store.entry(session).or_default();
                 s.fence += 1;

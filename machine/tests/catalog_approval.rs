@@ -550,7 +550,7 @@ fn a_second_gate_parks_after_the_first_runs_and_the_first_never_reruns() {
     let k = kinds(&world, &sid);
     assert_eq!(k.last(), Some(&EventLifecycle));
     assert!(!k.contains(&EventEnd));
-    let records = world.store.records(&sid);
+    let records = &*world.store.records(&sid);
     let request_fence = records[seq as usize - 1].fence;
     assert_ne!(
         records.last().unwrap().fence,

@@ -122,7 +122,7 @@ fn a_caller_with_no_suitable_role_anywhere_is_refused_with_no_effect_but_the_rep
             );
         }
     }
-    assert_eq!(world.store.records(&sid), before, "nothing written");
+    assert_eq!(&*world.store.records(&sid), before, "nothing written");
 }
 
 #[test]
@@ -311,7 +311,7 @@ fn a_separate_approver_may_not_decide_calls_of_a_session_it_created() {
     let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
     let own = world.call_as(alice, decide.clone());
     assert_eq!(own.code(), Code::PermissionDenied, "{own:?}");
-    assert_eq!(world.store.records(&sid), before, "nothing written");
+    assert_eq!(&*world.store.records(&sid), before, "nothing written");
     let bob = separate(who("bob", &["*:approver"]));
     assert_eq!(world.call_as(bob, decide).code(), Code::Ok);
 }
@@ -326,7 +326,7 @@ fn the_creator_and_the_turns_it_writes_carry_the_principal_and_open_calls_carry_
     let sid = uid(&created);
     world.call_as(alice, exec(&sid, "", "hi"));
     world.call(exec(&sid, "", "again"));
-    let records = world.store.records(&sid);
+    let records = &*world.store.records(&sid);
     let actor_of = |kind: EventKind, nth: usize| {
         records
             .iter()
@@ -360,7 +360,7 @@ fn a_client_gone_while_its_call_waits_for_the_project_check_starts_nothing() {
     world.release();
     let got = world.take(id);
     assert_eq!(got.code(), Code::Cancelled, "{got:?}");
-    assert_eq!(world.store.records(&sid), before);
+    assert_eq!(&*world.store.records(&sid), before);
     assert_eq!(world.host.in_flight(), 0);
 }
 
@@ -410,7 +410,7 @@ fn a_live_turns_cancel_records_and_a_parked_turns_name_the_canceller() {
         })
     };
     let actors = |world: &World, sid: &str| -> Vec<Option<String>> {
-        let records = world.store.records(sid);
+        let records = &*world.store.records(sid);
         records[records.len() - 2..]
             .iter()
             .map(|r| r.event.as_ref().unwrap().actor.clone().map(|a| a.principal))

@@ -21,12 +21,12 @@ fn cancel(sid: &str, execution_id: &str, reason: &str) -> Request {
 }
 
 fn verify(world: &World, sid: &str) {
-    agentsessions_machine::chain::verify(world.store.records(sid)).expect("chain verifies");
+    agentsessions_machine::chain::verify(&world.store.records(sid)).expect("chain verifies");
 }
 
 /// The last two records are LIFECYCLE{CANCEL, reason} and END{CANCELED}.
 fn assert_canceled_tail(world: &World, sid: &str, reason: &str) {
-    let records = world.store.records(sid);
+    let records = &*world.store.records(sid);
     let [.., marker, end] = records else {
         panic!("too few records");
     };
@@ -201,7 +201,7 @@ fn a_cancel_cut_before_its_end_is_finished_by_resume() {
 
 /// After a finished cut cancel: ..., CANCEL, END{CANCELED}.
 fn assert_canceled_tail_or_end(world: &World, sid: &str) {
-    let records = world.store.records(sid);
+    let records = &*world.store.records(sid);
     let last = records.last().unwrap().event.as_ref().unwrap();
     assert!(events::is_canceled_end(last), "{last:?}");
     let kinds = kinds(world, sid);
@@ -422,8 +422,8 @@ fn cancel_of_a_turn_cut_before_its_inputs_finds_nothing_in_flight() {
     let before = world.store.records(&sid).to_vec();
     let call = world.call(cancel(&sid, "", "stop"));
     assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
-    assert_eq!(world.store.records(&sid), &before[..], "nothing written");
-    agentsessions_machine::journal::executions::project(world.store.records(&sid))
+    assert_eq!(&*world.store.records(&sid), &before[..], "nothing written");
+    agentsessions_machine::journal::executions::project(&world.store.records(&sid))
         .expect("the journal still projects");
     assert_eq!(world.call(exec(&sid, "", "again")).code(), Code::Ok);
     verify(&world, &sid);
@@ -442,7 +442,7 @@ fn cancel_of_a_short_turn_already_marked_writes_nothing() {
     let before = world.store.records(&sid).to_vec();
     let call = world.call(cancel(&sid, "", "again"));
     assert_eq!(call.code(), Code::Ok, "{call:?}");
-    assert_eq!(world.store.records(&sid), &before[..], "nothing written");
-    agentsessions_machine::journal::executions::project(world.store.records(&sid))
+    assert_eq!(&*world.store.records(&sid), &before[..], "nothing written");
+    agentsessions_machine::journal::executions::project(&world.store.records(&sid))
         .expect("the journal still projects");
 }

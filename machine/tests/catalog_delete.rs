@@ -128,7 +128,7 @@ fn delete_is_refused_while_a_turn_runs_is_parked_or_was_cut_and_allowed_after_ca
             message.is_some_and(|m| m.contains("cancel it first")),
             "{call:?}"
         );
-        assert_eq!(world.store.records(sid), &before[..], "journal unchanged");
+        assert_eq!(&*world.store.records(sid), &before[..], "journal unchanged");
         assert_eq!(world.call(cancel(sid)).code(), Code::Ok);
         assert_eq!(world.call(delete(sid)).code(), Code::Ok);
         assert_gone(&mut world, sid);
@@ -203,8 +203,17 @@ fn fork_children_keep_their_prefix_and_run_after_the_parent_is_deleted() {
         };
         assert_eq!(hashes(&records[..prefix.len()]), hashes(&prefix));
         assert_eq!(world.call(exec(child, "", "two")).code(), Code::Ok);
-        agentsessions_machine::chain::verify(world.store.records(child)).expect("still");
+        agentsessions_machine::chain::verify(&world.store.records(child)).expect("still");
     }
+    // The prefix is stored once, under the deleted parent, until the last
+    // child that shares it goes.
+    let own = |w: &World| -> usize { children.iter().map(|c| w.store.records(c).len()).sum() };
+    let shared = own(&world) - 2 * prefix.len() + prefix.len();
+    assert_eq!(world.store.stored_records(), shared);
+    for child in &children {
+        assert_eq!(world.call(delete(child)).code(), Code::Ok);
+    }
+    assert_eq!(world.store.stored_records(), 0, "nothing orphaned");
 }
 
 fn retaining(period: i64) -> World {

@@ -148,7 +148,7 @@ fn each_turn_has_its_own_execution_id_and_sees_earlier_turns_as_history() {
     world.call(exec(&sid, "", "same"));
     let mark = world.trace.len();
     world.call(exec(&sid, "", "same"));
-    let records = world.store.records(&sid);
+    let records = &*world.store.records(&sid);
     let ids: Vec<&str> = records
         .iter()
         .map(|r| r.event.as_ref().unwrap().execution_id.as_str())
@@ -559,5 +559,5 @@ fn a_journal_read_back_with_a_broken_link_is_data_loss_and_nothing_is_written() 
     world.store.import(damaged, records.clone(), world.now);
     let call = world.call(exec(damaged, "", "two"));
     assert_eq!(call.code(), Code::DataLoss, "{call:?}");
-    assert_eq!(world.store.records(damaged), records.as_slice());
+    assert_eq!(&*world.store.records(damaged), records.as_slice());
 }

@@ -100,7 +100,7 @@ fn a_report_reusing_a_completed_gate_id_stops_the_run_and_the_next_resume_comple
         let k = kinds(&world, &sid);
         assert_eq!(k.len(), 7, "cut {keep}: {k:?}");
         assert_eq!(k.last(), Some(&EventToolResult));
-        agentsessions_machine::chain::verify(world.store.records(&sid)).expect("chain");
+        agentsessions_machine::chain::verify(&world.store.records(&sid)).expect("chain");
         assert!(session(&mut world, &sid).pending_approval.is_none());
 
         // The next recovery serves the receipt and runs an ordinary report.

@@ -155,7 +155,7 @@ fn a_keyless_identity_change_on_decided_recovery_keeps_the_evidence_for_the_next
     assert_eq!(world.executor.attempts, 0);
     assert_eq!(world.model_calls, 0);
     assert_eq!(kinds(&world, &sid)[6..].to_vec(), vec![EventError]);
-    agentsessions_machine::chain::verify(world.store.records(&sid)).expect("chain verifies");
+    agentsessions_machine::chain::verify(&world.store.records(&sid)).expect("chain verifies");
     // No park handoff happened, and the decision still stands.
     assert!(!world.runtime_calls.contains(&"snapshot".to_string()));
     assert!(session(&mut world, &sid).pending_approval.is_none());
@@ -413,7 +413,7 @@ fn equal_numbers_match_however_they_were_built_and_serve_the_recorded_result() {
         _ => None,
     });
     assert_eq!(served.as_deref(), Some("c1"));
-    agentsessions_machine::chain::verify(world.store.records(&sid)).expect("chain");
+    agentsessions_machine::chain::verify(&world.store.records(&sid)).expect("chain");
 }
 
 #[test]

@@ -147,7 +147,7 @@ fn another_host_takes_the_next_turn_as_soon_as_the_reply_arrives() {
         a.store = b.store.clone();
         a.now = b.now;
     }
-    agentsessions_machine::chain::verify(a.store.records(&sid)).unwrap();
+    agentsessions_machine::chain::verify(&a.store.records(&sid)).unwrap();
 }
 
 #[test]
@@ -217,7 +217,7 @@ fn another_hosts_live_lease_refuses_a_turn_with_aborted_and_writes_nothing() {
     assert_eq!(call.code(), Code::Aborted, "{call:?}");
     let message = call.reply.unwrap_err().message;
     assert!(message.contains("leased to host a"), "{message}");
-    assert_eq!(b.store.records(&sid), &before[..], "nothing written");
+    assert_eq!(&*b.store.records(&sid), &before[..], "nothing written");
     assert_eq!(b.store.lease(&sid).unwrap().owner, "a", "a's lease stands");
 }
 
@@ -238,7 +238,7 @@ fn a_lapsed_lease_is_taken_over_and_the_cut_turn_recovered() {
         kinds.contains(&EventKind::EventEnd),
         "the turn ended: {kinds:?}"
     );
-    agentsessions_machine::chain::verify(b.store.records(&sid)).unwrap();
+    agentsessions_machine::chain::verify(&b.store.records(&sid)).unwrap();
     assert_eq!(b.store.lease(&sid), None, "b released it after the turn");
 }
 

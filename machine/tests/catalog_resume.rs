@@ -17,7 +17,7 @@ use common::*;
 use EventKind::*;
 
 fn verify(world: &World, sid: &str) {
-    agentsessions_machine::chain::verify(world.store.records(sid)).expect("chain verifies");
+    agentsessions_machine::chain::verify(&world.store.records(sid)).expect("chain verifies");
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn an_incomplete_invocation_is_refused_with_guidance_and_exec_starts_over() {
     for hint in ["never reached the harness", "Exec again", "inputs"] {
         assert!(msg.contains(hint), "{msg}");
     }
-    assert_eq!(world.store.records(&sid), raw.as_slice(), "unchanged");
+    assert_eq!(&*world.store.records(&sid), raw.as_slice(), "unchanged");
     assert_eq!(world.call(exec(&sid, "", "b")).code(), Code::Ok);
     assert_eq!(streamed(&world.call(replay(&sid)))[..2].to_vec(), raw);
     let call = world.call(resume(&sid));
@@ -273,8 +273,8 @@ fn a_fork_child_at_a_tool_call_refuses_recovery_and_can_exec_a_new_turn() {
         since(&world, mark),
         &["Describe", "Runtime", "Append", "ExecuteTool"]
     ));
-    assert_eq!(world.store.records(&child), before.as_slice());
-    assert_eq!(world.store.records(&parent), parent_log.as_slice());
+    assert_eq!(&*world.store.records(&child), before.as_slice());
+    assert_eq!(&*world.store.records(&parent), parent_log.as_slice());
     assert_eq!(world.executor.effects, 1);
     // A new turn in the child is its own effect.
     let mut req = exec_req(&child, "", "again");
@@ -320,7 +320,7 @@ fn a_fork_child_at_a_model_call_redrives_its_own_provider_call_once() {
             EventLifecycle
         ]
     );
-    assert_eq!(world.store.records(&parent), parent_log.as_slice());
+    assert_eq!(&*world.store.records(&parent), parent_log.as_slice());
 }
 
 fn restore_ref(effects: &[Effect]) -> Option<agentsessions_proto::v1::SnapshotRef> {

@@ -179,7 +179,7 @@ fn a_descriptor_id_pin_refuses_an_impostor_on_resume_exec_and_fork_until_the_id_
         assert!(err(&call).message.contains("\"impostor\""), "{call:?}");
     }
     no_writes_or_compute(&world, mark, "pinned impostor");
-    assert_eq!(world.store.records(&sid), parent.as_slice());
+    assert_eq!(&*world.store.records(&sid), parent.as_slice());
     assert_eq!(world.store.sessions().len(), sessions, "no child");
     world.descriptors.clear();
     assert_eq!(world.call(resume(&sid)).code(), Code::Ok);
@@ -580,7 +580,7 @@ fn a_name_registered_after_the_turn_pins_its_recovery_and_suspend() {
         }
         assert!(described(&world, mark).is_empty());
         no_writes_or_compute(&world, mark, "pinned recovery");
-        assert_eq!(world.store.records(sid), before.as_slice());
+        assert_eq!(&*world.store.records(sid), before.as_slice());
     }
     assert_eq!(world.executor.attempts, 0);
 }
@@ -736,7 +736,7 @@ fn a_model_call_answered_by_a_recorded_error_is_not_redriven_when_later_effects_
 fn decided_gate(world: &mut World) -> (String, usize) {
     let (sid, exec_id, seq) = parked(world, "approval");
     let call_id = {
-        let recs = world.store.records(&sid);
+        let recs = &*world.store.records(&sid);
         let req = recs.iter().find(|r| r.seq == seq).expect("request");
         agentsessions_machine::events::body::approval(req.event.as_ref().unwrap())
             .expect("a request")
@@ -779,7 +779,7 @@ fn a_deadline_ends_an_inputless_recovery_in_placement_or_while_it_runs() {
     world.advance(LATER);
     world.release();
     assert_eq!(world.take(id).code(), Code::DeadlineExceeded);
-    let records = world.store.records(&sid);
+    let records = &*world.store.records(&sid);
     assert!(records.len() > head, "the cause is journaled");
     let last = records.last().and_then(|r| r.event.as_ref()).unwrap();
     assert_eq!(

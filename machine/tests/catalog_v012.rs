@@ -90,7 +90,7 @@ fn is_legacy_id(id: &str) -> bool {
 }
 
 fn verify(world: &World, sid: &str) {
-    agentsessions_machine::chain::verify(world.store.records(sid)).expect("chain verifies");
+    agentsessions_machine::chain::verify(&world.store.records(sid)).expect("chain verifies");
 }
 
 // ---- the crashed fixtures ---------------------------------------------------------
@@ -157,7 +157,8 @@ fn crashed_model_has_no_completion_to_serve_and_its_idless_error_finishes_the_tu
     // A legacy trailing MODEL_CALL is never re-driven.
     assert_eq!(world.model_calls, 0);
     assert_eq!(tail(&world, &sid, 2), idless(&[EventError]));
-    let last = world.store.records(&sid).last().unwrap();
+    let log = world.store.records(&sid);
+    let last = log.last().unwrap();
     let error = match &last.event.as_ref().unwrap().body {
         Some(agentsessions_proto::v1::event::Body::Error(e)) => e.description.clone(),
         other => panic!("not an error: {other:?}"),
@@ -421,7 +422,7 @@ fn a_legacy_tool_intent_inherited_by_a_fork_is_refused_with_exec_guidance() {
     let call = world.call(resume(&child));
     assert_eq!(call.code(), Code::FailedPrecondition, "{call:?}");
     assert!(error_text(&call).contains("or Exec a new turn"), "{call:?}");
-    assert_eq!(world.store.records(&child), before.as_slice());
+    assert_eq!(&*world.store.records(&child), before.as_slice());
     assert_eq!(world.executor.attempts, 0);
     play(&mut world, vec![Step::Output("fresh".into())]);
     assert_eq!(world.call(exec(&child, "", "again")).code(), Code::Ok);

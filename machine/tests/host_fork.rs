@@ -94,8 +94,8 @@ fn resume(sid: &str) -> Request {
 /// Asserts the child is the parent's first `at` records, hash for hash,
 /// then one FORK marker chained to parent@`at`.
 fn assert_forked_copy(world: &World, parent: &str, child: &str, at: usize) {
-    let p = world.store.records(parent);
-    let c = world.store.records(child);
+    let p = &*world.store.records(parent);
+    let c = &*world.store.records(child);
     assert_eq!(c.len(), at + 1, "prefix plus the marker");
     for (pr, cr) in p[..at].iter().zip(c) {
         assert_eq!((pr.seq, &pr.content_hash), (cr.seq, &cr.content_hash));
@@ -124,7 +124,11 @@ fn a_fork_at_the_head_copies_the_journal_hash_for_hash_and_appends_a_fork_marker
     assert_eq!(children.len(), 1);
     let child = &children[0];
     assert_forked_copy(&world, &sid, &uid(child), 5);
-    assert_eq!(world.store.records(&sid), before, "the parent is unchanged");
+    assert_eq!(
+        &*world.store.records(&sid),
+        before,
+        "the parent is unchanged"
+    );
     assert_eq!(child.compute_state, ComputeState::ComputeCold as i32);
     assert_eq!(child.exec_state, ExecState::ExecCompleted as i32);
     assert_eq!(child.last_seq, 6);
@@ -441,7 +445,7 @@ fn a_memory_harness_refuses_a_historical_fork_without_minting_a_fence() {
         )),
         "{after:?}"
     );
-    assert_eq!(world.store.records(&sid), before_records);
+    assert_eq!(&*world.store.records(&sid), before_records);
 }
 
 #[test]
@@ -458,7 +462,7 @@ fn a_memory_harness_fork_at_the_head_checkpoints_the_parent_once_and_clones_it()
         .count();
     let children = fork_ok(&mut world, fork_req(&sid, 0, 2));
 
-    let parent = world.store.records(&sid);
+    let parent = &*world.store.records(&sid);
     assert_eq!(parent.len(), head + 1, "the parent gets one SUSPEND");
     let suspend = &parent[head];
     assert_eq!(lifecycle_of(suspend).0, lifecycle::Kind::LifecycleSuspend);
@@ -577,7 +581,7 @@ fn a_fork_at_a_model_call_redrives_the_model_once_in_the_child() {
     assert_eq!(call.code(), Code::Ok, "{call:?}");
     assert_eq!(world.model_calls, calls + 1, "one provider call");
     assert_eq!(
-        kinds(world.store.records(&child)),
+        kinds(&world.store.records(&child)),
         vec![
             EventKind::EventExecutionStart,
             EventKind::EventInput,
@@ -588,8 +592,8 @@ fn a_fork_at_a_model_call_redrives_the_model_once_in_the_child() {
             EventKind::EventLifecycle,
         ]
     );
-    assert_eq!(world.store.records(&sid), parent_before);
-    chain::verify(world.store.records(&child)).unwrap();
+    assert_eq!(&*world.store.records(&sid), parent_before);
+    chain::verify(&world.store.records(&child)).unwrap();
     // A second Resume has nothing left to drive.
     world.call(resume(&child));
     assert_eq!(world.model_calls, calls + 1);
@@ -621,4 +625,79 @@ fn a_fork_at_a_tool_call_refuses_to_resume_the_inherited_intent() {
         "the tool does not run twice"
     );
     assert_eq!(world.store.records(&child).len(), 4, "nothing written");
+}
+
+/// The parent's reads and the children's writes of one fork: what the
+/// fork costs the store.
+fn fork_effects(world: &mut World, parent: &str) -> Vec<Effect> {
+    let mark = world.trace.len();
+    fork_ok(world, fork_req(parent, 0, 2));
+    world.trace[mark..]
+        .iter()
+        .filter(|e| matches!(e, Effect::Store(_)))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn a_fork_reads_only_the_parents_row_and_writes_one_marker_per_child_whatever_its_length() {
+    let mut world = World::default();
+    let short = echoed(&mut world);
+    let long = echoed(&mut world);
+    for i in 0..60 {
+        let call = world.call(exec(&long, &format!("turn {i}")));
+        assert_eq!(call.code(), Code::Ok, "{call:?}");
+    }
+    let long_head = world.store.records(&long).len() as i64;
+    assert!(long_head > 300, "{long_head}");
+
+    let (a, b) = (
+        fork_effects(&mut world, &short),
+        fork_effects(&mut world, &long),
+    );
+    let names = |effects: &[Effect]| effects.iter().map(Effect::name).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b), "the same effects whatever the length");
+    for (effects, parent, head) in [(&a, &short, 5), (&b, &long, long_head)] {
+        // Nothing of the parent's journal is read: its row has the head.
+        assert!(!effects.iter().any(|e| matches!(
+            e,
+            Effect::Store(StoreEffect::ReadLog { session, .. } | StoreEffect::ReadJournal { session, .. })
+                if session == parent
+        )));
+        let forks: Vec<_> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Store(StoreEffect::Fork {
+                    parent: p,
+                    at_seq,
+                    events,
+                    ..
+                }) => Some((p.clone(), *at_seq, events.len())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(forks, vec![(parent.clone(), head, 1); 2], "one marker each");
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::Store(StoreEffect::Append { .. })))
+        );
+    }
+    // And the children read as copies would have.
+    let children: Vec<String> = world
+        .store
+        .sessions()
+        .into_iter()
+        .filter(|s| world.store.row(s).is_some_and(|r| r.parent_uid == long))
+        .collect();
+    assert_eq!(children.len(), 2);
+    for child in &children {
+        assert_forked_copy(&world, &long, child, long_head as usize);
+    }
+    // Stored once: each child adds its marker, not the prefix.
+    let own: usize = [&short, &long]
+        .iter()
+        .map(|s| world.store.records(s).len())
+        .sum();
+    assert_eq!(world.store.stored_records(), own + 4);
 }

@@ -62,7 +62,7 @@ fn replay_read_only(
     let (models, attempts) = (world.model_calls, world.executor.attempts);
     let before = world.trace.len();
     let result = replay(world, sid);
-    assert_eq!(world.store.records(sid), records, "replay never appends");
+    assert_eq!(&*world.store.records(sid), records, "replay never appends");
     assert_eq!(world.store.fence(sid), fence, "replay never fences");
     assert_eq!(world.model_calls, models, "replay never invokes the model");
     assert_eq!(world.executor.attempts, attempts, "nor any tool");

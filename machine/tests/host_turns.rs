@@ -57,7 +57,7 @@ fn an_echo_turn_journals_five_records_and_streams_them_after_the_session_frame()
             EventKind::EventEnd
         ]
     );
-    agentsessions_machine::chain::verify(world.store.records(&sid)).expect("chain verifies");
+    agentsessions_machine::chain::verify(&world.store.records(&sid)).expect("chain verifies");
     assert_eq!(world.model_calls, 1);
 }
 
@@ -88,7 +88,7 @@ fn replay_streams_the_committed_records_verbatim_with_no_model_calls() {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(replayed, world.store.records(&sid));
+    assert_eq!(replayed, &*world.store.records(&sid));
     assert_eq!(world.model_calls, calls);
 }
 
@@ -221,7 +221,7 @@ fn approve_then_resume_executes_once_and_completes() {
     // Recovery is idempotent: a second Resume runs nothing.
     world.call(resume(&sid));
     assert_eq!(world.executor.attempts, 1);
-    agentsessions_machine::chain::verify(world.store.records(&sid)).unwrap();
+    agentsessions_machine::chain::verify(&world.store.records(&sid)).unwrap();
 }
 
 #[test]

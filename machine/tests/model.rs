@@ -288,13 +288,13 @@ impl StateMachineTest for HostModel {
                 let calls = world.model_calls;
                 let call = world.call(replay(sid));
                 assert_eq!(call.code(), Code::Ok);
-                assert_eq!(streamed(&call), world.store.records(sid));
+                assert_eq!(streamed(&call), &*world.store.records(sid));
                 assert_eq!(world.model_calls, calls, "replay calls no model");
             }
             Op::Get(i) => {
                 let sid = &sut.sids[pick(i)];
                 let s = session(world, sid);
-                let records = world.store.records(sid);
+                let records = &*world.store.records(sid);
                 let status = session_status(records, s.last_seq).expect("projection");
                 assert_eq!(s.exec_state, status.exec_state as i32);
                 assert_eq!(s.pending_approval, status.pending_approval);
@@ -320,7 +320,7 @@ impl StateMachineTest for HostModel {
                 let sess = &before.sessions[pick(s)];
                 let (exec_id, seq) = match (&sess.gate, right) {
                     (Some(g), true) => {
-                        let rec = &world.store.records(&sid)[g.request_seq as usize - 1];
+                        let rec = world.store.records(&sid)[g.request_seq as usize - 1].clone();
                         (
                             rec.event.as_ref().unwrap().execution_id.clone(),
                             g.request_seq,
@@ -354,7 +354,7 @@ impl StateMachineTest for HostModel {
         debug_assert_eq!(sut.sids.len(), model.sessions.len());
         assert_eq!(world.host.in_flight(), 0, "a host at rest holds no session");
         for (sid, sess) in sut.sids.iter().zip(&model.sessions) {
-            let records = world.store.records(sid);
+            let records = &*world.store.records(sid);
             assert_eq!(records.len(), sess.records, "{sid} ({:?})", sess.kind);
             agentsessions_machine::chain::verify(records).expect("chain verifies");
         }
@@ -396,7 +396,7 @@ fn check_tool(
     intent: &agentsessions_proto::v1::LogRecord,
     call: &agentsessions_proto::v1::ToolCall,
 ) {
-    let records = world.store.records(session);
+    let records = &*world.store.records(session);
     let stored = records.get(intent.seq as usize - 1);
     assert_eq!(
         stored,

@@ -7,6 +7,13 @@
 //! bytes), the session rows column for column, the harness registry, name
 //! reservations and tombstones. The source is only read.
 //!
+//! Fork children are made self-contained: a child whose prefix the source
+//! keeps once, under its parent (`session_prefixes`), gets those records
+//! copied under its own uid, exactly as the parent stores them (the
+//! same bytes and hashes a copying fork would have written), so the target
+//! needs no references and a Go host reads it. Rows the source keeps only
+//! for children of deleted sessions are not copied on their own.
+//!
 //! A copy can be interrupted anywhere and run again: records go in chunks,
 //! each chunk one transaction, and a rerun continues each session after
 //! the target's head, once it has checked that the target's last record is
@@ -19,8 +26,8 @@ use std::path::Path;
 
 use agentsessions_machine::chain::{ChainError, ChainVerifier};
 use agentsessions_proto::v1::{Event, LogRecord};
-use agentsessions_shells::journal::StoreError;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
+use agentsessions_shells::journal::{PrefixSpan, StoreError};
 use prost::Message as _;
 use rusqlite::OptionalExtension as _;
 
@@ -293,19 +300,84 @@ impl Side {
         }
     }
 
-    /// Up to [`CHUNK`] records of `session` after seq `after`, in order.
+    /// Up to [`CHUNK`] records of `session`'s journal after seq `after`,
+    /// in order. A fork child's prefix is read from the sessions whose
+    /// rows it refers to, so what comes out is the whole journal, as
+    /// self-contained as a copied one.
     pub async fn events_after(
         &self,
         session: &str,
         after: i64,
     ) -> Result<Vec<EventRow>, CopyError> {
+        for span in self.spans(session).await? {
+            if span.last <= after {
+                continue;
+            }
+            let rows = self.rows_after(&span.owner, after, span.last).await?;
+            // Rows missing from a span fall through to the next part; the
+            // gap then shows in the chain check.
+            if !rows.is_empty() {
+                return Ok(rows);
+            }
+        }
+        self.rows_after(session, after, i64::MAX).await
+    }
+
+    /// The spans of `session`'s prefix (none in a journal without the
+    /// table: a Go host's, or one written before forks referred).
+    async fn spans(&self, session: &str) -> Result<Vec<PrefixSpan>, CopyError> {
+        let sql = "SELECT first_seq, last_seq, owner FROM session_prefixes \
+                   WHERE session = $1 ORDER BY first_seq";
+        match self {
+            Side::Sqlite(c) => {
+                if !self.has_table("session_prefixes")? {
+                    return Ok(Vec::new());
+                }
+                let mut stmt = c.prepare_cached(&sqlite_sql(sql))?;
+                let rows = stmt.query_map([session], |r| {
+                    Ok(PrefixSpan {
+                        first: r.get(0)?,
+                        last: r.get(1)?,
+                        owner: r.get(2)?,
+                    })
+                })?;
+                Ok(rows.collect::<Result<_, _>>()?)
+            }
+            Side::Postgres(c) => {
+                let exists: bool = c
+                    .query_one("SELECT to_regclass('session_prefixes') IS NOT NULL", &[])
+                    .await?
+                    .get(0);
+                if !exists {
+                    return Ok(Vec::new());
+                }
+                Ok(c.query(sql, &[&session])
+                    .await?
+                    .iter()
+                    .map(|r| PrefixSpan {
+                        first: r.get(0),
+                        last: r.get(1),
+                        owner: r.get(2),
+                    })
+                    .collect())
+            }
+        }
+    }
+
+    /// Up to [`CHUNK`] of the rows `holder` stores with `after < seq <= upto`.
+    async fn rows_after(
+        &self,
+        holder: &str,
+        after: i64,
+        upto: i64,
+    ) -> Result<Vec<EventRow>, CopyError> {
         let sql = "SELECT seq, prev_hash, hash, fence, event FROM events \
-                   WHERE session = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+                   WHERE session = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4";
         let limit = CHUNK as i64;
         match self {
             Side::Sqlite(c) => {
                 let mut stmt = c.prepare_cached(&sqlite_sql(sql))?;
-                let rows = stmt.query_map(rusqlite::params![session, after, limit], |r| {
+                let rows = stmt.query_map(rusqlite::params![holder, after, upto, limit], |r| {
                     Ok(EventRow {
                         seq: r.get(0)?,
                         prev_hash: r.get(1)?,
@@ -317,7 +389,7 @@ impl Side {
                 Ok(rows.collect::<Result<_, _>>()?)
             }
             Side::Postgres(c) => Ok(c
-                .query(sql, &[&session, &after, &limit])
+                .query(sql, &[&holder, &after, &upto, &limit])
                 .await?
                 .iter()
                 .map(|r| EventRow {
@@ -346,14 +418,19 @@ impl Side {
     }
 
     async fn hash_at(&self, session: &str, seq: i64) -> Result<Option<String>, CopyError> {
+        let spans = self.spans(session).await?;
+        let holder = spans
+            .iter()
+            .find(|s| s.first <= seq && seq <= s.last)
+            .map_or(session, |s| s.owner.as_str());
         let sql = "SELECT hash FROM events WHERE session = $1 AND seq = $2";
         match self {
             Side::Sqlite(c) => Ok(c
-                .query_row(&sqlite_sql(sql), rusqlite::params![session, seq], |r| {
+                .query_row(&sqlite_sql(sql), rusqlite::params![holder, seq], |r| {
                     r.get(0)
                 })
                 .optional()?),
-            Side::Postgres(c) => Ok(c.query_opt(sql, &[&session, &seq]).await?.map(|r| r.get(0))),
+            Side::Postgres(c) => Ok(c.query_opt(sql, &[&holder, &seq]).await?.map(|r| r.get(0))),
         }
     }
 

@@ -26,10 +26,10 @@ pub use group::{GroupLimits, GroupStats};
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
+    HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
+    RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
+    StoreError, Tombstone, VerifyError,
 };
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
@@ -197,6 +197,22 @@ impl PgJournal {
             .unwrap_or_default()
     }
 
+    /// Rows in `events` and `session_prefixes`: what the store holds,
+    /// for tests that check a fork writes and a delete frees what they
+    /// should.
+    #[doc(hidden)]
+    pub async fn row_counts(&self) -> Result<(i64, i64), StoreError> {
+        let c = self.conn().await?;
+        let row = client(&c)
+            .query_one(
+                "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM session_prefixes)",
+                &[],
+            )
+            .await
+            .map_err(backend)?;
+        Ok((row.get(0), row.get(1)))
+    }
+
     async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }
@@ -217,6 +233,11 @@ impl JournalStore for PgJournal {
         }
         let mut c = self.conn().await?;
         ops::append(&mut c, &batch, &self.default_project).await
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        let mut c = self.conn().await?;
+        ops::fork(client_mut(&mut c), &batch, &self.default_project).await
     }
 
     async fn mint_fence(

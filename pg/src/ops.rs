@@ -8,9 +8,10 @@ use agentsessions_shells::journal::compute_text::{from_text, to_text};
 use agentsessions_shells::journal::encode::encode_event;
 use agentsessions_shells::journal::lease::{self, LeaseClaim, StoredLease};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError, child_spans, page_token,
 };
 use prost::Message as _;
 use tokio_postgres::error::SqlState;
@@ -47,8 +48,11 @@ async fn refuse_deleted<C: GenericClient>(c: &C, uid: &str) -> Result<(), StoreE
 }
 
 pub(crate) async fn head<C: GenericClient>(c: &C, session: &str) -> Result<i64, StoreError> {
+    // A deleted session has no head, even while rows of it are kept for
+    // its fork children.
     Ok(c.query_one(
-        "SELECT COALESCE(MAX(seq), 0)::bigint FROM events WHERE session = $1",
+        "SELECT COALESCE(MAX(seq), 0)::bigint FROM events WHERE session = $1
+           AND NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = $1)",
         &[&session],
     )
     .await
@@ -312,14 +316,158 @@ pub(crate) async fn read<C: GenericClient>(
 ) -> Result<Vec<LogRecord>, StoreError> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
     let rows = c
-        .query(
-            "SELECT seq, prev_hash, hash, fence, event FROM events
-             WHERE session = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq",
-            &[&session, &from_seq, &to],
-        )
+        .query(READ, &[&session, &from_seq, &to])
         .await
         .map_err(backend)?;
     rows.iter().map(|r| decode_record(session, r)).collect()
+}
+
+/// A journal range in one statement: the spans of a fork child's prefix
+/// (other sessions' rows, read whether or not their writer was deleted
+/// since) and the session's own rows (none once it is deleted; its rows
+/// kept for children are read only through them).
+const READ: &str = "SELECT e.seq, e.prev_hash, e.hash, e.fence, e.event
+    FROM (SELECT owner AS holder, GREATEST(first_seq, $2) AS lo, LEAST(last_seq, $3) AS hi
+            FROM session_prefixes WHERE session = $1 AND first_seq <= $3 AND last_seq >= $2
+          UNION ALL
+          SELECT $1::text COLLATE \"C\", $2::bigint, $3::bigint
+           WHERE NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = $1)) s
+    JOIN events e ON e.session = s.holder AND e.seq >= s.lo AND e.seq <= s.hi
+    ORDER BY e.seq";
+
+/// The spans of `session`'s prefix, in seq order.
+async fn spans<C: GenericClient>(c: &C, session: &str) -> Result<Vec<PrefixSpan>, StoreError> {
+    let rows = c
+        .query(
+            "SELECT first_seq, last_seq, owner FROM session_prefixes
+             WHERE session = $1 ORDER BY first_seq",
+            &[&session],
+        )
+        .await
+        .map_err(backend)?;
+    Ok(rows
+        .iter()
+        .map(|r| PrefixSpan {
+            first: r.get(0),
+            last: r.get(1),
+            owner: r.get(2),
+        })
+        .collect())
+}
+
+/// A fork child's first write, in one transaction: see
+/// `JournalStore::fork`. The parent's row is share-locked so a concurrent
+/// delete of it either finishes first (the fork is refused) or waits and
+/// then sees the child's spans (and keeps what they name).
+pub(crate) async fn fork(
+    c: &mut Client,
+    batch: &ForkBatch,
+    default_project: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    batch.check()?;
+    let tx = c.transaction().await.map_err(backend)?;
+    let row = tx
+        .query_opt(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
+            &[&batch.child],
+        )
+        .await
+        .map_err(backend)?;
+    let (current, missing, incomplete) = match &row {
+        Some(r) => (r.get::<_, i64>(0), false, r.get::<_, bool>(1)),
+        None => (0, true, false),
+    };
+    if missing {
+        refuse_deleted(&tx, &batch.child).await?;
+    }
+    let head = head(&tx, &batch.child).await?;
+    if head != 0 {
+        return Err(AppendError::Conflict { head });
+    }
+    if batch.fence < current {
+        return Err(AppendError::Fenced { current });
+    }
+    let mut prev = String::new();
+    if batch.at_seq > 0 {
+        tx.query_opt(
+            "SELECT 1 FROM sessions WHERE session = $1 FOR SHARE",
+            &[&batch.parent],
+        )
+        .await
+        .map_err(backend)?;
+        refuse_deleted(&tx, &batch.parent).await?;
+        let parent = spans(&tx, &batch.parent).await?;
+        let holder = parent
+            .iter()
+            .find(|s| s.first <= batch.at_seq && batch.at_seq <= s.last)
+            .map_or(batch.parent.as_str(), |s| s.owner.as_str());
+        prev = tx
+            .query_opt(
+                "SELECT hash FROM events WHERE session = $1 AND seq = $2",
+                &[&holder, &batch.at_seq],
+            )
+            .await
+            .map_err(backend)?
+            .map(|r| r.get(0))
+            .ok_or_else(|| {
+                StoreError::InvalidArgument(format!(
+                    "fork parent {} has no record at seq {}",
+                    batch.parent, batch.at_seq
+                ))
+            })?;
+        for span in child_spans(&batch.parent, &parent, batch.at_seq) {
+            tx.execute(
+                "INSERT INTO session_prefixes(session, first_seq, last_seq, owner) VALUES ($1, $2, $3, $4)",
+                &[&batch.child, &span.first, &span.last, &span.owner],
+            )
+            .await
+            .map_err(backend)?;
+        }
+    }
+    let records = batch.chain(&prev)?;
+    for rec in &records {
+        let blob = encode_event(rec.event.as_ref().expect("a chained record has its event"));
+        tx.execute(
+            "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES ($1, $2, $3, $4, $5, $6)",
+            &[&batch.child, &rec.seq, &rec.prev_hash, &rec.content_hash, &batch.fence, &blob],
+        )
+        .await
+        .map_err(backend)?;
+    }
+    let state = batch.compute_state.map(to_text);
+    let now = batch.now_unix_nanos;
+    if missing {
+        tx.execute(
+            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
+             VALUES ($1, $2, $3, $3, COALESCE($4, ''))",
+            &[&batch.child, &default_project, &now, &state],
+        )
+        .await
+    } else {
+        tx.execute(
+            "UPDATE sessions SET
+                project = CASE WHEN $5 THEN $2 ELSE project END,
+                created_at = CASE WHEN $5 AND created_at = 0 THEN $3 ELSE created_at END,
+                updated_at = $3, compute_state = COALESCE($4, compute_state)
+             WHERE session = $1",
+            &[&batch.child, &default_project, &now, &state, &incomplete],
+        )
+        .await
+    }
+    .map_err(backend)?;
+    commit(tx).await?;
+    Ok(records)
+}
+
+/// The last of `owner`'s seqs a fork child's span names (0: none).
+async fn referenced<C: GenericClient>(c: &C, owner: &str) -> Result<i64, StoreError> {
+    Ok(c.query_one(
+        "SELECT COALESCE(MAX(last_seq), 0)::bigint FROM session_prefixes WHERE owner = $1",
+        &[&owner],
+    )
+    .await
+    .map_err(backend)?
+    .get(0))
 }
 
 pub(crate) async fn verify<C: GenericClient>(c: &C, session: &str) -> Result<(), VerifyError> {
@@ -698,12 +846,53 @@ pub(crate) async fn delete_session(
     if req.expected_last_seq != head {
         return Err(DeleteError::Conflict { head });
     }
-    let records = tx
-        .execute("DELETE FROM events WHERE session = $1", &[&req.uid])
+    // Fork children keep the rows they refer to (a fork of this session
+    // holds its row share-locked until it commits, so every span naming
+    // it is visible here); the rest go now.
+    let keep = referenced(&tx, &req.uid).await?;
+    tx.execute(
+        "DELETE FROM events WHERE session = $1 AND seq > $2",
+        &[&req.uid, &keep],
+    )
+    .await
+    .map_err(backend)?;
+    // Its own references go, and with them whatever only they kept of
+    // sessions deleted before it. The owner's tombstone is locked first,
+    // so two children deleted at once cannot each keep the rows for the
+    // other.
+    let mut owners: Vec<String> = tx
+        .query(
+            "DELETE FROM session_prefixes WHERE session = $1 RETURNING owner",
+            &[&req.uid],
+        )
         .await
-        .map_err(backend)?;
-    let records = i64::try_from(records).expect("a row count fits i64");
-    assert!(records >= head, "seqs are 1..=head, all removed");
+        .map_err(backend)?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    owners.sort();
+    owners.dedup();
+    for owner in owners {
+        let deleted = tx
+            .query_opt(
+                "SELECT 1 FROM deleted_sessions WHERE session = $1 FOR UPDATE",
+                &[&owner],
+            )
+            .await
+            .map_err(backend)?
+            .is_some();
+        if deleted {
+            let keep = referenced(&tx, &owner).await?;
+            tx.execute(
+                "DELETE FROM events WHERE session = $1 AND seq > $2",
+                &[&owner, &keep],
+            )
+            .await
+            .map_err(backend)?;
+        }
+    }
+    // The journal's length, prefix included (what the session held).
+    let records = head;
     tx.execute("DELETE FROM session_leases WHERE session = $1", &[&req.uid])
         .await
         .map_err(backend)?;

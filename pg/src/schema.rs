@@ -83,6 +83,20 @@ CREATE TABLE IF NOT EXISTS session_leases (
 );
 "#;
 
+/// Fork prefixes, as in SQLite (`shells/src/journal/sqlite/schema.rs`):
+/// seqs `first_seq..=last_seq` of `session` are `owner`'s rows. Outside
+/// the versioned schema and created on every open.
+pub(crate) const SESSION_PREFIXES: &str = r#"
+CREATE TABLE IF NOT EXISTS session_prefixes (
+    session   text COLLATE "C" NOT NULL,
+    first_seq bigint NOT NULL,
+    last_seq  bigint NOT NULL,
+    owner     text COLLATE "C" NOT NULL,
+    PRIMARY KEY (session, first_seq)
+);
+CREATE INDEX IF NOT EXISTS session_prefixes_owner ON session_prefixes(owner, last_seq);
+"#;
+
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one
 /// without writing.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -135,6 +149,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .await
         .map_err(backend)?;
     tx.batch_execute(SESSION_LEASES).await.map_err(backend)?;
+    tx.batch_execute(SESSION_PREFIXES).await.map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     Ok(())
 }

@@ -12,7 +12,7 @@ use agentsessions_pg::copy::{self, CopyError, EventRow, Side};
 use agentsessions_pg::{PgJournal, PgOptions};
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
-use agentsessions_shells::journal::{AppendBatch, JournalStore};
+use agentsessions_shells::journal::{AppendBatch, ForkBatch, JournalStore};
 use agentsessions_testkit::interop::{fixture_dir, parse_go_records};
 
 #[path = "../../shells/tests/support/pg.rs"]
@@ -253,4 +253,134 @@ async fn a_source_of_an_unknown_schema_version_is_refused_without_reading_on() {
     drop(raw);
     let refused = Side::source(path.to_str().unwrap(), None).await;
     assert!(matches!(refused, Err(CopyError::Schema { found: 9 })));
+}
+
+/// Appends `n` inputs to `session` after `head` under `fence`.
+async fn inputs(store: &SqliteJournal, session: &str, head: i64, n: i64, fence: i64) {
+    for seq in head..head + n {
+        let events = vec![events::input(
+            &format!("{session}-{seq}"),
+            events::text_message("user", "hi"),
+        )];
+        store
+            .append(AppendBatch {
+                session: session.into(),
+                expected_last_seq: seq,
+                fence,
+                compute_state: batch_compute_state(&events),
+                events,
+                now_unix_nanos: 1,
+                release_lease: None,
+            })
+            .await
+            .unwrap();
+    }
+}
+
+async fn fork(store: &SqliteJournal, child: &str, parent: &str, at: i64) -> i64 {
+    let fence = store.mint_fence(child, 1, None).await.unwrap();
+    let events = vec![events::fork_marker(at)];
+    store
+        .fork(ForkBatch {
+            child: child.into(),
+            parent: parent.into(),
+            at_seq: at,
+            fence,
+            compute_state: batch_compute_state(&events),
+            events,
+            now_unix_nanos: 2,
+        })
+        .await
+        .unwrap();
+    fence
+}
+
+fn prefix_rows(path: &Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM session_prefixes", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Fork children whose prefix the source stores once (under a parent
+/// since deleted, and through a child for a grandchild) arrive as
+/// self-contained journals: every record under the child's own uid, the
+/// same bytes and hashes, no references, and a rerun after a stop inside
+/// the shared prefix continues from it.
+#[tokio::test]
+async fn fork_children_copy_as_self_contained_journals_that_verify() {
+    let Some(url) = pg::fresh_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (src_path, back_path) = (dir.path().join("src.db"), dir.path().join("back.db"));
+    let (parent, child, grandchild) = ("p-parent", "c-child", "g-grandchild");
+    let store = SqliteJournal::open(&src_path, SqliteOptions::default()).unwrap();
+    let fence = store.mint_fence(parent, 1, None).await.unwrap();
+    inputs(&store, parent, 0, 700, fence).await;
+    let fence = fork(&store, child, parent, 650).await;
+    inputs(&store, child, 651, 3, fence).await;
+    fork(&store, grandchild, child, 652).await;
+    store
+        .delete_session(agentsessions_shells::journal::DeleteSession {
+            uid: parent.into(),
+            expected_last_seq: 700,
+            principal: String::new(),
+            now_unix_nanos: 3,
+        })
+        .await
+        .unwrap();
+    let want_child = store.read(child, 1, 0).await.unwrap();
+    let want_grandchild = store.read(grandchild, 1, 0).await.unwrap();
+    assert_eq!((want_child.len(), want_grandchild.len()), (654, 653));
+    assert!(prefix_rows(&src_path) > 0, "the source refers");
+    drop(store);
+
+    let src = Side::source(src_path.to_str().unwrap(), None)
+        .await
+        .unwrap();
+    let mut to = Side::target(&url, None).await.unwrap();
+    let stopped = copy::copy(&src, &mut to, |_| ControlFlow::Break(())).await;
+    assert!(matches!(stopped, Err(CopyError::Stopped)), "{stopped:?}");
+    let done = copy::copy(&src, &mut to, |_| ControlFlow::Continue(()))
+        .await
+        .unwrap();
+    assert_eq!(done.sessions, 2, "the deleted parent has no row to copy");
+    assert_eq!(copy::verify(&to).await.unwrap().records, 654 + 653);
+    let target = PgJournal::open(&url, PgOptions::default()).await.unwrap();
+    assert_eq!(target.read(child, 1, 0).await.unwrap(), want_child);
+    assert_eq!(
+        target.read(grandchild, 1, 0).await.unwrap(),
+        want_grandchild
+    );
+    target.verify(grandchild).await.unwrap();
+    assert_eq!(
+        target.row_counts().await.unwrap(),
+        (654 + 653, 0),
+        "every record under its own uid, no references"
+    );
+
+    // And back: a plain SQLite file, as a Go host would read it.
+    let pg_side = Side::source(&url, None).await.unwrap();
+    let mut back = Side::target(back_path.to_str().unwrap(), None)
+        .await
+        .unwrap();
+    copy::copy(&pg_side, &mut back, |_| ControlFlow::Continue(()))
+        .await
+        .unwrap();
+    drop(back);
+    assert_eq!(prefix_rows(&back_path), 0);
+    let raw = rusqlite::Connection::open(&back_path).unwrap();
+    let own: i64 = raw
+        .query_row(
+            "SELECT COUNT(*) FROM events WHERE session = ?1",
+            [child],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(own, 654, "the child's rows start at seq 1");
+    let store = SqliteJournal::open(&back_path, SqliteOptions::default()).unwrap();
+    assert_eq!(store.read(child, 1, 0).await.unwrap(), want_child);
+    store.verify(child).await.unwrap();
+    store.verify(grandchild).await.unwrap();
 }

@@ -50,6 +50,7 @@ async fn two_daemons_opening_a_fresh_database_at_once_both_get_version_2() {
             "harnesses",
             "reserved_harness_names",
             "session_leases",
+            "session_prefixes",
             "sessions",
             "tool_ledger"
         ]

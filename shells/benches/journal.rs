@@ -8,12 +8,17 @@
 //!    commit vs one transaction per append (the same store, `max_batch = 1`)
 //!    and vs a raw batched baseline (rusqlite alone, N rows per commit at N
 //!    sessions, same pragmas);
-//! 3. `list_sessions` page latency with 1M sessions, and process RSS.
+//! 3. `list_sessions` page latency with 1M sessions, and process RSS;
+//! 4. a fork (the child's fence mint and its one write) of a 100,000-record
+//!    session vs of a 10-record one, through the store, with the ratio;
+//!    the records each fork wrote; what the copying fork it replaced cost
+//!    (the prefix read and appended under the child); and a whole read of
+//!    a child vs of its parent.
 //!
 //! Databases live in a temp dir on the real disk (`JOURNAL_BENCH_DIR`
 //! overrides). `JOURNAL_BENCH_SCALE` (default 1.0) scales iteration counts,
 //! durations and the session count, e.g. 0.1 for a quick smoke run;
-//! `JOURNAL_BENCH_ONLY=latency|throughput|listing` runs one section.
+//! `JOURNAL_BENCH_ONLY=latency|throughput|listing|fork` runs one section.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,7 +26,9 @@ use std::time::{Duration, Instant};
 use agentsessions_proto::v1::{Event, EventKind, Message, Part, TextPart, event, part};
 use agentsessions_shells::journal::encode::encode_event;
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions, schema};
-use agentsessions_shells::journal::{AppendBatch, JournalStore, ListSessions, page_token};
+use agentsessions_shells::journal::{
+    AppendBatch, ForkBatch, JournalStore, ListSessions, page_token,
+};
 use rusqlite::{Connection, params};
 
 fn scale() -> f64 {
@@ -392,6 +399,165 @@ fn listing(dir: &Path, rt: &tokio::runtime::Runtime, n: usize) {
     );
 }
 
+/// `n` records in `session`, a thousand per append.
+fn fill(rt: &tokio::runtime::Runtime, store: &SqliteJournal, session: &str, n: usize) {
+    rt.block_on(async {
+        let fence = store.mint_fence(session, 1, None).await.unwrap();
+        let mut head = 0;
+        while head < n {
+            let events: Vec<Event> = (head..n.min(head + 1000)).map(ev).collect();
+            let len = events.len();
+            store
+                .append(AppendBatch {
+                    session: session.into(),
+                    expected_last_seq: head as i64,
+                    fence,
+                    events,
+                    compute_state: None,
+                    now_unix_nanos: 1,
+                    release_lease: None,
+                })
+                .await
+                .unwrap();
+            head += len;
+        }
+    });
+}
+
+fn event_rows(path: &Path) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// One fork as the machine does it: the child's fence, then its write
+/// (the parent's records up to `at` by reference, then the marker).
+async fn fork_once(store: &SqliteJournal, child: &str, parent: &str, at: i64) -> Duration {
+    let t = Instant::now();
+    let fence = store.mint_fence(child, 2, None).await.unwrap();
+    let marker = agentsessions_machine::events::fork_marker(at);
+    let written = store
+        .fork(ForkBatch {
+            child: child.into(),
+            parent: parent.into(),
+            at_seq: at,
+            fence,
+            compute_state: None,
+            events: vec![marker],
+            now_unix_nanos: 3,
+        })
+        .await
+        .unwrap();
+    assert_eq!(written.len(), 1);
+    t.elapsed()
+}
+
+fn forks(dir: &Path, rt: &tokio::runtime::Runtime) {
+    let path = dir.join("fork.db");
+    let store = SqliteJournal::open(&path, SqliteOptions::default()).unwrap();
+    let (small, big) = (10, scaled(100_000.0));
+    let t = Instant::now();
+    fill(rt, &store, "parent-small", small);
+    fill(rt, &store, "parent-big", big);
+    println!(
+        "## Fork: {big} vs {small} records (SQLite store; parents written in {:.1?})\n",
+        t.elapsed()
+    );
+    // Alternating, so the disk's and neighbours' noise hits both alike.
+    let rounds = scaled(200.0).max(20);
+    let before = event_rows(&path);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        rt.block_on(async {
+            a.push(
+                fork_once(
+                    &store,
+                    &format!("child-small-{i}"),
+                    "parent-small",
+                    small as i64,
+                )
+                .await,
+            );
+            b.push(fork_once(&store, &format!("child-big-{i}"), "parent-big", big as i64).await);
+        });
+    }
+    let written = event_rows(&path) - before;
+    a.sort();
+    b.sort();
+    let ratio = us(pct(&b, 0.5)) / us(pct(&a, 0.5));
+    println!("| parent | forks | p50 (us) | p99 (us) |");
+    println!("|---|---|---|---|");
+    for (name, d) in [(small, &a), (big, &b)] {
+        println!(
+            "| {name} records | {rounds} | {:.0} | {:.0} |",
+            us(pct(d, 0.5)),
+            us(pct(d, 0.99))
+        );
+    }
+    println!(
+        "ratio {big}/{small} at p50: {ratio:.2}x (goal <= 2x); event rows written by {} forks: {written}",
+        rounds * 2
+    );
+
+    // The copying fork this replaced: read the prefix, append it all under
+    // the child (re-hashing every record), in one transaction.
+    let copy = rt.block_on(async {
+        let mut times = Vec::new();
+        for i in 0..3 {
+            let t = Instant::now();
+            let prefix = store.read("parent-big", 1, 0).await.unwrap();
+            let child = format!("copied-{i}");
+            let fence = store.mint_fence(&child, 2, None).await.unwrap();
+            let mut events: Vec<Event> = prefix.into_iter().filter_map(|r| r.event).collect();
+            events.push(agentsessions_machine::events::fork_marker(big as i64));
+            store
+                .append(AppendBatch {
+                    session: child,
+                    expected_last_seq: 0,
+                    fence,
+                    events,
+                    compute_state: None,
+                    now_unix_nanos: 3,
+                    release_lease: None,
+                })
+                .await
+                .unwrap();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        times[1]
+    });
+    println!(
+        "copying fork of {big} records (the path replaced; median of 3): {:.1?}, {:.0}x the referencing fork",
+        copy,
+        us(copy) / us(pct(&b, 0.5))
+    );
+
+    // Reading a child resolves its prefix through the parent's rows.
+    let (parent_read, child_read) = rt.block_on(async {
+        let (mut p, mut c) = (Vec::new(), Vec::new());
+        for _ in 0..5 {
+            let t = Instant::now();
+            assert_eq!(store.read("parent-big", 1, 0).await.unwrap().len(), big);
+            p.push(t.elapsed());
+            let t = Instant::now();
+            assert_eq!(
+                store.read("child-big-0", 1, 0).await.unwrap().len(),
+                big + 1
+            );
+            c.push(t.elapsed());
+        }
+        p.sort();
+        c.sort();
+        (p[2], c[2])
+    });
+    println!(
+        "whole read (median of 5): parent {parent_read:.1?}, child {child_read:.1?} ({:.2}x)\n",
+        us(child_read) / us(parent_read)
+    );
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument, if any, is ignored.
     let base = std::env::var_os("JOURNAL_BENCH_DIR")
@@ -427,6 +593,9 @@ fn main() {
         // depend on the session count, RSS stays flat between the two.
         listing(dir.path(), &rt, scaled(10_000.0));
         listing(dir.path(), &rt, scaled(1_000_000.0));
+    }
+    if run("fork") {
+        forks(dir.path(), &rt);
     }
     println!("total {:.1?}", t.elapsed());
 }

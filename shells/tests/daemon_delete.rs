@@ -210,12 +210,15 @@ async fn a_deleted_session_is_gone_from_every_rpc_the_file_and_the_tool_ledger()
     daemon.shutdown().await;
 }
 
-/// Fork children hold their own copy of the prefix: deleting the parent
-/// leaves them whole, verifying, and able to run.
+/// Fork children share the parent's prefix (stored once, under the
+/// parent): deleting the parent leaves them whole, verifying, and able to
+/// run; the shared records go with the last child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fork_children_outlive_their_deleted_parent_and_still_verify() {
     let dir = tempfile::tempdir().unwrap();
-    let daemon = Daemon::start(config(dir.path())).await.unwrap();
+    let cfg = config(dir.path());
+    let db = cfg.journal.clone();
+    let daemon = Daemon::start(cfg).await.unwrap();
     let mut c = client(&daemon).await;
     let parent = create(&mut c, "echo").await;
     run_turn(&mut c, exec(&parent, "one")).await;
@@ -267,6 +270,25 @@ async fn fork_children_outlive_their_deleted_parent_and_still_verify() {
             .await
             .expect("and verifies after");
     }
+    let rows = |sql: &str| count(&db, sql, &parent);
+    let kept = "SELECT COUNT(*) FROM events WHERE session = ?1";
+    assert_eq!(rows(kept), prefix.len() as i64, "kept for the children");
+    for (i, child) in children.iter().enumerate() {
+        let uid = child.metadata.as_ref().unwrap().uid.clone();
+        c.delete_session(DeleteSessionRequest { uid })
+            .await
+            .expect("a finished child deletes");
+        let left = if i + 1 < children.len() {
+            prefix.len() as i64
+        } else {
+            0
+        };
+        assert_eq!(rows(kept), left, "freed with the last child");
+    }
+    assert_eq!(
+        rows("SELECT COUNT(*) FROM session_prefixes WHERE ?1 <> ''"),
+        0
+    );
     daemon.shutdown().await;
 }
 

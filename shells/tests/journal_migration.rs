@@ -181,6 +181,8 @@ fn fresh_schema_has_the_reference_layout() {
     assert_eq!(
         objects,
         [
+            // Outside the Go schema, with its table below.
+            "index session_prefixes_owner on session_prefixes",
             "index sessions_harness on sessions",
             "index sessions_project_created on sessions",
             "table deleted_sessions on deleted_sessions",
@@ -190,6 +192,8 @@ fn fresh_schema_has_the_reference_layout() {
             // Outside the Go schema (a Go host ignores it), like the
             // tombstones.
             "table session_leases on session_leases",
+            // Fork children's references to their parents' records.
+            "table session_prefixes on session_prefixes",
             "table sessions on sessions",
         ]
     );

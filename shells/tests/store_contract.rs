@@ -21,13 +21,15 @@ mod pg;
 
 use agentsessions_machine::chain;
 use agentsessions_machine::events;
+use agentsessions_proto::v1::LogRecord;
 use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
+use agentsessions_shells::journal::memory::MemoryJournal;
 use agentsessions_shells::journal::memory::{Durability, MemoryDisk};
 use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessState,
-    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionMeta, StaleScan, StoreError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessState, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionMeta, StaleScan, StoreError,
 };
 
 const S: &str = "sess-000000000000000000000001";
@@ -636,6 +638,259 @@ async fn concurrent_claims_by_several_hosts_leave_exactly_one_holder<J: JournalS
     );
 }
 
+// ---- fork prefixes -------------------------------------------------------
+
+/// What a backend stores, counted where it keeps it: (records, prefix
+/// spans). A record shared by fork children is stored once.
+trait Stored {
+    fn stored(&self) -> impl std::future::Future<Output = (i64, i64)>;
+}
+
+impl Stored for SqliteJournal {
+    async fn stored(&self) -> (i64, i64) {
+        let conn = rusqlite::Connection::open(self.path()).unwrap();
+        conn.query_row(
+            "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM session_prefixes)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+}
+
+impl Stored for MemoryJournal {
+    async fn stored(&self) -> (i64, i64) {
+        let image = self.disk().durable();
+        (image.stored_records() as i64, image.stored_spans() as i64)
+    }
+}
+
+impl Stored for agentsessions_pg::PgJournal {
+    async fn stored(&self) -> (i64, i64) {
+        self.row_counts().await.unwrap()
+    }
+}
+
+fn sid(n: u32) -> String {
+    format!("sess-{n:024}")
+}
+
+/// `n` records in `session` (fence minted), in batches of up to 100.
+async fn journal_of<J: JournalStore>(j: &J, session: &str, n: i64) -> Vec<LogRecord> {
+    let fence = j.mint_fence(session, 1, None).await.unwrap();
+    let mut head = 0;
+    while head < n {
+        let events: Vec<Event> = (head..n.min(head + 100))
+            .map(|i| input(&format!("{session} {i}")))
+            .collect();
+        let b = AppendBatch {
+            session: session.into(),
+            ..batch(head, fence, events)
+        };
+        head += b.events.len() as i64;
+        j.append(b).await.unwrap();
+    }
+    j.read(session, 1, 0).await.unwrap()
+}
+
+/// Forks `child` off `parent` at `at` under a freshly minted fence: the
+/// FORK marker, as the machine writes it.
+async fn fork_at<J: JournalStore>(
+    j: &J,
+    child: &str,
+    parent: &str,
+    at: i64,
+) -> Result<Vec<LogRecord>, AppendError> {
+    let fence = j.mint_fence(child, 2, None).await.unwrap();
+    j.fork(fork_batch(child, parent, at, fence)).await
+}
+
+fn fork_batch(child: &str, parent: &str, at: i64, fence: i64) -> ForkBatch {
+    let events = vec![events::fork_marker(at)];
+    ForkBatch {
+        child: child.into(),
+        parent: parent.into(),
+        at_seq: at,
+        fence,
+        compute_state: agentsessions_machine::journal::projection::batch_compute_state(&events),
+        events,
+        now_unix_nanos: 3,
+    }
+}
+
+/// The child's whole journal is the parent's records up to the fork seq,
+/// byte for byte, then its own, and it verifies as one chain.
+async fn assert_child_of<J: JournalStore>(j: &J, child: &str, parent: &[LogRecord], at: usize) {
+    let got = j.read(child, 1, 0).await.unwrap();
+    assert!(got.len() > at, "{child}: {} records", got.len());
+    assert_eq!(got[..at], parent[..at], "{child}: the shared prefix");
+    assert_eq!(got[at].seq, at as i64 + 1, "{child}: the marker follows");
+    let prev = parent[..at].last().map_or("", |r| r.content_hash.as_str());
+    assert_eq!(
+        got[at].prev_hash, prev,
+        "{child}: chained from the fork point"
+    );
+    chain::check_links(&got, 1).expect("the child's links");
+    chain::verify(&got).expect("the child's hashes");
+    j.verify(child).await.expect("the store verifies the child");
+    let head = got.last().unwrap().seq;
+    assert_eq!(j.head(child).await.unwrap(), head);
+    assert_eq!(j.session_info(child).await.unwrap().last_seq, head);
+}
+
+async fn a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own<
+    J: JournalStore + Stored,
+>(
+    j: &J,
+) {
+    let (parent, child) = (sid(1), sid(2));
+    let log = journal_of(j, &parent, 5).await;
+    let before = j.stored().await;
+    let marker = fork_at(j, &child, &parent, 3).await.unwrap();
+    assert_eq!(marker.len(), 1, "the store answers with the marker only");
+    assert_eq!(
+        j.stored().await,
+        (before.0 + 1, before.1 + 1),
+        "one row, one span"
+    );
+    assert_child_of(j, &child, &log, 3).await;
+
+    // Ranges across the prefix and the child's own records.
+    let part = j.read(&child, 2, 4).await.unwrap();
+    assert_eq!(part[..2], log[1..3]);
+    assert_eq!(part[2], marker[0]);
+    assert_eq!(j.read(&child, 4, 0).await.unwrap(), marker);
+    assert_eq!(j.read(&child, 3, 3).await.unwrap(), log[2..3]);
+
+    // The child's appends chain on its marker and never show in the parent.
+    let fence = j.session_info(&child).await.unwrap().fence;
+    let own = j
+        .append(AppendBatch {
+            session: child.clone(),
+            ..batch(4, fence, vec![input("child only")])
+        })
+        .await
+        .unwrap();
+    assert_eq!(own[0].seq, 5);
+    assert_ne!(own[0].content_hash, log[4].content_hash);
+    assert_eq!(
+        j.read(&parent, 1, 0).await.unwrap(),
+        log,
+        "the parent is untouched"
+    );
+    j.verify(&child).await.unwrap();
+    assert_eq!(j.read(&child, 1, 0).await.unwrap().len(), 5);
+
+    // A child takes its prefix once: a second fork into it is a conflict,
+    // and a fork under a superseded fence is fenced.
+    assert!(matches!(
+        j.fork(fork_batch(&child, &parent, 2, fence)).await,
+        Err(AppendError::Conflict { head: 5 })
+    ));
+    let other = sid(3);
+    let stale = j.mint_fence(&other, 4, None).await.unwrap();
+    j.mint_fence(&other, 5, None).await.unwrap();
+    assert!(matches!(
+        j.fork(fork_batch(&other, &parent, 2, stale)).await,
+        Err(AppendError::Fenced { .. })
+    ));
+    // The parent must hold the fork seq.
+    assert!(matches!(
+        j.fork(fork_batch(&other, &parent, 6, stale + 1)).await,
+        Err(AppendError::Failed(StoreError::InvalidArgument(_)))
+    ));
+    // A fork at 0 shares nothing: the marker starts a chain of its own.
+    let empty = fork_at(j, &sid(4), &parent, 0).await.unwrap();
+    assert_eq!((empty[0].seq, empty[0].prev_hash.as_str()), (1, ""));
+}
+
+async fn a_fork_of_a_fork_reads_through_both_without_copying_either<J: JournalStore + Stored>(
+    j: &J,
+) {
+    let (parent, child, grandchild, cousin) = (sid(1), sid(2), sid(3), sid(4));
+    let log = journal_of(j, &parent, 5).await;
+    fork_at(j, &child, &parent, 3).await.unwrap();
+    let fence = j.session_info(&child).await.unwrap().fence;
+    j.append(AppendBatch {
+        session: child.clone(),
+        ..batch(4, fence, vec![input("c5"), input("c6")])
+    })
+    .await
+    .unwrap();
+    let child_log = j.read(&child, 1, 0).await.unwrap();
+
+    let before = j.stored().await;
+    fork_at(j, &grandchild, &child, 5).await.unwrap();
+    // Flattened: a span of the parent's rows and one of the child's.
+    assert_eq!(j.stored().await, (before.0 + 1, before.1 + 2));
+    assert_child_of(j, &grandchild, &child_log, 5).await;
+    assert_eq!(j.read(&grandchild, 1, 3).await.unwrap(), log[..3]);
+
+    // Forked inside the child's prefix: only the parent's rows are named.
+    let before = j.stored().await;
+    fork_at(j, &cousin, &child, 2).await.unwrap();
+    assert_eq!(j.stored().await, (before.0 + 1, before.1 + 1));
+    assert_child_of(j, &cousin, &log, 2).await;
+}
+
+async fn a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted<
+    J: JournalStore + Stored,
+>(
+    j: &J,
+) {
+    let (parent, child, grandchild) = (sid(1), sid(2), sid(3));
+    let empty = j.stored().await;
+    let log = journal_of(j, &parent, 5).await;
+    fork_at(j, &child, &parent, 3).await.unwrap();
+    let child_log = j.read(&child, 1, 0).await.unwrap();
+    fork_at(j, &grandchild, &child, 4).await.unwrap();
+    let grandchild_log = j.read(&grandchild, 1, 0).await.unwrap();
+    assert_eq!(j.stored().await, (empty.0 + 5 + 1 + 1, empty.1 + 1 + 2));
+
+    // The parent goes: reads of it return nothing, its children still
+    // read and verify, and only the records they share are kept.
+    let tombstone = j.delete_session(delete(&parent, 5)).await.unwrap();
+    assert_eq!(tombstone.records, 5);
+    assert!(j.read(&parent, 1, 0).await.unwrap().is_empty());
+    assert_eq!(j.head(&parent).await.unwrap(), 0);
+    assert_eq!(j.read(&child, 1, 0).await.unwrap(), child_log);
+    assert_eq!(j.read(&grandchild, 1, 0).await.unwrap(), grandchild_log);
+    j.verify(&child).await.unwrap();
+    j.verify(&grandchild).await.unwrap();
+    assert_eq!(j.stored().await, (empty.0 + 3 + 1 + 1, empty.1 + 3));
+    assert_child_of(j, &grandchild, &child_log, 4).await;
+    // A deleted parent takes no new children.
+    assert!(matches!(
+        fork_at(j, &sid(9), &parent, 2).await,
+        Err(AppendError::Failed(StoreError::SessionDeleted { .. }))
+    ));
+
+    // The child goes: the grandchild still names the parent's three
+    // records and the child's marker, so those stay.
+    j.delete_session(delete(&child, 4)).await.unwrap();
+    assert_eq!(j.read(&grandchild, 1, 0).await.unwrap(), grandchild_log);
+    j.verify(&grandchild).await.unwrap();
+    assert_eq!(j.stored().await, (empty.0 + 3 + 1 + 1, empty.1 + 2));
+
+    // The last child goes: nothing of the three is left.
+    j.delete_session(delete(&grandchild, 5)).await.unwrap();
+    assert_eq!(j.stored().await, empty, "no orphan records or spans");
+    assert_eq!(log.len(), 5);
+}
+
+async fn a_fork_writes_the_same_rows_whatever_the_prefix_length<J: JournalStore + Stored>(j: &J) {
+    let mut added = Vec::new();
+    for (n, (parent, child)) in [(10, (sid(1), sid(2))), (1_000, (sid(3), sid(4)))] {
+        let log = journal_of(j, &parent, n).await;
+        let before = j.stored().await;
+        fork_at(j, &child, &parent, n).await.unwrap();
+        let after = j.stored().await;
+        added.push((after.0 - before.0, after.1 - before.1));
+        assert_child_of(j, &child, &log, n as usize).await;
+    }
+    assert_eq!(added, [(1, 1), (1, 1)], "one record and one span each");
+}
+
 macro_rules! backends {
     ($($check:ident),* $(,)?) => {
         mod sqlite {
@@ -697,4 +952,8 @@ backends!(
     a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence,
     concurrent_claims_by_several_hosts_leave_exactly_one_holder,
     an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits,
+    a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own,
+    a_fork_of_a_fork_reads_through_both_without_copying_either,
+    a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted,
+    a_fork_writes_the_same_rows_whatever_the_prefix_length,
 );

@@ -331,7 +331,7 @@ impl Client {
             }
             Step::Exec { slot, text, park } => {
                 let sid = self.slot(slot).to_owned();
-                let records = view.records(&sid);
+                let records = &*view.records(&sid);
                 let base = *self.base.get_or_insert(records.last().map_or(0, |r| r.seq));
                 let turns = turns(records, base);
                 let ours = turns
@@ -359,7 +359,7 @@ impl Client {
             }
             Step::Approve { slot, approved } => {
                 let sid = self.slot(slot).to_owned();
-                let records = view.records(&sid);
+                let records = &*view.records(&sid);
                 if first {
                     // The gate waiting now; after a lost answer it may be
                     // decided already, and is then the last request.
@@ -387,7 +387,7 @@ impl Client {
             }
             Step::Resume { slot } => {
                 let sid = self.slot(slot).to_owned();
-                let done = self.replied && !pending(view.records(&sid));
+                let done = self.replied && !pending(&view.records(&sid));
                 (!done).then(|| Action::Call(sid.clone(), resume(&sid)))
             }
             Step::Suspend { slot } => {
@@ -396,7 +396,7 @@ impl Client {
             }
             Step::Cancel { slot } => {
                 let sid = self.slot(slot).to_owned();
-                let done = self.replied && canceled(view.records(&sid));
+                let done = self.replied && canceled(&view.records(&sid));
                 (!done).then(|| Action::Call(sid.clone(), cancel(&sid)))
             }
             Step::Delete { slot } => {
@@ -426,7 +426,7 @@ impl Client {
                     Refusal::Resume => resume(&sid),
                     Refusal::Exec(text) => exec(&sid, text),
                     Refusal::ApproveInherited => {
-                        let g = last_request(view.records(&sid)).ok_or_else(|| {
+                        let g = last_request(&view.records(&sid)).ok_or_else(|| {
                             violation(Rule::Expectation, format!("{sid}: no inherited gate"))
                         })?;
                         approve(&sid, &g, true)
@@ -495,7 +495,7 @@ impl Client {
                 }
                 if let (Step::Decide { .. }, Ok(Response::Approve(a))) = (step, reply) {
                     let g = self.gate.as_ref().expect("Decide follows Approve");
-                    let durable = decision(view.records(sid), g).map(|(_, r)| r);
+                    let durable = decision(&view.records(sid), g).map(|(_, r)| r);
                     if a.decision != durable {
                         return Err(violation(
                             Rule::Expectation,

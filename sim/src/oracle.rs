@@ -26,7 +26,7 @@ pub trait JournalView {
     /// Every session with a row or records.
     fn sessions(&self) -> Vec<String>;
     /// The durable records of `session`, in seq order.
-    fn records(&self, session: &str) -> &[LogRecord];
+    fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]>;
     /// The durable row of `session`.
     fn row(&self, session: &str) -> Option<SessionRow>;
     /// The durable fence of `session`.
@@ -107,7 +107,7 @@ pub fn check_no_trace(view: &dyn JournalView, prefix: &str) -> Check {
             let detail = format!("{sid}: created by {prefix:?}");
             return Err(violation(Rule::Authorization, detail));
         }
-        for r in view.records(&sid) {
+        for r in view.records(&sid).iter() {
             if named(r.event.as_ref().and_then(|e| e.actor.as_ref())) {
                 let detail = format!("{sid}: seq {} written by {prefix:?}", r.seq);
                 return Err(violation(Rule::Authorization, detail));
@@ -166,13 +166,15 @@ fn last_fork(records: &[LogRecord]) -> i64 {
     records
         .iter()
         .rev()
-        .find(|r| {
-            r.event
-                .as_ref()
-                .and_then(body::lifecycle)
-                .is_some_and(|l| l.kind == lifecycle::Kind::LifecycleFork as i32)
-        })
+        .find(|r| is_fork_marker(r))
         .map_or(0, |r| r.seq)
+}
+
+fn is_fork_marker(r: &LogRecord) -> bool {
+    r.event
+        .as_ref()
+        .and_then(body::lifecycle)
+        .is_some_and(|l| l.kind == lifecycle::Kind::LifecycleFork as i32)
 }
 
 /// The compute state a row must show after `records`.
@@ -296,7 +298,8 @@ impl Oracle {
         if view.deleted().iter().any(|d| d == session) {
             return Ok(());
         }
-        let durable = view.records(session).get(record.seq as usize - 1);
+        let log = view.records(session);
+        let durable = log.get(record.seq as usize - 1);
         ensure(
             durable.is_some_and(|d| d.content_hash == record.content_hash),
             Rule::AckBeforeDurable,
@@ -322,7 +325,8 @@ impl Oracle {
             if deleted.contains(session) {
                 continue;
             }
-            let kept = view.records(session).get(*seq as usize - 1);
+            let log = view.records(session);
+            let kept = log.get(*seq as usize - 1);
             ensure(
                 kept.is_some_and(|r| &r.content_hash == hash),
                 Rule::AckLost,
@@ -359,7 +363,7 @@ impl Oracle {
             exec_of(intent),
             &format!("tool {}", call.id),
         )?;
-        let records = view.records(session);
+        let records = &*view.records(session);
         let stored = records.get(intent.seq as usize - 1);
         ensure(
             stored.is_some_and(|r| {
@@ -491,7 +495,7 @@ impl Oracle {
             .get(&(inc, session.to_owned()))
             .copied()
             .unwrap_or(0);
-        match canceled_at(view.records(session), exec) {
+        match canceled_at(&view.records(session), exec) {
             Some(at) if at <= seen => Err(violation(
                 Rule::Canceled,
                 format!("{session}: {what} ran for {exec} after its Cancel (seq {at}) was read"),
@@ -524,7 +528,8 @@ impl Oracle {
             format!("{session}: replay invoked the model")
         })?;
         self.check_not_canceled(view, inc, session, exec, "the model")?;
-        let records = Self::execution(view.records(session), exec);
+        let log = view.records(session);
+        let records = Self::execution(&log, exec);
         ensure(
             records.iter().any(|r| kind(r) == EventKind::EventModelCall),
             Rule::RecordBeforeEffect,
@@ -565,8 +570,8 @@ impl Oracle {
         k: usize,
         request: &ModelCall,
     ) -> Check {
-        let records: Vec<&LogRecord> = view
-            .records(session)
+        let log = view.records(session);
+        let records: Vec<&LogRecord> = log
             .iter()
             .filter(|r| exec_of(r) == exec && !exec.is_empty())
             .collect();
@@ -616,7 +621,7 @@ impl Oracle {
         exec: &str,
         id: &str,
     ) -> Check {
-        let records = view.records(session);
+        let records = &*view.records(session);
         if !records.iter().any(|r| exec_of(r) == exec) {
             return Ok(()); // legacy
         }
@@ -655,14 +660,17 @@ impl Oracle {
     }
 
     fn check_session_journal(&self, view: &dyn JournalView, s: &str) -> Check {
-        let records = view.records(s);
+        let records = &*view.records(s);
         agentsessions_machine::chain::verify(records)
             .map_err(|e| violation(Rule::Chain, format!("{s}: {e}")))?;
         for (i, r) in records.iter().enumerate() {
             ensure(r.seq == i as i64 + 1, Rule::Chain, || {
                 format!("{s}: seq {} at position {}", r.seq, i + 1)
             })?;
-            if i > 0 {
+            // Fences are a session's own: a fork child's records before its
+            // FORK marker are its parent's, under the parent's fences, and
+            // its own begin again at its first mint.
+            if i > 0 && !is_fork_marker(r) {
                 ensure(
                     r.fence >= records[i - 1].fence,
                     Rule::FenceMonotonic,
@@ -735,8 +743,8 @@ impl Oracle {
         if view.deleted().contains(&row.parent_uid) {
             return Ok(());
         }
-        let child = view.records(s);
-        let parent = view.records(&row.parent_uid);
+        let child = &*view.records(s);
+        let parent = &*view.records(&row.parent_uid);
         let n = row.fork_seq as usize;
         ensure(
             child.len() > n && parent.len() >= n,
@@ -801,7 +809,7 @@ impl Oracle {
     /// A rendered session equals a recomputation from the durable journal.
     pub fn check_session(&self, view: &dyn JournalView, rendered: &Session) -> Check {
         let uid = rendered.metadata.as_ref().map_or("", |m| m.uid.as_str());
-        let records = view.records(uid);
+        let records = &*view.records(uid);
         let head = records.last().map_or(0, |r| r.seq);
         ensure(rendered.last_seq == head, Rule::Projection, || {
             format!(
@@ -839,7 +847,7 @@ impl Oracle {
         streamed: &[LogRecord],
     ) -> Check {
         ensure(
-            streamed == view.records(session),
+            *streamed == *view.records(session),
             Rule::ReplayMismatch,
             || {
                 format!(
@@ -858,7 +866,7 @@ impl Oracle {
         session: &str,
         report: &ReplayReport,
     ) -> Check {
-        let want = expected_replay_outputs(view.records(session))
+        let want = expected_replay_outputs(&view.records(session))
             .map_err(|e| violation(Rule::JournalInvalid, format!("{session}: {e}")))?;
         ensure(report.outputs == want, Rule::ReplayMismatch, || {
             format!(

@@ -324,7 +324,7 @@ impl<'a> Run<'a> {
         let (session, req) = match op {
             RaceOp::Approve { slot, approved } => {
                 let s = sid(slot);
-                let records = self.sim.d.store.records(&s);
+                let records = &*self.sim.d.store.records(&s);
                 let gate = client::awaiting(records)
                     .or_else(|| last_request(records))
                     .ok_or_else(|| violation(Rule::Expectation, "race Approve without a gate"))?;
@@ -340,7 +340,7 @@ impl<'a> Run<'a> {
             RaceOp::Fork { slot, .. } => (sid(slot), client::fork(&sid(slot), 0)),
             RaceOp::Forbidden { slot, what, who } => {
                 let s = sid(slot);
-                let req = forbidden_call(&s, what, self.sim.d.store.records(&s));
+                let req = forbidden_call(&s, what, &self.sim.d.store.records(&s));
                 let id = self.sim.request_as(host, &s, intruder(who), req)?;
                 self.race[j] = RaceState::Running(host, id);
                 return Ok(());
@@ -543,7 +543,7 @@ impl<'a> Run<'a> {
                     }
                 }
                 Post::Completed { slot, n } => {
-                    let got = completed(self.sim.d.store.records(&uid(slot)));
+                    let got = completed(&self.sim.d.store.records(&uid(slot)));
                     if got != n {
                         return Err(violation(
                             Rule::Expectation,

@@ -979,6 +979,15 @@ pub fn race_scenarios() -> Vec<Scenario> {
                 (1, R::Fork { slot: 0, child: 1 }),
             ],
         ),
+        race(
+            "race-delete-fork",
+            "DeleteSession of a parent racing a Fork of it (the child refers to the parent's records)",
+            vec![create("echo"), exec("t1")],
+            vec![
+                (0, R::Delete { slot: 0 }),
+                (1, R::Fork { slot: 0, child: 1 }),
+            ],
+        ),
     ];
     v.extend(forbidden_races());
     v

@@ -96,9 +96,9 @@ impl SimStore {
         // operation runs after it.
         self.commit();
         let written = match effect {
-            StoreEffect::Append { session, .. } | StoreEffect::MintFence { session, .. } => {
-                Some(session.clone())
-            }
+            StoreEffect::Append { session, .. }
+            | StoreEffect::Fork { session, .. }
+            | StoreEffect::MintFence { session, .. } => Some(session.clone()),
             StoreEffect::PutSession { row, .. } => Some(row.uid.clone()),
             StoreEffect::DeleteSession { session, .. } => Some(session.clone()),
             _ => None,
@@ -199,7 +199,7 @@ impl SimStore {
                     .str(&row.harness)
                     .str(&row.parent_uid);
             }
-            for r in self.mem.records(&s) {
+            for r in self.mem.records(&s).iter() {
                 h.i64(r.seq).i64(r.fence).str(&r.content_hash);
             }
         }
@@ -251,9 +251,9 @@ impl JournalView for SimStore {
         out.into_iter().collect()
     }
 
-    fn records(&self, session: &str) -> &[LogRecord] {
+    fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]> {
         match self.pending_for(session) {
-            Some(p) => p.before.records(),
+            Some(p) => std::borrow::Cow::Borrowed(p.before.records()),
             None => self.mem.records(session),
         }
     }

@@ -86,6 +86,19 @@ pub(crate) fn digest_effect(h: &mut Fnv, host: usize, e: &Effect) {
                 h.i64(i64::from(ev.kind));
             }
         }
+        Effect::Store(StoreEffect::Fork {
+            session,
+            parent,
+            at_seq,
+            fence,
+            ..
+        }) => {
+            h.str("fork")
+                .str(session)
+                .str(parent)
+                .i64(*at_seq)
+                .i64(*fence);
+        }
         Effect::Client(ClientEffect::Stream { request, item }) => {
             h.str("stream").u64(request.0);
             if let StreamItem::Record(r) = item {
@@ -127,6 +140,16 @@ pub fn describe(item: &Item) -> String {
                         .trim_start_matches("EVENT_"))
                     .collect::<Vec<_>>()
                     .join(",")
+            ),
+            Effect::Store(StoreEffect::Fork {
+                session,
+                parent,
+                at_seq,
+                fence,
+                ..
+            }) => format!(
+                "h{} perform Fork {session} shares {parent}..={at_seq} fence={fence}",
+                item.host
             ),
             other => format!("h{} perform {}", item.host, other.name()),
         },

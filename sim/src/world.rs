@@ -618,7 +618,8 @@ impl Sim {
         let now = self.d.now;
         let id = effect.id();
         let stored = match &effect {
-            StoreEffect::Append { session, fence, .. } => {
+            StoreEffect::Append { session, fence, .. }
+            | StoreEffect::Fork { session, fence, .. } => {
                 self.d.oracle.on_append(inc, session, *fence)?;
                 self.d.store.live_fence(session)
             }
@@ -639,6 +640,21 @@ impl Sim {
                     .oracle
                     .on_commit(session, *expected_last_seq, *fence, stored, r)?;
             }
+            // A fork's write is the child's first append, after the shared
+            // prefix.
+            (
+                StoreEffect::Fork {
+                    session,
+                    at_seq,
+                    fence,
+                    ..
+                },
+                StoreOutcome::Appended(r),
+            ) => {
+                self.d
+                    .oracle
+                    .on_commit(session, *at_seq, *fence, stored, r)?;
+            }
             (StoreEffect::MintFence { session, .. }, StoreOutcome::Fence(Ok(f))) => {
                 self.d.oracle.on_mint(inc, session, *f);
             }
@@ -646,6 +662,7 @@ impl Sim {
         }
         let session = match &effect {
             StoreEffect::Append { session, .. }
+            | StoreEffect::Fork { session, .. }
             | StoreEffect::ReadLog { session, .. }
             | StoreEffect::ReadJournal { session, .. } => Some(session.clone()),
             _ => None,

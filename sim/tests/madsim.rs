@@ -898,7 +898,7 @@ async fn run(shared: Arc<Shared>) -> Run {
     let view = shared.view();
     let mut records = 0;
     for s in agentsessions_sim::oracle::JournalView::sessions(&view) {
-        for r in agentsessions_sim::oracle::JournalView::records(&view, &s) {
+        for r in agentsessions_sim::oracle::JournalView::records(&view, &s).iter() {
             shared.log(format!("{s} {} {} {}", r.seq, r.fence, r.content_hash));
             records += 1;
         }

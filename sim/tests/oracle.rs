@@ -17,8 +17,8 @@ impl JournalView for Plain {
     fn sessions(&self) -> Vec<String> {
         self.0.keys().cloned().collect()
     }
-    fn records(&self, session: &str) -> &[LogRecord] {
-        self.0.get(session).map_or(&[][..], Vec::as_slice)
+    fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]> {
+        std::borrow::Cow::Borrowed(self.0.get(session).map_or(&[][..], Vec::as_slice))
     }
     fn row(&self, _: &str) -> Option<SessionRow> {
         None

@@ -397,6 +397,33 @@ impl Cx<'_> {
         id
     }
 
+    /// A fork child's first write: `parent`'s records `1..=at_seq` by
+    /// reference, then `events` (see [`StoreEffect::Fork`]).
+    pub(crate) fn fork_append(
+        &mut self,
+        session: &str,
+        parent: &str,
+        at_seq: i64,
+        fence: i64,
+        events: Vec<agentsessions_proto::v1::Event>,
+    ) -> EffectId {
+        let (session, parent) = (session.to_owned(), parent.to_owned());
+        let now = self.core.now;
+        let compute_state = crate::journal::projection::batch_compute_state(&events);
+        self.request(|id| {
+            Effect::Store(StoreEffect::Fork {
+                id,
+                session,
+                parent,
+                at_seq,
+                fence,
+                events,
+                compute_state,
+                now,
+            })
+        })
+    }
+
     fn append_with(
         &mut self,
         session: &str,

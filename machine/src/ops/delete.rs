@@ -8,8 +8,9 @@
 //! written in between (by another host) aborts the deletion instead of
 //! vanishing with it. Records, row and tombstone go in one transaction; the
 //! tombstone makes the store refuse the uid from then on, so a zombie
-//! writer cannot bring the session back. Fork children are untouched: they
-//! hold their own copy of the prefix.
+//! writer cannot bring the session back. Fork children are untouched: the
+//! store keeps the records of the prefix they refer to until the last of
+//! them is deleted.
 
 use std::collections::BTreeMap;
 

@@ -1,17 +1,22 @@
 //! Fork: branch a session at a seq into N children.
 //!
 //! Order: refuse a supplied identity before anything else; validate the
-//! request; read the parent's row and journal; route and admit its harness
-//! (Describe and the gate, nothing provisioned). The source of the clones is
-//! the parent's journal for a stateless-replay harness, and a fresh memory
-//! checkpoint (fence, head re-check, Snapshot, SUSPEND at the fork seq) for
-//! one that needs memory snapshots — only at the head, since memory cannot
-//! be rewound. Then each child in order: clone the snapshot, mint the
-//! child's fence, copy the prefix plus a FORK marker in one append. Any
-//! failure stops every child already provisioned and replies the cause.
-//! Rows are written only once every child exists, so a refused fork leaves
-//! no child a client can list. Fork takes no session guard: it never writes
-//! the parent except for the memory checkpoint, which is fenced.
+//! request; read the parent's row (its head is all the fork needs of the
+//! journal, so a fork never reads the parent's records); route and admit
+//! its harness (Describe and the gate, nothing provisioned). The source of
+//! the clones is the parent's journal for a stateless-replay harness, and a
+//! fresh memory checkpoint (fence, head re-check, Snapshot, SUSPEND at the
+//! fork seq) for one that needs memory snapshots — only at the head, since
+//! memory cannot be rewound. Then each child in order: clone the snapshot,
+//! mint the child's fence, then one write that gives the child the
+//! parent's records up to the fork seq by reference (the store keeps them
+//! once, shared; the child's reads return them verbatim) and appends the
+//! FORK marker after them, so a fork costs the same whatever the prefix's
+//! length. Any failure stops every child already provisioned and replies
+//! the cause. Rows are written only once every child exists, so a refused
+//! fork leaves no child a client can list. Fork takes no session guard: it
+//! never writes the parent except for the memory checkpoint, which is
+//! fenced.
 
 use std::collections::BTreeSet;
 
@@ -39,7 +44,6 @@ pub(crate) const IDENTITY_UNSUPPORTED: &str =
 
 enum Stage {
     Row(EffectId),
-    Log(EffectId),
     Admit(Box<Placement>),
     /// Memory checkpoint: the parent's new fence.
     Fence(EffectId),
@@ -53,7 +57,7 @@ enum Stage {
     Clone(EffectId),
     /// Child `next`: its own fence.
     ChildFence(EffectId),
-    /// Child `next`: the copied prefix and the FORK marker.
+    /// Child `next`: the referenced prefix and the FORK marker.
     Copy(EffectId),
     /// Stopping provisioned children; the reply waits for every Stop.
     Rollback(BTreeSet<EffectId>, Status),
@@ -73,10 +77,9 @@ pub(crate) struct ForkOp {
     count: usize,
     stage: Stage,
     parent: SessionRow,
-    /// The parent's records with seq ≤ `at_seq`: what every child copies.
-    prefix: Vec<LogRecord>,
+    /// The seq the FORK marker names.
     at_seq: i64,
-    /// The parent's head as the journal read saw it.
+    /// The parent's head as its row said.
     head: i64,
     harness: String,
     route: Option<Route>,
@@ -108,7 +111,6 @@ impl ForkOp {
             count: 0,
             stage: Stage::Over,
             parent: SessionRow::default(),
-            prefix: Vec::new(),
             at_seq: 0,
             head: 0,
             harness: String::new(),
@@ -173,13 +175,6 @@ impl ForkOp {
                         self.fail(cx, Status::not_found(msg))
                     }
                     Err(e) => self.fail(cx, store_failed(&e, "session")),
-                }
-            }
-            (Stage::Log(want), Outcome::Store(StoreOutcome::Log(r))) => {
-                assert_eq!(want, id);
-                match r {
-                    Ok(log) => self.admit(cx, log),
-                    Err(e) => self.fail(cx, store_failed(&e, "read")),
                 }
             }
             (Stage::Admit(mut placement), outcome) => match placement.on_outcome(cx, id, outcome) {
@@ -426,23 +421,14 @@ impl ForkOp {
             }
             Err(status) => return self.fail(cx, status),
         }
+        let head = row.last_seq;
         self.parent = row;
-        self.stage = Stage::Log(cx.read_log(&self.req.session, 1, 0));
-        Flow::Continue
-    }
-
-    fn admit(&mut self, cx: &mut Cx<'_>, mut log: Vec<LogRecord>) -> Flow {
-        let head = log.last().map_or(0, |r| r.seq);
         self.head = head;
         self.at_seq = if self.req.at_seq <= 0 {
             head
         } else {
             self.req.at_seq
         };
-        // A seq past the head is not refused for stateless harnesses: the
-        // child takes every record there is, and its marker names the seq.
-        log.retain(|r| r.seq <= self.at_seq);
-        self.prefix = log;
         let route = self.route.clone().expect("routed");
         let placement = Placement::start(
             cx,
@@ -503,43 +489,35 @@ impl ForkOp {
         Flow::Continue
     }
 
-    /// One append: the verbatim prefix, then the FORK marker.
+    /// The last parent record the children share: every record up to the
+    /// fork seq. A seq past the head is not refused for stateless
+    /// harnesses: the child takes every record there is, and its marker
+    /// names the requested seq.
+    fn shared(&self) -> i64 {
+        self.at_seq.min(self.head)
+    }
+
+    /// One write: the parent's records up to [`Self::shared`] by
+    /// reference, then the FORK marker.
     fn copy(&mut self, cx: &mut Cx<'_>, fence: i64) -> Flow {
-        let mut batch = Vec::with_capacity(self.prefix.len() + 1);
-        for r in &self.prefix {
-            match &r.event {
-                Some(ev) => batch.push(ev.clone()),
-                None => {
-                    let msg = format!("parent record {} has no event", r.seq);
-                    return self.roll_back(cx, internal(msg));
-                }
-            }
-        }
-        batch.push(events::fork_marker(self.at_seq));
-        self.stage = Stage::Copy(cx.append(&self.children[self.next], 0, fence, batch));
+        let marker = vec![events::fork_marker(self.at_seq)];
+        let (child, shared) = (self.children[self.next].clone(), self.shared());
+        let write = cx.fork_append(&child, &self.req.session, shared, fence, marker);
+        self.stage = Stage::Copy(write);
         Flow::Continue
     }
 
-    /// The child's copy must hash exactly like the parent's records; a
-    /// difference means one of the two journals is corrupt.
+    /// The store answers with the marker alone, right after the prefix.
     fn check_copy(&self, records: &[LogRecord]) -> Result<(), Status> {
         let child = &self.children[self.next];
-        if records.len() != self.prefix.len() + 1 {
-            return Err(internal(format!(
-                "child {child:?} committed {} records, expected {}",
+        match records {
+            [marker] if marker.seq == self.shared() + 1 => Ok(()),
+            _ => Err(internal(format!(
+                "child {child:?} committed {} records, expected the marker at seq {}",
                 records.len(),
-                self.prefix.len() + 1
-            )));
+                self.shared() + 1
+            ))),
         }
-        for (parent, copy) in self.prefix.iter().zip(records) {
-            if parent.seq != copy.seq || parent.content_hash != copy.content_hash {
-                return Err(internal(format!(
-                    "child {child:?} record {} does not hash like the parent's seq {} (journal corruption)",
-                    copy.seq, parent.seq
-                )));
-            }
-        }
-        Ok(())
     }
 
     /// Stops every provisioned child, then replies `status`.

@@ -107,6 +107,30 @@ pub enum StoreEffect {
         /// own. A refused append keeps the lease.
         release: Option<String>,
     },
+    /// A fork child's first write: `session` (empty, its fence minted)
+    /// begins with `parent`'s records `1..=at_seq`, which the store
+    /// references instead of copying, and `events` follow as records
+    /// `at_seq + 1 ..`, the first chaining from the parent's record at
+    /// `at_seq`. Answered like an append (`StoreOutcome::Appended`, with
+    /// only the new records); a deleted parent is `AppendError::Deleted`.
+    Fork {
+        /// Completion key.
+        id: EffectId,
+        /// The child's uid.
+        session: String,
+        /// The parent's uid.
+        parent: String,
+        /// The last parent record the child shares (0: none).
+        at_seq: i64,
+        /// The child's fence.
+        fence: i64,
+        /// Events after the shared prefix (the FORK marker).
+        events: Vec<Event>,
+        /// The child's compute_state after the write (`None`: leave it).
+        compute_state: Option<ComputeState>,
+        /// The machine's time, for what the store stamps.
+        now: Nanos,
+    },
     /// Mint the next fence for `session` (creating its row if missing),
     /// taking its lease in the same transaction when `lease` is set; a
     /// live lease of another host refuses the mint (a busy fault).
@@ -406,6 +430,7 @@ impl StoreEffect {
     pub fn id(&self) -> EffectId {
         match self {
             Self::Append { id, .. }
+            | Self::Fork { id, .. }
             | Self::MintFence { id, .. }
             | Self::HoldLease { id, .. }
             | Self::ReadLog { id, .. }
@@ -427,6 +452,7 @@ impl StoreEffect {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Append { .. } => "Append",
+            Self::Fork { .. } => "Fork",
             Self::MintFence { .. } => "MintFence",
             Self::HoldLease { .. } => "HoldLease",
             Self::ReadLog { .. } => "ReadLog",

@@ -38,9 +38,15 @@ impl MemStore {
         self.tables.lease(session)
     }
 
-    /// The records of a session (empty when unknown).
-    pub fn records(&self, session: &str) -> &[LogRecord] {
+    /// The records of a session (empty when unknown or deleted), a fork
+    /// child's prefix resolved through the sessions that hold it.
+    pub fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]> {
         self.tables.records(session)
+    }
+
+    /// Records stored, each once (a fork child's prefix is its parent's).
+    pub fn stored_records(&self) -> usize {
+        self.tables.stored_records()
     }
 
     /// The current fence of a session.
@@ -136,7 +142,7 @@ pub struct SessionImage(StoredImage);
 impl SessionImage {
     /// The session's records (empty when there is no session).
     pub fn records(&self) -> &[LogRecord] {
-        self.0.session().map_or(&[][..], |s| s.records())
+        self.0.journal()
     }
 
     /// The session's fence (0 when there is no session).

@@ -496,7 +496,8 @@ impl World {
     /// A store effect's injected failure, if one fires for it.
     fn store_fault(&mut self, effect: &StoreEffect) -> Option<StoreOutcome> {
         match effect {
-            StoreEffect::Append { .. } => {
+            // A fork's write is the child's first append.
+            StoreEffect::Append { .. } | StoreEffect::Fork { .. } => {
                 Self::countdown(&mut self.faults.append).map(|e| StoreOutcome::Appended(Err(e)))
             }
             StoreEffect::MintFence { .. } => self

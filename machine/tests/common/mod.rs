@@ -89,7 +89,7 @@ pub fn approve(sid: &str, exec_id: &str, call: &str, seq: i64, approved: bool) -
 
 /// Event kinds of a session's journal.
 pub fn kinds(world: &World, session: &str) -> Vec<EventKind> {
-    kinds_of(world.store.records(session))
+    kinds_of(&world.store.records(session))
 }
 
 /// Event kinds of records.
@@ -214,6 +214,20 @@ pub fn render(effects: &[Effect]) -> String {
                 ..
             }) => format!(
                 "Append {session} after={expected_last_seq} fence={fence} [{}]",
+                evs.iter()
+                    .map(|ev| kind_name(events::kind_of(ev)))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            Effect::Store(StoreEffect::Fork {
+                session,
+                parent,
+                at_seq,
+                fence,
+                events: evs,
+                ..
+            }) => format!(
+                "Fork {session} shares {parent}..={at_seq} fence={fence} [{}]",
                 evs.iter()
                     .map(|ev| kind_name(events::kind_of(ev)))
                     .collect::<Vec<_>>()

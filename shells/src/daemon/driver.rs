@@ -621,6 +621,14 @@ impl<S: JournalStore + 'static> Driver<S> {
             | StoreEffect::RetireHarnessRow { .. }
             | StoreEffect::ReserveHarnessNames { .. }
             | StoreEffect::StaleSessions { .. }) => self.start_store(other),
+            // A new child: nothing of it may be cached (its uid is fresh;
+            // dropping is cheap insurance).
+            StoreEffect::Fork { .. } => {
+                if let StoreEffect::Fork { session, .. } = &effect {
+                    self.log_cache.forget(session);
+                }
+                self.start_store(effect);
+            }
             // The cached records of a deleted session must not outlive it.
             StoreEffect::DeleteSession {
                 id,

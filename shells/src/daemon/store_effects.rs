@@ -14,7 +14,8 @@ use super::convert::{
     append_error_of, delete_error_of, fault_of, harness_row_of, meta_of, put_error_of, row_of,
 };
 use crate::journal::{
-    AppendBatch, DeleteSession, JournalStore, ListHarnesses, ListSessions, StaleScan, StoreError,
+    AppendBatch, DeleteSession, ForkBatch, JournalStore, ListHarnesses, ListSessions, StaleScan,
+    StoreError,
 };
 
 pub(super) fn text(e: StoreError) -> StoreFault {
@@ -60,6 +61,28 @@ pub async fn perform_store<S: JournalStore>(
                 release_lease: release,
             };
             let r = store.append(batch).await.map_err(append_error_of);
+            (id, StoreOutcome::Appended(r))
+        }
+        StoreEffect::Fork {
+            id,
+            session,
+            parent,
+            at_seq,
+            fence,
+            events,
+            compute_state,
+            now,
+        } => {
+            let batch = ForkBatch {
+                child: session,
+                parent,
+                at_seq,
+                fence,
+                events,
+                compute_state,
+                now_unix_nanos: now,
+            };
+            let r = store.fork(batch).await.map_err(append_error_of);
             (id, StoreOutcome::Appended(r))
         }
         StoreEffect::MintFence {

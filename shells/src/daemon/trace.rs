@@ -123,6 +123,15 @@ impl Tracer {
                     session.uid = %session, execution.id = %execution,
                     seq = expected_last_seq + 1, records = events.len())
             }
+            Effect::Store(StoreEffect::Fork {
+                session,
+                parent: from,
+                at_seq,
+                ..
+            }) => {
+                tracing::info_span!(target: TARGET, parent: &parent, "journal.fork",
+                    session.uid = %session, fork.parent = %from, seq = at_seq + 1)
+            }
             Effect::Store(StoreEffect::MintFence { session, .. }) => {
                 tracing::info_span!(target: TARGET, parent: &parent, "journal.mint_fence",
                     session.uid = %session)

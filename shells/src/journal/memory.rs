@@ -34,10 +34,10 @@ use agentsessions_proto::v1::LogRecord;
 use tokio::sync::Notify;
 
 use super::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
+    HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
+    RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
+    StoreError, Tombstone, VerifyError,
 };
 
 mod instant;
@@ -79,6 +79,7 @@ pub enum Durability {
 #[derive(Debug, Clone)]
 enum WriteOp {
     Append(AppendBatch),
+    Fork(ForkBatch),
     Mint(String, i64, Option<LeaseClaim>),
     HoldLease(String, String, i64, i64, i64),
     Put(SessionMeta, i64),
@@ -96,6 +97,7 @@ impl WriteOp {
         let text = |e: &dyn std::fmt::Display| e.to_string();
         match self {
             Self::Append(b) => t.append(b, project).map(drop).map_err(|e| text(&e)),
+            Self::Fork(b) => t.fork(b, project).map(drop).map_err(|e| text(&e)),
             Self::Mint(s, now, lease) => t
                 .mint_fence(s, *now, project, lease.as_ref())
                 .map(drop)
@@ -195,8 +197,18 @@ impl DurableImage {
         self.0.sessions()
     }
     /// The durable records of `session`, in seq order.
-    pub fn records(&self, session: &str) -> &[LogRecord] {
+    pub fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]> {
         self.0.records(session)
+    }
+
+    /// Records stored (each once, fork prefixes included once).
+    pub fn stored_records(&self) -> usize {
+        self.0.stored_records()
+    }
+
+    /// Fork prefix spans stored.
+    pub fn stored_spans(&self) -> usize {
+        self.0.stored_spans()
     }
     /// The durable row of `session`.
     pub fn deleted(&self) -> Vec<String> {
@@ -467,6 +479,11 @@ impl JournalStore for MemoryJournal {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         let op = WriteOp::Append(batch.clone());
         self.write(op, |t, p| t.append(&batch, p)).await
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        let op = WriteOp::Fork(batch.clone());
+        self.write(op, |t, p| t.fork(&batch, p)).await
     }
 
     async fn mint_fence(

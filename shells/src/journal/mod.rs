@@ -93,28 +93,123 @@ impl AppendBatch {
     /// exactly as every store keeps them. All hashes come first, so a batch
     /// that cannot be canonicalized is refused before anything is written.
     pub fn chain(&self, head: i64, prev: &str) -> Result<Vec<LogRecord>, StoreError> {
-        debug_assert!(head >= 0 && (head == 0) == prev.is_empty());
-        let mut prev = prev.to_owned();
-        let mut records = Vec::with_capacity(self.events.len());
-        for (i, ev) in self.events.iter().enumerate() {
-            let seq = head + 1 + i as i64;
-            let hash = agentsessions_machine::canon::content_hash(&prev, seq, ev).map_err(|e| {
-                StoreError::Canonicalize {
-                    seq,
-                    reason: e.to_string(),
-                }
-            })?;
-            debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
-            records.push(LogRecord {
-                seq,
-                prev_hash: std::mem::replace(&mut prev, hash.clone()),
-                content_hash: hash,
-                fence: self.fence,
-                event: Some(ev.clone()),
-            });
-        }
-        Ok(records)
+        chain(&self.events, self.fence, head, prev)
     }
+}
+
+/// `events` as the records they become on top of head `head` (hash
+/// `prev`), all hashed before anything is written.
+fn chain(
+    events: &[Event],
+    fence: i64,
+    head: i64,
+    prev: &str,
+) -> Result<Vec<LogRecord>, StoreError> {
+    debug_assert!(head >= 0 && (head == 0) == prev.is_empty());
+    let mut prev = prev.to_owned();
+    let mut records = Vec::with_capacity(events.len());
+    for (i, ev) in events.iter().enumerate() {
+        let seq = head + 1 + i as i64;
+        let hash = agentsessions_machine::canon::content_hash(&prev, seq, ev).map_err(|e| {
+            StoreError::Canonicalize {
+                seq,
+                reason: e.to_string(),
+            }
+        })?;
+        debug_assert_eq!(hash.len(), 64, "content_hash is 64 lowercase hex chars");
+        records.push(LogRecord {
+            seq,
+            prev_hash: std::mem::replace(&mut prev, hash.clone()),
+            content_hash: hash,
+            fence,
+            event: Some(ev.clone()),
+        });
+    }
+    Ok(records)
+}
+
+/// A fork child's first write: the child (empty, its fence minted) begins
+/// with the parent's records `1..=at_seq`, referenced rather than copied,
+/// and `events` follow as records `at_seq + 1 ..`, the first chaining from
+/// the parent's record at `at_seq`. See [`JournalStore::fork`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForkBatch {
+    /// The child's uid.
+    pub child: String,
+    /// The parent's uid.
+    pub parent: String,
+    /// The last parent record the child shares (0: none).
+    pub at_seq: i64,
+    /// The child's fence; must be >= its stored fence.
+    pub fence: i64,
+    /// At least one event (the FORK marker).
+    pub events: Vec<Event>,
+    /// The child's compute_state after the write (`None`: unchanged).
+    pub compute_state: Option<ComputeState>,
+    /// Stamped on the child's row.
+    pub now_unix_nanos: i64,
+}
+
+impl ForkBatch {
+    /// The checks every store makes before it reads anything.
+    pub fn check(&self) -> Result<(), StoreError> {
+        let refuse = |why: &str| Err(StoreError::InvalidArgument(why.into()));
+        if self.child.is_empty() || self.parent.is_empty() {
+            return refuse("fork child and parent are required");
+        }
+        if self.child == self.parent {
+            return refuse("a session cannot fork into itself");
+        }
+        if self.events.is_empty() {
+            return refuse("a fork needs at least one event");
+        }
+        if self.at_seq < 0 {
+            return refuse("fork seq must not be negative");
+        }
+        Ok(())
+    }
+
+    /// The records `events` become after the parent's record at `at_seq`,
+    /// whose hash is `prev` ("" when `at_seq` is 0).
+    pub fn chain(&self, prev: &str) -> Result<Vec<LogRecord>, StoreError> {
+        chain(&self.events, self.fence, self.at_seq, prev)
+    }
+}
+
+/// Seqs `first..=last` of a fork child's journal, stored once as the
+/// records of `owner` (the session that wrote them). A child's spans are
+/// flattened when it is forked: each names the session that holds the
+/// rows, never one that itself refers further, so a read resolves them in
+/// one step whatever the depth of forks. Spans of one child are disjoint,
+/// in seq order, and its own records follow the last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixSpan {
+    pub first: i64,
+    pub last: i64,
+    pub owner: String,
+}
+
+/// The spans a child forked at `at_seq` from a parent with `spans` (its own
+/// records start after the last) takes: the parent's spans cut at
+/// `at_seq`, then the parent's own records up to `at_seq`.
+pub fn child_spans(parent: &str, spans: &[PrefixSpan], at_seq: i64) -> Vec<PrefixSpan> {
+    let own_start = spans.last().map_or(1, |s| s.last + 1);
+    let mut out: Vec<PrefixSpan> = spans
+        .iter()
+        .filter(|s| s.first <= at_seq)
+        .map(|s| PrefixSpan {
+            last: s.last.min(at_seq),
+            ..s.clone()
+        })
+        .collect();
+    if at_seq >= own_start {
+        out.push(PrefixSpan {
+            first: own_start,
+            last: at_seq,
+            owner: parent.to_owned(),
+        });
+    }
+    out
 }
 
 /// Session metadata, mirroring the Go host's `sessions` row. Labels,
@@ -404,6 +499,19 @@ pub trait JournalStore: Send + Sync {
         to_seq: i64,
     ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send;
 
+    /// Creates a fork child in one transaction (see [`ForkBatch`]): the
+    /// child's records up to `at_seq` are the parent's, stored once and
+    /// kept while any child refers to them (a deleted parent's included),
+    /// so the write costs the same whatever the prefix's length. The child
+    /// must be empty (`Conflict` otherwise) and `fence` current; a deleted
+    /// parent is `SessionDeleted`, and a parent without a record at
+    /// `at_seq` an invalid argument. Reads of the child return the
+    /// parent's records verbatim, then its own.
+    fn fork(
+        &self,
+        batch: ForkBatch,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send;
+
     /// Walks the whole chain from genesis, checking links and hashes.
     fn verify(&self, session: &str) -> impl Future<Output = Result<(), VerifyError>> + Send;
 
@@ -462,7 +570,10 @@ pub trait JournalStore: Send + Sync {
     /// Removes a session in one transaction: its records and row go, and a
     /// [`Tombstone`] is written in their place. From then on the uid is
     /// refused by every write (`StoreError::SessionDeleted`), so it can
-    /// never come back or be reused. An unknown uid is `SessionNotFound`.
+    /// never come back or be reused, and reads of it return nothing. An
+    /// unknown uid is `SessionNotFound`. Records that fork children refer
+    /// to stay stored (unreadable under the deleted uid) until the last
+    /// such child is deleted, which removes them in its own transaction.
     fn delete_session(
         &self,
         req: DeleteSession,

@@ -25,10 +25,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 
 /// Opens a fresh backend handle.
@@ -293,6 +293,10 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
 
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         self.run(|s| async move { s.append(batch).await }).await
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        self.run(|s| async move { s.fork(batch).await }).await
     }
 
     async fn mint_fence(

@@ -25,10 +25,10 @@ use std::time::Duration;
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_shells::journal::memory::MemoryJournal;
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 use madsim::net::{Endpoint, Payload};
 
@@ -140,6 +140,11 @@ use Kind::{Read, Write};
 impl JournalStore for NetStore {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         self.call(Write, move |s| async move { s.append(batch).await })
+            .await
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        self.call(Write, move |s| async move { s.fork(batch).await })
             .await
     }
 

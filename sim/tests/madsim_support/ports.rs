@@ -22,10 +22,10 @@ use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
 use agentsessions_shells::harness::{Harness, HarnessError, Outbound, Sink, StartInfo};
 use agentsessions_shells::journal::memory::{DurableImage, MemoryDisk, MemoryJournal};
 use agentsessions_shells::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 use agentsessions_shells::model::EchoModel;
 use agentsessions_sim::digest::Fnv;
@@ -60,7 +60,7 @@ impl JournalView for View {
     fn sessions(&self) -> Vec<String> {
         self.0.sessions()
     }
-    fn records(&self, session: &str) -> &[LogRecord] {
+    fn records(&self, session: &str) -> std::borrow::Cow<'_, [LogRecord]> {
         self.0.records(session)
     }
     fn row(&self, session: &str) -> Option<SessionRow> {
@@ -169,6 +169,24 @@ impl<S: JournalStore> JournalStore for ObservedStore<S> {
         let result = self.inner.append(batch).await;
         if let Err(AppendError::Failed(StoreError::CommitFailed { .. })) = &result {
             self.shared.note("append outcome unknown");
+        }
+        self.shared
+            .check(|o, _| o.on_commit(&session, expected, fence, stored, &map_err(&result)));
+        if let Ok(records) = &result {
+            self.observed(&session, records);
+        }
+        result
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        // The child's first append, after the shared prefix.
+        let (inc, session, expected, fence) =
+            (self.inc, batch.child.clone(), batch.at_seq, batch.fence);
+        self.shared.check(|o, _| o.on_append(inc, &session, fence));
+        let stored = self.shared.view().fence(&session);
+        let result = self.inner.fork(batch).await;
+        if let Err(AppendError::Failed(StoreError::CommitFailed { .. })) = &result {
+            self.shared.note("fork outcome unknown");
         }
         self.shared
             .check(|o, _| o.on_commit(&session, expected, fence, stored, &map_err(&result)));
@@ -313,12 +331,12 @@ fn map_err(
 }
 
 /// The durable record that owns `pred` in `session`, latest first.
-fn find<'a>(
-    view: &'a View,
-    session: &str,
-    pred: impl Fn(&LogRecord) -> bool,
-) -> Option<&'a LogRecord> {
-    view.records(session).iter().rev().find(|r| pred(r))
+fn find(view: &View, session: &str, pred: impl Fn(&LogRecord) -> bool) -> Option<LogRecord> {
+    view.records(session)
+        .iter()
+        .rev()
+        .find(|r| pred(r))
+        .cloned()
 }
 
 /// The port sees only the request, so its owner is found by the input
@@ -329,7 +347,7 @@ fn invoked(o: &mut Oracle, view: &View, inc: u64, request: &ModelCall) -> Check 
     let want = input_hash(&from_model_call(request)).unwrap_or_default();
     let mut owners: Vec<(String, String)> = Vec::new();
     for s in view.sessions() {
-        for r in view.records(&s) {
+        for r in view.records(&s).iter() {
             let Some(ev) = r.event.as_ref() else { continue };
             if body::model(ev).is_some_and(|m| m.input_hash == want) {
                 let owner = (s.clone(), ev.execution_id.clone());
@@ -406,7 +424,7 @@ impl ToolPort for SimTools {
                     })
                 });
                 match intent {
-                    Some(intent) => o.on_execute_tool(view, inc, &session, intent, &call),
+                    Some(intent) => o.on_execute_tool(view, inc, &session, &intent, &call),
                     None => Err(violation(
                         Rule::RecordBeforeEffect,
                         format!("{session}: tool {} ran with no durable TOOL_CALL", call.id),

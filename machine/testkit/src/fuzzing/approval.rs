@@ -349,7 +349,7 @@ impl Rig {
                 };
                 let req = approve_request(
                     &session,
-                    self.world.store.records(&session),
+                    &self.world.store.records(&session),
                     gate,
                     tamper,
                     approved,
@@ -470,7 +470,7 @@ impl Rig {
     /// The journal invariants, for every session.
     fn check(&self) {
         for sid in self.world.store.sessions() {
-            let records = self.world.store.records(&sid);
+            let records = &*self.world.store.records(&sid);
             if let Err(e) = chain::verify(records) {
                 panic!("{sid}: chain does not verify: {e}");
             }
@@ -568,7 +568,7 @@ fn check_effect(effect: &Effect, store: &mut MemStore) {
     else {
         return;
     };
-    let records = store.records(session);
+    let records = &*store.records(session);
     let intent = intent.record();
     let stored = usize::try_from(intent.seq - 1)
         .ok()

@@ -151,7 +151,7 @@ fn head(store: &MemStore) -> i64 {
 
 /// The Replay the host would run for the turn, if it completed.
 fn replay_setup(store: &MemStore, memory: bool, has_executor: bool) -> Option<Setup> {
-    let log = store.records(SESSION);
+    let log = &*store.records(SESSION);
     let projection = executions::project(log).ok()?;
     let scan = approval::scan(log, 0).ok()?;
     let exec = executions::replay_selection(&projection)
@@ -186,7 +186,7 @@ fn resume_setup(
     let [cut, decide]: [u8; 2] = u.arbitrary()?;
     let len = store.records(SESSION).len();
     store.truncate(SESSION, 1 + usize::from(cut) % len.max(1));
-    let Ok(scan) = approval::scan(store.records(SESSION), 0) else {
+    let Ok(scan) = approval::scan(&store.records(SESSION), 0) else {
         return Ok(None);
     };
     let gate = scan.selected().filter(|s| !s.has_receipt()).cloned();
@@ -212,7 +212,7 @@ fn resume_setup(
                 .expect("a decision appends at the scanned head");
         }
     }
-    let log = store.records(SESSION);
+    let log = &*store.records(SESSION);
     let (Ok(scan), Ok(projection)) = (approval::scan(log, 0), executions::project(log)) else {
         return Ok(None);
     };
@@ -412,9 +412,10 @@ impl Rig {
                 Action::Send(frame) => self.sent(&frame),
                 Action::Close => self.closed = true,
                 Action::Recorded(record) => {
+                    let log = self.store.records(SESSION);
                     let stored = usize::try_from(record.record().seq - 1)
                         .ok()
-                        .and_then(|i| self.store.records(SESSION).get(i));
+                        .and_then(|i| log.get(i));
                     assert_eq!(stored, Some(record.record()), "recorded means committed");
                 }
             }
@@ -481,7 +482,7 @@ impl Rig {
         if !receipt {
             return;
         }
-        let log = self.store.records(SESSION);
+        let log = &*self.store.records(SESSION);
         let at = |seq: i64| {
             usize::try_from(seq - 1)
                 .ok()
@@ -506,9 +507,8 @@ impl Rig {
     /// just made, or (a Resume re-drive) by the trailing recorded call.
     fn check_model(&self, request: &agentsessions_proto::v1::ModelCall) {
         let exec = &self.inv.setup().execution_id;
-        let recorded = self
-            .store
-            .records(SESSION)
+        let log = self.store.records(SESSION);
+        let recorded = log
             .iter()
             .rev()
             .filter_map(|r| r.event.as_ref())
@@ -525,7 +525,7 @@ impl Rig {
 
     /// A tool runs only as its committed intent; a gated one only approved.
     fn check_tool(&self, intent: &LogRecord, call: &agentsessions_proto::v1::ToolCall) {
-        let log = self.store.records(SESSION);
+        let log = &*self.store.records(SESSION);
         let stored = usize::try_from(intent.seq - 1)
             .ok()
             .and_then(|i| log.get(i));
@@ -552,7 +552,7 @@ impl Rig {
 
     /// The journal is one a correct host could have written.
     fn check_journal(&self) {
-        let log = self.store.records(SESSION);
+        let log = &*self.store.records(SESSION);
         if let Err(e) = chain::verify(log) {
             panic!("the chain broke: {e}");
         }
@@ -568,9 +568,10 @@ impl Rig {
             ..
         }) = ending
         {
+            let log = self.store.records(SESSION);
             let request = usize::try_from(request_seq - 1)
                 .ok()
-                .and_then(|i| self.store.records(SESSION).get(i))
+                .and_then(|i| log.get(i))
                 .and_then(|r| r.event.as_ref())
                 .and_then(body::approval);
             assert!(

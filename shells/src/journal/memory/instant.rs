@@ -14,10 +14,10 @@ use agentsessions_proto::v1::LogRecord;
 
 use super::tables::Tables;
 use crate::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome, RegistryError,
-    SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone,
-    VerifyError,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError,
 };
 
 /// Tables owned for the length of a few calls; see the module docs.
@@ -49,6 +49,10 @@ impl InstantStore {
 impl JournalStore for InstantStore {
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         self.lock().append(&batch, &self.default_project)
+    }
+
+    async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
+        self.lock().fork(&batch, &self.default_project)
     }
 
     async fn mint_fence(

@@ -5,6 +5,7 @@
 //! Every write validates before it mutates: a refused write leaves the
 //! tables untouched, as a rolled-back SAVEPOINT does.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_machine::chain::ChainVerifier;
@@ -12,18 +13,22 @@ use agentsessions_proto::v1::{ComputeState, LogRecord};
 
 use crate::journal::lease::{self, LeaseClaim, StoredLease};
 use crate::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    HarnessState, ListHarnesses, ListSessions, RegisterOutcome, RegistryError, SessionInfo,
-    SessionMeta, SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
+    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
+    Tombstone, VerifyError, child_spans, page_token,
 };
 
-/// One `sessions` row plus its `events`.
+/// One `sessions` row plus its `events`: the records it wrote, after the
+/// spans of a fork parent's records it refers to (a fork child's prefix,
+/// stored once under the sessions that wrote it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Session {
     meta: SessionMeta,
     fence: i64,
     compute: ComputeState,
     records: Vec<LogRecord>,
+    prefix: Vec<PrefixSpan>,
     lease: Option<StoredLease>,
 }
 
@@ -51,17 +56,28 @@ impl Session {
             fence: 0,
             compute: ComputeState::ComputeNone,
             records: Vec::new(),
+            prefix: Vec::new(),
             lease: None,
         }
     }
 
     fn head(&self) -> i64 {
-        self.records.last().map_or(0, |r| r.seq)
+        self.records
+            .last()
+            .map(|r| r.seq)
+            .or_else(|| self.prefix.last().map(|s| s.last))
+            .unwrap_or(0)
     }
 
-    /// The session's records, in seq order.
+    /// The records the session wrote itself, in seq order (after its
+    /// prefix spans, if it is a fork child).
     pub fn records(&self) -> &[LogRecord] {
         &self.records
+    }
+
+    /// The spans of other sessions' records its journal begins with.
+    pub fn prefix(&self) -> &[PrefixSpan] {
+        &self.prefix
     }
 
     /// The row as a read returns it (head, compute state and fence).
@@ -88,21 +104,30 @@ impl Session {
 }
 
 /// The whole database: sessions with their events, the tombstones of
-/// deleted ones, and the registry.
+/// deleted ones, the records of deleted sessions that fork children still
+/// refer to, and the registry.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tables {
     sessions: BTreeMap<String, Session>,
     tombstones: BTreeMap<String, Tombstone>,
+    /// A deleted session's records up to the last seq any child's span
+    /// names; gone with the last such child.
+    retained: BTreeMap<String, Vec<LogRecord>>,
     harnesses: BTreeMap<String, HarnessRow>,
     reserved: BTreeSet<String>,
 }
 
-/// Everything stored under one uid: its session (row and records) or its
-/// tombstone, so a rolled-back delete can be undone like any write.
+/// Everything a write to one uid can change: its session (row and
+/// records) or its tombstone, and the retained records of the uid and of
+/// the sessions its prefix refers to (a delete may free those), so a
+/// rolled-back write can be undone like any other.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionImage {
     session: Option<Session>,
     tombstone: Option<Tombstone>,
+    retained: Vec<(String, Option<Vec<LogRecord>>)>,
+    /// The session's journal as a read returned it then.
+    journal: Vec<LogRecord>,
 }
 
 impl SessionImage {
@@ -111,10 +136,21 @@ impl SessionImage {
         self.session.as_ref()
     }
 
+    /// The session's whole journal (its prefix resolved) when the image
+    /// was taken.
+    pub fn journal(&self) -> &[LogRecord] {
+        &self.journal
+    }
+
     /// The tombstone (`None`: not deleted).
     pub fn tombstone(&self) -> Option<&Tombstone> {
         self.tombstone.as_ref()
     }
+}
+
+/// A fork at a seq the parent does not hold.
+fn no_record(parent: &str, seq: i64) -> StoreError {
+    StoreError::InvalidArgument(format!("fork parent {parent} has no record at seq {seq}"))
 }
 
 fn required(what: &str, v: &str) -> Result<(), StoreError> {
@@ -128,11 +164,24 @@ fn required(what: &str, v: &str) -> Result<(), StoreError> {
 impl Tables {
     // ---- whole sessions (for stores that roll writes back) ------------
 
-    /// A copy of everything stored under `session`.
+    /// A copy of everything a write to `session` can change.
     pub fn image(&self, session: &str) -> SessionImage {
+        let stored = self.sessions.get(session);
+        let mut owners: BTreeSet<&str> = BTreeSet::from([session]);
+        owners.extend(
+            stored
+                .iter()
+                .flat_map(|s| &s.prefix)
+                .map(|p| p.owner.as_str()),
+        );
         SessionImage {
-            session: self.sessions.get(session).cloned(),
+            session: stored.cloned(),
             tombstone: self.tombstones.get(session).cloned(),
+            retained: owners
+                .into_iter()
+                .map(|o| (o.to_owned(), self.retained.get(o).cloned()))
+                .collect(),
+            journal: self.records(session).into_owned(),
         }
     }
 
@@ -154,6 +203,16 @@ impl Tables {
             }
             None => {
                 self.tombstones.remove(session);
+            }
+        }
+        for (owner, kept) in image.retained {
+            match kept {
+                Some(records) => {
+                    self.retained.insert(owner, records);
+                }
+                None => {
+                    self.retained.remove(&owner);
+                }
             }
         }
     }
@@ -182,7 +241,9 @@ impl Tables {
     /// compute state stay (a crash does not roll those back).
     pub fn truncate(&mut self, session: &str, keep: usize) {
         if let Some(s) = self.sessions.get_mut(session) {
-            s.records.truncate(keep);
+            let shared: i64 = s.prefix.iter().map(|p| p.last - p.first + 1).sum();
+            let shared = usize::try_from(shared).unwrap_or(usize::MAX);
+            s.records.truncate(keep.saturating_sub(shared));
         }
     }
 
@@ -192,10 +253,48 @@ impl Tables {
         self.sessions.keys().cloned().collect()
     }
 
-    pub fn records(&self, session: &str) -> &[LogRecord] {
-        self.sessions
-            .get(session)
-            .map_or(&[][..], |s| s.records.as_slice())
+    /// The session's journal: a fork child's prefix resolved through the
+    /// sessions that hold it, then its own records. Empty for an unknown or
+    /// deleted uid (a deleted session's records kept for its children are
+    /// read only through them).
+    pub fn records(&self, session: &str) -> Cow<'_, [LogRecord]> {
+        let Some(s) = self.sessions.get(session) else {
+            return Cow::Borrowed(&[]);
+        };
+        if s.prefix.is_empty() {
+            return Cow::Borrowed(&s.records);
+        }
+        let mut out = Vec::with_capacity(usize::try_from(s.head()).unwrap_or(0));
+        for span in &s.prefix {
+            let held = self.held(&span.owner);
+            out.extend(
+                held.iter()
+                    .filter(|r| r.seq >= span.first && r.seq <= span.last)
+                    .cloned(),
+            );
+        }
+        out.extend(s.records.iter().cloned());
+        Cow::Owned(out)
+    }
+
+    /// The records `owner` wrote itself, live or retained for its children.
+    fn held(&self, owner: &str) -> &[LogRecord] {
+        match self.sessions.get(owner) {
+            Some(s) => &s.records,
+            None => self.retained.get(owner).map_or(&[], Vec::as_slice),
+        }
+    }
+
+    /// Records stored once each (what a SQL store's `events` table holds):
+    /// every session's own, and those retained for fork children.
+    pub fn stored_records(&self) -> usize {
+        let own: usize = self.sessions.values().map(|s| s.records.len()).sum();
+        own + self.retained.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// Prefix spans stored (a SQL store's `session_prefixes` rows).
+    pub fn stored_spans(&self) -> usize {
+        self.sessions.values().map(|s| s.prefix.len()).sum()
     }
 
     pub fn head(&self, session: &str) -> i64 {
@@ -213,7 +312,7 @@ impl Tables {
 
     pub fn verify(&self, session: &str) -> Result<(), VerifyError> {
         let mut verifier = ChainVerifier::new();
-        for rec in self.records(session) {
+        for rec in self.records(session).iter() {
             verifier
                 .push(rec)
                 .map_err(|cause| VerifyError::of_chain(session, cause))?;
@@ -378,6 +477,79 @@ impl Tables {
         Ok(records)
     }
 
+    /// A fork child's first write: the parent's records up to `at_seq` by
+    /// reference (flattened to the sessions that hold them), then the
+    /// batch's events chained from the parent's record at `at_seq`.
+    pub fn fork(
+        &mut self,
+        batch: &ForkBatch,
+        default_project: &str,
+    ) -> Result<Vec<LogRecord>, AppendError> {
+        batch.check()?;
+        let existing = self.sessions.get(&batch.child);
+        if existing.is_none() {
+            self.refuse_deleted(&batch.child)?;
+        }
+        let head = existing.map_or(0, Session::head);
+        if head != 0 {
+            return Err(AppendError::Conflict { head });
+        }
+        let current = existing.map_or(0, |s| s.fence);
+        if batch.fence < current && !crate::journal::memory::planted!(SkipFenceCheck) {
+            return Err(AppendError::Fenced { current });
+        }
+        let (spans, prev) = if batch.at_seq == 0 {
+            (Vec::new(), String::new())
+        } else {
+            self.refuse_deleted(&batch.parent)?;
+            let parent = self.sessions.get(&batch.parent);
+            let spans = parent.map_or(&[][..], |p| p.prefix.as_slice());
+            let prev = self
+                .records(&batch.parent)
+                .iter()
+                .find(|r| r.seq == batch.at_seq)
+                .map(|r| r.content_hash.clone())
+                .ok_or_else(|| no_record(&batch.parent, batch.at_seq))?;
+            (child_spans(&batch.parent, spans, batch.at_seq), prev)
+        };
+        let records = batch.chain(&prev)?;
+        let now = batch.now_unix_nanos;
+        let child = self
+            .sessions
+            .entry(batch.child.clone())
+            .or_insert_with(|| Session::new(&batch.child, default_project, now));
+        child.fill(default_project, now);
+        if let Some(state) = batch.compute_state {
+            child.compute = state;
+        }
+        child.prefix = spans;
+        child.records.extend(records.iter().cloned());
+        Ok(records)
+    }
+
+    /// The last seq of `owner`'s records any fork child's span names (0:
+    /// none refers to it).
+    fn referenced(&self, owner: &str) -> i64 {
+        self.sessions
+            .values()
+            .flat_map(|s| &s.prefix)
+            .filter(|p| p.owner == owner)
+            .map(|p| p.last)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Keeps of a deleted `owner`'s records only what children still name.
+    fn release(&mut self, owner: &str) {
+        let keep = self.referenced(owner);
+        if let Some(records) = self.retained.get_mut(owner) {
+            records.retain(|r| r.seq <= keep);
+            if records.is_empty() {
+                self.retained.remove(owner);
+            }
+        }
+    }
+
     /// fence = fence + 1 (1 on first mint); creates the row if missing.
     /// With a claim, takes the lease too, or refuses and changes nothing.
     pub fn mint_fence(
@@ -491,10 +663,21 @@ impl Tables {
         if req.expected_last_seq != head {
             return Err(DeleteError::Conflict { head });
         }
-        let records = i64::try_from(session.records.len()).expect("fits i64");
+        let records = i64::try_from(self.records(&req.uid).len()).expect("fits i64");
         // The planted bug: the tombstone is written but the session stays.
         if !crate::journal::memory::planted!(DeleteKeepsRecords) {
-            self.sessions.remove(&req.uid);
+            let gone = self.sessions.remove(&req.uid).expect("looked up above");
+            // Children keep what they share of it; what it shared of
+            // other deleted sessions may be free now.
+            let keep = self.referenced(&req.uid);
+            let kept: Vec<LogRecord> = gone.records.into_iter().filter(|r| r.seq <= keep).collect();
+            if !kept.is_empty() {
+                self.retained.insert(req.uid.clone(), kept);
+            }
+            let owners: BTreeSet<String> = gone.prefix.into_iter().map(|p| p.owner).collect();
+            for owner in owners {
+                self.release(&owner);
+            }
         }
         let tombstone = Tombstone {
             uid: req.uid.clone(),

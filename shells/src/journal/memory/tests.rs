@@ -195,7 +195,7 @@ async fn a_crash_can_keep_a_prefix_and_tear_the_next_append() {
         .map(|r| events::message_text(events::body::message(r.event.as_ref().unwrap()).unwrap()))
         .collect();
     assert_eq!(texts, ["a", "b", "c"]);
-    agentsessions_machine::chain::verify(image.records("s")).unwrap();
+    agentsessions_machine::chain::verify(&image.records("s")).unwrap();
     assert_eq!(disk.stats().torn, 1);
 }
 

@@ -32,10 +32,10 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use super::{
-    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, HarnessRegistration,
-    HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
-    RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError,
+    AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
+    HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
+    RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
+    StoreError, Tombstone, VerifyError,
 };
 
 mod read_ops;
@@ -185,6 +185,7 @@ impl SqliteJournal {
         schema::migrate(&conn, (options.clock)())?;
         conn.execute_batch(schema::DELETED_SESSIONS)?;
         conn.execute_batch(schema::SESSION_LEASES)?;
+        conn.execute_batch(schema::SESSION_PREFIXES)?;
 
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -561,6 +562,19 @@ impl JournalStore for SqliteJournal {
     ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
         let (project, blobs) = self.append_parts(&batch);
         self.submit_write(move |conn| write_ops::append(conn, &batch, &blobs, &project))
+    }
+
+    fn fork(
+        &self,
+        batch: ForkBatch,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
+        let project = self.inner.default_project.clone();
+        let blobs = batch
+            .events
+            .iter()
+            .map(super::encode::encode_event)
+            .collect::<Vec<_>>();
+        self.submit_write(move |conn| write_ops::fork(conn, &batch, &blobs, &project))
     }
 
     fn try_append_now(

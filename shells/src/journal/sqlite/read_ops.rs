@@ -8,14 +8,74 @@ use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
 use crate::journal::compute_text::from_text;
 use crate::journal::{
-    HarnessRow, HarnessState, ListHarnesses, ListSessions, SessionInfo, SessionMeta, SessionPage,
-    StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
+    HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, SessionInfo, SessionMeta,
+    SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
 };
 
+/// A deleted session reads as nothing, even while rows of it are kept for
+/// its fork children (they are read through the children's spans).
+/// Parameter-only, so SQLite evaluates it once per statement run.
+const NOT_DELETED: &str = "NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = ?1)";
+
 pub fn head(conn: &Connection, session: &str) -> Result<i64, StoreError> {
+    let sql =
+        format!("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?1 AND {NOT_DELETED}");
     Ok(conn
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?1")?
+        .prepare_cached(&sql)?
         .query_row([session], |r| r.get(0))?)
+}
+
+/// The spans of other sessions' records `session`'s journal begins with
+/// (a fork child's prefix), in seq order; empty for any other session.
+pub fn spans(conn: &Connection, session: &str) -> rusqlite::Result<Vec<PrefixSpan>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT first_seq, last_seq, owner FROM session_prefixes WHERE session = ?1 ORDER BY first_seq",
+    )?;
+    let rows = stmt.query_map([session], |r| {
+        Ok(PrefixSpan {
+            first: r.get(0)?,
+            last: r.get(1)?,
+            owner: r.get(2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// One stretch of a journal read: seqs `lo..=hi` of `holder`'s rows, the
+/// session's own (`own`) or those a fork span refers to.
+struct Segment {
+    holder: String,
+    lo: i64,
+    hi: i64,
+    own: bool,
+}
+
+/// Where `session`'s records `from..=to` are stored, in seq order: the
+/// spans of its prefix that overlap the range, then its own rows (which
+/// all follow the prefix).
+fn segments(
+    conn: &Connection,
+    session: &str,
+    from: i64,
+    to: i64,
+) -> rusqlite::Result<Vec<Segment>> {
+    let mut out: Vec<Segment> = spans(conn, session)?
+        .into_iter()
+        .filter(|s| s.first <= to && s.last >= from)
+        .map(|s| Segment {
+            lo: s.first.max(from),
+            hi: s.last.min(to),
+            holder: s.owner,
+            own: false,
+        })
+        .collect();
+    out.push(Segment {
+        holder: session.to_owned(),
+        lo: from,
+        hi: to,
+        own: true,
+    });
+    Ok(out)
 }
 
 fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> {
@@ -39,6 +99,15 @@ fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> 
     })
 }
 
+const READ_OWN: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
+     WHERE session = ?1 AND seq >= ?2 AND seq <= ?3
+       AND NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = ?1)
+     ORDER BY seq";
+/// A span's rows: held for a fork child, so read whether or not their
+/// writer was deleted since.
+const READ_HELD: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
+     WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq";
+
 /// Streams records `from..=to` (`to == 0`: through the head) into `sink`,
 /// so verification never holds a whole chain in memory.
 fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
@@ -49,18 +118,21 @@ fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
     mut sink: impl FnMut(LogRecord) -> Result<(), E>,
 ) -> Result<(), E> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, prev_hash, hash, fence, event FROM events
-         WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq",
-    )?;
-    let mut rows = stmt.query(params![session, from_seq, to])?;
-    while let Some(row) = rows.next()? {
-        sink(decode_record(session, row)?)?;
+    for seg in segments(conn, session, from_seq, to)? {
+        let mut stmt = conn.prepare_cached(if seg.own { READ_OWN } else { READ_HELD })?;
+        let mut rows = stmt.query(params![seg.holder, seg.lo, seg.hi])?;
+        while let Some(row) = rows.next()? {
+            sink(decode_record(&seg.holder, row)?)?;
+        }
     }
     Ok(())
 }
 
 const READ_AT_MOST: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
+     WHERE session = ?1 AND seq >= ?2 AND seq <= ?3
+       AND NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = ?1)
+     ORDER BY seq LIMIT ?4";
+const READ_HELD_AT_MOST: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
      WHERE session = ?1 AND seq >= ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4";
 
 /// Like [`read`], but gives up (None) once the range holds more than
@@ -73,15 +145,23 @@ pub fn read_at_most(
     limit: usize,
 ) -> Result<Option<Vec<LogRecord>>, StoreError> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
-    let mut stmt = conn.prepare_cached(READ_AT_MOST)?;
-    let cap = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(1);
-    let mut rows = stmt.query(params![session, from_seq, to, cap])?;
     let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        if out.len() == limit {
-            return Ok(None);
+    for seg in segments(conn, session, from_seq, to)? {
+        let sql = if seg.own {
+            READ_AT_MOST
+        } else {
+            READ_HELD_AT_MOST
+        };
+        let mut stmt = conn.prepare_cached(sql)?;
+        let left = limit - out.len();
+        let cap = i64::try_from(left).unwrap_or(i64::MAX).saturating_add(1);
+        let mut rows = stmt.query(params![seg.holder, seg.lo, seg.hi, cap])?;
+        while let Some(row) = rows.next()? {
+            if out.len() == limit {
+                return Ok(None);
+            }
+            out.push(decode_record(&seg.holder, row)?);
         }
-        out.push(decode_record(session, row)?);
     }
     Ok(Some(out))
 }
@@ -328,6 +408,10 @@ mod tests {
         let conn = Connection::open_in_memory().unwrap();
         super::super::schema::configure(&conn).unwrap();
         super::super::schema::migrate(&conn, 1).unwrap();
+        conn.execute_batch(super::super::schema::DELETED_SESSIONS)
+            .unwrap();
+        conn.execute_batch(super::super::schema::SESSION_PREFIXES)
+            .unwrap();
         for (from, limit) in [(1, 64), (2, 64), (5, 8), (9, 64)] {
             assert_eq!(
                 read_at_most(&conn, "s", from, 0, limit).unwrap(),

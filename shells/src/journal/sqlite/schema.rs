@@ -95,6 +95,24 @@ CREATE TABLE IF NOT EXISTS session_leases (
 );
 ";
 
+/// Fork prefixes: seqs `first_seq..=last_seq` of `session`'s journal are
+/// the records `owner` holds in `events` (flattened: `owner` is the
+/// session that wrote them, never one that refers further). Outside the Go
+/// schema and `user_version`, like the leases: a Go host ignores it, so
+/// it sees a fork child's own records only (`agentctl journal copy` makes
+/// self-contained journals for it). The owner index finds the spans that
+/// keep a deleted session's records.
+pub const SESSION_PREFIXES: &str = "\
+CREATE TABLE IF NOT EXISTS session_prefixes (
+    session   TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    last_seq  INTEGER NOT NULL,
+    owner     TEXT NOT NULL,
+    PRIMARY KEY (session, first_seq)
+);
+CREATE INDEX IF NOT EXISTS session_prefixes_owner ON session_prefixes(owner, last_seq);
+";
+
 /// How long a connection waits on another writer's lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 

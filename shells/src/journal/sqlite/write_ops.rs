@@ -8,13 +8,14 @@
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
-use super::read_ops::harness_row;
+use super::read_ops::{harness_row, spans};
 use crate::journal::compute_text::to_text;
 use crate::journal::encode::encode_event;
 use crate::journal::lease::{self, LeaseClaim, StoredLease};
 use crate::journal::{
-    AppendBatch, AppendError, DeleteError, DeleteSession, HarnessRegistration, HarnessRow,
-    HarnessState, RegisterOutcome, RegistryError, SessionMeta, StoreError, Tombstone,
+    AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
+    HarnessRow, HarnessState, RegisterOutcome, RegistryError, SessionMeta, StoreError, Tombstone,
+    child_spans,
 };
 
 fn head(conn: &Connection, session: &str) -> rusqlite::Result<i64> {
@@ -46,32 +47,8 @@ pub fn append(
     // stored fence and whether the session row exists or lacks
     // project/created_at. Two point lookups: a single joined statement makes
     // SQLite materialise the subquery, which costs more than both.
-    let (head, head_hash) = conn
-        .prepare_cached(
-            "SELECT seq, hash FROM events WHERE session = ?1 ORDER BY seq DESC LIMIT 1",
-        )?
-        .query_row([&batch.session], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-        })
-        .optional()?
-        .unwrap_or_default();
-    let (current, row) = conn
-        .prepare_cached(
-            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = ?1",
-        )?
-        .query_row([&batch.session], |r| {
-            let incomplete: bool = r.get(1)?;
-            Ok((
-                r.get::<_, i64>(0)?,
-                if incomplete {
-                    SessionRow::Incomplete
-                } else {
-                    SessionRow::Complete
-                },
-            ))
-        })
-        .optional()?
-        .unwrap_or((0, SessionRow::Missing));
+    let (head, head_hash) = head_row(conn, &batch.session)?;
+    let (current, row) = fence_row(conn, &batch.session)?;
     debug_assert_eq!(
         head == 0,
         head_hash.is_empty(),
@@ -113,12 +90,129 @@ pub fn append(
             Err(e) => return Err(e.into()),
         }
     }
-    touch_session(conn, batch, row, default_project)?;
+    let touch = Touch {
+        session: &batch.session,
+        state: batch.compute_state.map(to_text),
+        now: batch.now_unix_nanos,
+    };
+    touch_session(conn, &touch, row, default_project)?;
     if let Some(owner) = &batch.release_lease {
         conn.prepare_cached(RELEASE)?
             .execute(params![batch.session, owner, batch.fence])?;
     }
     Ok(records)
+}
+
+/// The newest row of `session`: (seq, hash), or (0, "") when it has none.
+fn head_row(conn: &Connection, session: &str) -> rusqlite::Result<(i64, String)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT seq, hash FROM events WHERE session = ?1 ORDER BY seq DESC LIMIT 1",
+        )?
+        .query_row([session], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })
+        .optional()?
+        .unwrap_or_default())
+}
+
+/// The stored fence and what the row holds.
+fn fence_row(conn: &Connection, session: &str) -> rusqlite::Result<(i64, SessionRow)> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = ?1",
+        )?
+        .query_row([session], |r| {
+            let incomplete: bool = r.get(1)?;
+            Ok((
+                r.get::<_, i64>(0)?,
+                if incomplete {
+                    SessionRow::Incomplete
+                } else {
+                    SessionRow::Complete
+                },
+            ))
+        })
+        .optional()?
+        .unwrap_or((0, SessionRow::Missing)))
+}
+
+/// A fork child's first write: its spans (the parent's, cut at `at_seq`,
+/// then the parent's own records up to it), then the batch's events
+/// chained from the parent's record at `at_seq`. Nothing of the parent is
+/// copied: the write is the same few rows whatever the prefix's length.
+pub fn fork(
+    conn: &Connection,
+    batch: &ForkBatch,
+    blobs: &[Vec<u8>],
+    default_project: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    assert_eq!(blobs.len(), batch.events.len(), "one blob per event");
+    batch.check()?;
+    let (head, _) = head_row(conn, &batch.child)?;
+    let (current, row) = fence_row(conn, &batch.child)?;
+    if row == SessionRow::Missing {
+        refuse_deleted(conn, &batch.child)?;
+    }
+    if head != 0 {
+        return Err(AppendError::Conflict { head });
+    }
+    if batch.fence < current {
+        return Err(AppendError::Fenced { current });
+    }
+    let mut prev = String::new();
+    if batch.at_seq > 0 {
+        refuse_deleted(conn, &batch.parent)?;
+        let parent = spans(conn, &batch.parent)?;
+        let holder = parent
+            .iter()
+            .find(|s| s.first <= batch.at_seq && batch.at_seq <= s.last)
+            .map_or(batch.parent.as_str(), |s| s.owner.as_str());
+        prev = conn
+            .prepare_cached("SELECT hash FROM events WHERE session = ?1 AND seq = ?2")?
+            .query_row(params![holder, batch.at_seq], |r| r.get(0))
+            .optional()?
+            .ok_or_else(|| {
+                StoreError::InvalidArgument(format!(
+                    "fork parent {} has no record at seq {}",
+                    batch.parent, batch.at_seq
+                ))
+            })?;
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO session_prefixes(session, first_seq, last_seq, owner) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for span in child_spans(&batch.parent, &parent, batch.at_seq) {
+            insert.execute(params![batch.child, span.first, span.last, span.owner])?;
+        }
+    }
+    let records = batch.chain(&prev)?;
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for (rec, blob) in records.iter().zip(blobs) {
+        insert.execute(params![
+            batch.child,
+            rec.seq,
+            rec.prev_hash,
+            rec.content_hash,
+            batch.fence,
+            blob
+        ])?;
+    }
+    let touch = Touch {
+        session: &batch.child,
+        state: batch.compute_state.map(to_text),
+        now: batch.now_unix_nanos,
+    };
+    touch_session(conn, &touch, row, default_project)?;
+    Ok(records)
+}
+
+/// What a write stamps on its session row.
+struct Touch<'a> {
+    session: &'a str,
+    state: Option<&'static str>,
+    now: i64,
 }
 
 /// Ends `owner`'s lease taken at `fence`; anyone else's stays.
@@ -142,12 +236,11 @@ enum SessionRow {
 /// `sessions_project_created` entry on every append.
 fn touch_session(
     conn: &Connection,
-    batch: &AppendBatch,
+    touch: &Touch<'_>,
     row: SessionRow,
     default_project: &str,
 ) -> rusqlite::Result<()> {
-    let state = batch.compute_state.map(to_text);
-    let (session, now) = (&batch.session, batch.now_unix_nanos);
+    let (session, now, state) = (touch.session, touch.now, touch.state);
     let n = match row {
         SessionRow::Missing => conn
             .prepare_cached(
@@ -309,17 +402,20 @@ pub fn put_session(
 /// A deleted uid takes no write of any kind, so a zombie writer cannot
 /// bring its session back (and no generator can reuse the uid).
 fn refuse_deleted(conn: &Connection, uid: &str) -> Result<(), StoreError> {
-    let deleted = conn
-        .prepare_cached("SELECT 1 FROM deleted_sessions WHERE session = ?1")?
-        .query_row([uid], |_| Ok(()))
-        .optional()?
-        .is_some();
-    if deleted {
+    if is_deleted(conn, uid)? {
         return Err(StoreError::SessionDeleted {
             uid: uid.to_owned(),
         });
     }
     Ok(())
+}
+
+fn is_deleted(conn: &Connection, uid: &str) -> rusqlite::Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM deleted_sessions WHERE session = ?1")?
+        .query_row([uid], |_| Ok(()))
+        .optional()?
+        .is_some())
 }
 
 /// Records, row and tombstone in the one transaction the job runs in: a
@@ -344,11 +440,25 @@ pub fn delete_session(conn: &Connection, req: &DeleteSession) -> Result<Tombston
     if req.expected_last_seq != head {
         return Err(DeleteError::Conflict { head });
     }
-    let records = conn
-        .prepare_cached("DELETE FROM events WHERE session = ?1")?
+    // Fork children keep the rows they refer to; the rest go now.
+    conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")?
+        .execute(params![req.uid, referenced(conn, &req.uid)?])?;
+    // Its own references go, and with them whatever only they kept of
+    // sessions deleted before it.
+    let owners: Vec<String> = conn
+        .prepare_cached("SELECT DISTINCT owner FROM session_prefixes WHERE session = ?1")?
+        .query_map([&req.uid], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    conn.prepare_cached("DELETE FROM session_prefixes WHERE session = ?1")?
         .execute([&req.uid])?;
-    let records = i64::try_from(records).expect("a row count fits i64");
-    assert!(records >= head, "seqs are 1..=head, all removed");
+    for owner in owners {
+        if is_deleted(conn, &owner)? {
+            conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")?
+                .execute(params![owner, referenced(conn, &owner)?])?;
+        }
+    }
+    // The journal's length, prefix included (what the session held).
+    let records = head;
     conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")?
         .execute([&req.uid])?;
     conn.prepare_cached("DELETE FROM session_leases WHERE session = ?1")?
@@ -364,6 +474,12 @@ pub fn delete_session(conn: &Connection, req: &DeleteSession) -> Result<Tombston
         records,
         principal: req.principal.clone(),
     })
+}
+
+/// The last of `owner`'s seqs a fork child's span names (0: none).
+fn referenced(conn: &Connection, owner: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT COALESCE(MAX(last_seq), 0) FROM session_prefixes WHERE owner = ?1")?
+        .query_row([owner], |r| r.get(0))
 }
 
 fn is_reserved(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
