@@ -12,8 +12,7 @@ use agentsessions_proto::v1::{
     Resumability, harness_spec::Placement,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
-use agentsessions_shells::harness::serve::{ListenAddr, Listener};
-use agentsessions_shells::harness::{HarnessService, builtin};
+use agentsessions_shells::harness::builtin;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -131,17 +130,7 @@ async fn a_registration_reaches_every_loop() {
     let dir = tempfile::tempdir().unwrap();
     // The built-in echo harness served over gRPC: a remote harness that
     // only a registration names.
-    let listener = Listener::bind(&ListenAddr::Tcp("127.0.0.1:0".into()))
-        .await
-        .unwrap();
-    let ListenAddr::Tcp(peer) = listener.local_addr().clone() else {
-        unreachable!()
-    };
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let echo = builtin::build("echo", "").unwrap();
-    tokio::spawn(listener.serve(HarnessService::new(echo), async {
-        let _ = stopped.await;
-    }));
+    let (peer, _stop) = support::serve_harness(builtin::build("echo", "").unwrap()).await;
 
     let daemon = Daemon::start(two_loops(dir.path())).await.unwrap();
     let registry = Channel::from_shared(format!("http://{}", daemon.registry_addr.unwrap()))
@@ -153,9 +142,7 @@ async fn a_registration_reaches_every_loop() {
         .register_harness(RegisterHarnessRequest {
             name: "far-echo".into(),
             spec: Some(HarnessSpec {
-                placement: Some(Placement::Remote(RemotePlacement {
-                    address: peer.to_string(),
-                })),
+                placement: Some(Placement::Remote(RemotePlacement { address: peer })),
                 capabilities: Some(Capabilities {
                     resumability: Resumability::StatelessReplay as i32,
                     ..Capabilities::default()

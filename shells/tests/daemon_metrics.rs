@@ -19,8 +19,7 @@ use agentsessions_proto::v1::{
     ResumeRequest, Usage,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
-use agentsessions_shells::harness::serve::{ListenAddr, Listener};
-use agentsessions_shells::harness::{Harness, HarnessError, HarnessService, Sink, StartInfo};
+use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 use tonic::transport::Channel;
 
 async fn get(url: String) -> (u16, String) {
@@ -138,18 +137,7 @@ fn assert_bounded(text: &str, uids: &[String]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workload_across_a_restart_reads_exactly_in_the_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let listener = Listener::bind(&ListenAddr::Tcp("127.0.0.1:0".into()))
-        .await
-        .unwrap();
-    let ListenAddr::Tcp(peer) = listener.local_addr().clone() else {
-        unreachable!()
-    };
-    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(
-        listener.serve(HarnessService::new(Arc::new(Counting)), async {
-            let _ = stopped.await;
-        }),
-    );
+    let (peer, _stop) = support::serve_harness(Arc::new(Counting)).await;
     // First life, on the echo model: three echo turns and a park.
     let daemon = Daemon::start(DaemonConfig {
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),

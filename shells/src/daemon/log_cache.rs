@@ -258,7 +258,9 @@ impl LogCache {
     /// Drops least recently used sessions (never `keep`) until what is held
     /// besides the longest journal is within bounds.
     fn evict(&mut self, keep: &str) {
-        while self.total - self.longest() > self.max_records {
+        // The longest journal is looked for only when over the budget: this
+        // runs after every append, and the scan is linear in sessions.
+        while self.total > self.max_records && self.total - self.longest() > self.max_records {
             let victim = self
                 .sessions
                 .iter()

@@ -36,6 +36,26 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
     }
 }
 
+/// Serves `harness` over gRPC on a free loopback port until the returned
+/// sender is dropped; returns its `host:port`.
+pub async fn serve_harness<H: agentsessions_shells::harness::Harness + ?Sized>(
+    harness: std::sync::Arc<H>,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
+    use agentsessions_shells::harness::HarnessService;
+    use agentsessions_shells::harness::serve::{ListenAddr, Listener};
+    let listener = Listener::bind(&ListenAddr::Tcp("127.0.0.1:0".into()))
+        .await
+        .unwrap();
+    let ListenAddr::Tcp(peer) = listener.local_addr().clone() else {
+        unreachable!("bound on TCP")
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(listener.serve(HarnessService::new(harness), async {
+        let _ = stopped.await;
+    }));
+    (peer, stop)
+}
+
 /// A Sessions client connected to `daemon`.
 pub async fn client(daemon: &Daemon) -> SessionsClient<Channel> {
     client_at(&daemon.addr.to_string()).await
