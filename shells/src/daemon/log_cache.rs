@@ -19,34 +19,37 @@
 //! mismatch the whole journal is read again. The machine therefore sees
 //! exactly what an uncached read at the same moment would return.
 //!
-//! Memory is bounded by a total record count across sessions; the least
-//! recently used sessions are dropped first. The longest journal held does
+//! Memory is bounded by a total record count across sessions; sessions
+//! picked at random are dropped first (see [`LogCache::evict`] for why not
+//! the least recently used). The longest journal held does
 //! not count against the budget, so one session longer than the whole
 //! budget stays cached beside the others (memory: the budget plus one
 //! journal, which the call that read it held in memory anyway), and the
 //! next call on it (a console page, the next turn) reads only its tail.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use agentsessions_machine::chain::check_links;
 use agentsessions_machine::journal::Journal;
 use agentsessions_proto::v1::LogRecord;
 
-/// Most records held across all sessions.
-pub const MAX_RECORDS: usize = 50_000;
+/// Most records held across all sessions by default: ~130 MB of echo-sized
+/// records (about 650 bytes each in memory), enough for 64 busy sessions of
+/// 3 000 records before any reloads.
+pub const MAX_RECORDS: usize = 200_000;
 
 struct Entry {
     /// Records 1..=N with their summary.
     journal: Journal,
-    used: u64,
 }
 
 /// See the module docs.
 pub struct LogCache {
-    sessions: HashMap<String, Entry>,
+    sessions: BTreeMap<String, Entry>,
     total: usize,
     max_records: usize,
-    clock: u64,
+    /// Picks eviction victims (see [`LogCache::evict`]).
+    rng: fastrand::Rng,
 }
 
 impl Default for LogCache {
@@ -85,10 +88,10 @@ impl LogCache {
     /// A cache holding at most `max_records` records in all.
     pub fn new(max_records: usize) -> Self {
         Self {
-            sessions: HashMap::new(),
+            sessions: BTreeMap::new(),
             total: 0,
             max_records,
-            clock: 0,
+            rng: fastrand::Rng::with_seed(0x5eed_cafe),
         }
     }
 
@@ -211,7 +214,6 @@ impl LogCache {
             return;
         }
         self.total += records.len();
-        self.touch(session);
         self.evict(session);
     }
 
@@ -232,7 +234,6 @@ impl LogCache {
         if let Some(e) = self.sessions.get(session)
             && e.journal.len() >= journal.len()
         {
-            self.touch(session);
             return;
         }
         self.forget(session);
@@ -241,41 +242,53 @@ impl LogCache {
             session.to_owned(),
             Entry {
                 journal: journal.clone(),
-                used: 0,
             },
         );
-        self.touch(session);
         self.evict(session);
     }
 
-    fn touch(&mut self, session: &str) {
-        self.clock += 1;
-        if let Some(e) = self.sessions.get_mut(session) {
-            e.used = self.clock;
-        }
-    }
-
-    /// Drops least recently used sessions (never `keep`) until what is held
+    /// Drops sessions picked at random (never `keep`) until what is held
     /// besides the longest journal is within bounds.
+    ///
+    /// Not least recently used: a round-robin load over more sessions than
+    /// fit (many sessions taking turns) makes LRU, like FIFO, drop exactly
+    /// the session needed next, so every turn would reload its whole
+    /// journal. A random victim keeps about budget/total of such turns
+    /// hitting, under any access order. The generator is seeded, so a
+    /// run is repeatable.
     fn evict(&mut self, keep: &str) {
         // The longest journal is looked for only when over the budget: this
         // runs after every append, and the scan is linear in sessions.
         while self.total > self.max_records && self.total - self.longest() > self.max_records {
-            let victim = self
-                .sessions
-                .iter()
-                .filter(|(k, _)| k.as_str() != keep)
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone());
-            match victim {
-                Some(k) => self.forget(&k),
-                None => break,
+            let longest = self.longest_session().map(str::to_owned);
+            let spared = |k: &String, spare_longest: bool| {
+                k.as_str() == keep || (spare_longest && Some(k) == longest.as_ref())
+            };
+            // The longest goes only when nothing else can.
+            let spare_longest = self.sessions.keys().any(|k| !spared(k, true));
+            let others = self.sessions.keys().filter(|k| !spared(k, spare_longest));
+            let count = others.clone().count();
+            if count == 0 {
+                break;
             }
+            let victim = others
+                .clone()
+                .nth(self.rng.usize(..count))
+                .cloned()
+                .expect("the pick is below the count");
+            self.forget(&victim);
         }
         debug_assert!(
-            self.total - self.longest() <= self.max_records || self.sessions.len() <= 2,
+            self.total - self.longest() <= self.max_records || self.sessions.len() <= 1,
             "over budget by more than the longest journal"
         );
+    }
+
+    fn longest_session(&self) -> Option<&str> {
+        self.sessions
+            .iter()
+            .max_by_key(|(_, e)| e.journal.len())
+            .map(|(k, _)| k.as_str())
     }
 
     fn longest(&self) -> usize {
@@ -398,34 +411,64 @@ mod tests {
         assert!(c.is_empty());
     }
 
+    /// One turn of `session` (grown to `len` records so far): its read,
+    /// then its own append. True when the read hit the cache.
+    fn turn(c: &mut LogCache, session: &str, len: i64) -> bool {
+        let plan = c.plan(session, 0);
+        let hit = plan != ReadPlan::Full;
+        let read = match &plan {
+            ReadPlan::Full => chain(len, session),
+            ReadPlan::From { seq, .. } => chain(len, session)[(*seq - 1) as usize..].to_vec(),
+        };
+        assert!(c.complete(session, &plan, 0, read).is_some());
+        c.appended(session, &chain(len + 1, session)[len as usize..]);
+        hit
+    }
+
     #[test]
-    fn least_recently_used_sessions_go_first() {
+    fn sessions_taking_turns_round_robin_keep_hitting_when_not_all_fit() {
+        // Ten sessions of ~20 records against a budget of 100: half fit.
+        // LRU (or FIFO) would drop exactly the next session every time and
+        // never hit.
+        let mut c = LogCache::new(100);
+        let names: Vec<String> = (0..10).map(|i| format!("s{i}-")).collect();
+        let (mut hits, mut turns) = (0, 0);
+        for round in 0..20 {
+            for name in &names {
+                let hit = turn(&mut c, name, 10 + round);
+                if round > 0 {
+                    turns += 1;
+                    hits += usize::from(hit);
+                }
+                assert!(c.len() - c.longest() <= 100, "the budget holds");
+            }
+        }
+        assert!(
+            hits * 4 >= turns,
+            "{hits} hits in {turns} turns: at least a quarter must hit"
+        );
+    }
+
+    #[test]
+    fn the_longest_journal_stays_beside_a_budget_of_others() {
         let mut c = LogCache::new(5);
         c.complete("a", &ReadPlan::Full, 0, chain(2, "a"));
         c.complete("b", &ReadPlan::Full, 0, chain(2, "b"));
-        c.plan("a", 0);
-        let plan = c.plan("a", 0);
-        c.complete("a", &plan, 0, chain(2, "a")[1..].to_vec());
         c.complete("c", &ReadPlan::Full, 0, chain(2, "c"));
         // The longest journal is not counted: 6 - 2 fits the budget of 5.
-        assert_ne!(c.plan("b", 0), ReadPlan::Full);
+        assert_eq!(c.len(), 6);
         c.complete("x", &ReadPlan::Full, 0, chain(2, "x"));
-        assert_eq!(c.plan("b", 0), ReadPlan::Full);
-        assert_ne!(c.plan("x", 0), ReadPlan::Full);
-        assert_ne!(c.plan("a", 0), ReadPlan::Full);
-        assert_ne!(c.plan("c", 0), ReadPlan::Full);
+        assert_eq!(c.len(), 6, "one of the others went");
+        assert_ne!(c.plan("x", 0), ReadPlan::Full, "never the one just read");
         // A journal larger than the whole budget is kept beside at most a
         // budget's worth of others.
-        c.complete("d", &ReadPlan::Full, 0, chain(6, "d"));
+        c.complete("d", &ReadPlan::Full, 0, chain(9, "d"));
         assert_ne!(c.plan("d", 0), ReadPlan::Full);
-        c.complete("e", &ReadPlan::Full, 0, chain(2, "e"));
-        assert_ne!(c.plan("d", 0), ReadPlan::Full, "the long one stays");
-        assert_ne!(c.plan("e", 0), ReadPlan::Full);
-        assert!(c.len() - 6 <= 5);
-        // Least recently used, the long one goes like any other.
-        c.complete("f", &ReadPlan::Full, 0, chain(4, "f"));
-        assert_eq!(c.plan("d", 0), ReadPlan::Full);
-        assert!(c.len() - c.longest() <= 5, "the rest is held to the budget");
+        for other in ["e", "f", "g"] {
+            c.complete(other, &ReadPlan::Full, 0, chain(2, other));
+            assert_ne!(c.plan("d", 0), ReadPlan::Full, "the long one stays");
+            assert!(c.len() - 9 <= 5);
+        }
     }
 
     #[test]

@@ -320,7 +320,7 @@ impl SqliteJournal {
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, E> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
         let queued = if self.is_poisoned() {
@@ -371,7 +371,7 @@ impl SqliteJournal {
     where
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, E> + Send + 'static,
     {
         let (tx, mut rx) = oneshot::channel();
         let core = worker::Core {

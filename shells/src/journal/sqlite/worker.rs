@@ -5,12 +5,16 @@
 //!
 //! The writer owns the only write connection. It blocks for one job, then
 //! drains whatever else is already queued (up to `max_batch`) and runs the
-//! lot in ONE `BEGIN IMMEDIATE` transaction, each job inside its own
-//! SAVEPOINT. A job that fails (CAS conflict, stale fence, bad input) rolls
-//! back to its savepoint and leaves the others alone. Then COMMIT, which with
-//! `synchronous=FULL` fsyncs the WAL once for the whole batch. Only after
-//! COMMIT returns does any job learn its result, so an acknowledgement always
-//! means durable.
+//! lot in ONE `BEGIN IMMEDIATE` transaction. A job that fails (CAS
+//! conflict, stale fence, bad input) leaves the others alone: jobs check
+//! before they write, so a failed job has almost always written nothing,
+//! and SQLite undoes a failed statement by itself. The writer checks that
+//! (the connection's change counter did not move); in the rare case a job
+//! failed after writing, it rolls the whole batch back and runs it again
+//! with each job inside its own SAVEPOINT, where the failed job rolls back
+//! alone. Then COMMIT, which with `synchronous=FULL` fsyncs the WAL once for
+//! the whole batch. Only after COMMIT returns does any job learn its
+//! result, so an acknowledgement always means durable.
 //!
 //! No timer is involved: while one batch is committing, the next one queues
 //! up, so batches grow exactly as fast as the disk is slow.
@@ -62,6 +66,7 @@ impl BatchFailure {
 /// delivers the result once the batch's fate is known.
 pub trait WriteJob: Send {
     /// Runs the operation; returns whether it succeeded (and so must be kept).
+    /// Runs again (the last result wins) when its batch is re-run.
     fn stage(&mut self, conn: &Connection) -> bool;
     fn finish(self: Box<Self>, batch: Result<(), BatchFailure>);
     /// When the job was queued.
@@ -70,7 +75,7 @@ pub trait WriteJob: Send {
 
 /// A typed job: an operation closure and the reply channel for its result.
 pub struct Job<T, E, F> {
-    op: Option<F>,
+    op: F,
     result: Option<Result<T, E>>,
     reply: oneshot::Sender<Result<T, E>>,
     queued: Instant,
@@ -79,7 +84,7 @@ pub struct Job<T, E, F> {
 impl<T, E, F> Job<T, E, F> {
     pub fn new(op: F, reply: oneshot::Sender<Result<T, E>>) -> Self {
         Self {
-            op: Some(op),
+            op,
             result: None,
             reply,
             queued: Instant::now(),
@@ -91,11 +96,10 @@ impl<T, E, F> WriteJob for Job<T, E, F>
 where
     T: Send,
     E: From<StoreError> + Send,
-    F: FnOnce(&Connection) -> Result<T, E> + Send,
+    F: FnMut(&Connection) -> Result<T, E> + Send,
 {
     fn stage(&mut self, conn: &Connection) -> bool {
-        let op = self.op.take().expect("a job is staged once");
-        let r = op(conn);
+        let r = (self.op)(conn);
         let ok = r.is_ok();
         self.result = Some(r);
         ok
@@ -339,24 +343,12 @@ fn run_batch(
                 .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
             return Ok(());
         }
-    } else {
-        for job in jobs.iter_mut() {
-            let step = exec("SAVEPOINT job").and_then(|()| {
-                if job.stage(conn) {
-                    exec("RELEASE job")
-                } else if conn.is_autocommit() {
-                    // SQLite rolled the whole transaction back under us
-                    // (I/O error, disk full...): the batch is gone.
-                    Err(rusqlite::Error::InvalidQuery)
-                } else {
-                    exec("ROLLBACK TO job").and_then(|()| exec("RELEASE job"))
-                }
-            });
-            if let Err(e) = step {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
-            }
-        }
+    } else if !stage_all(conn, jobs)? {
+        // A job failed after writing: start over with a savepoint per job.
+        conn.execute_batch("ROLLBACK")
+            .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
+        exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
+        stage_with_savepoints(conn, jobs)?;
     }
     match exec("COMMIT") {
         Ok(()) if inject => Err(BatchFailure::Unknown("injected commit failure".into())),
@@ -366,6 +358,60 @@ fn run_batch(
             Err(BatchFailure::Unknown(e.to_string()))
         }
     }
+}
+
+/// Stages every job in the open transaction without savepoints. False as
+/// soon as one fails having written something (its writes cannot be
+/// undone alone); a job that fails without writing leaves nothing behind,
+/// because SQLite undoes a failed statement itself.
+fn stage_all(conn: &Connection, jobs: &mut [Box<dyn WriteJob>]) -> Result<bool, BatchFailure> {
+    for job in jobs.iter_mut() {
+        let before = conn.total_changes();
+        if job.stage(conn) {
+            continue;
+        }
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back under us (I/O error,
+            // disk full...): the batch is gone.
+            return Err(BatchFailure::Unknown("transaction aborted".into()));
+        }
+        if conn.total_changes() != before {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Stages every job inside a SAVEPOINT of its own: a failed job rolls back
+/// to it and leaves the others alone.
+fn stage_with_savepoints(
+    conn: &Connection,
+    jobs: &mut [Box<dyn WriteJob>],
+) -> Result<(), BatchFailure> {
+    // Cached statements: parsing these per job would cost more than the
+    // savepoint itself.
+    let exec = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(drop)
+    };
+    for job in jobs.iter_mut() {
+        let step = exec("SAVEPOINT job").and_then(|()| {
+            if job.stage(conn) {
+                exec("RELEASE job")
+            } else if conn.is_autocommit() {
+                // The whole transaction was rolled back under us.
+                Err(rusqlite::Error::InvalidQuery)
+            } else {
+                exec("ROLLBACK TO job").and_then(|()| exec("RELEASE job"))
+            }
+        });
+        if let Err(e) = step {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(BatchFailure::Unknown(format!("transaction aborted: {e}")));
+        }
+    }
+    Ok(())
 }
 
 /// A read task: runs on some reader's connection.
@@ -393,5 +439,86 @@ pub fn checkpointer_main(conn: Connection, rx: Receiver<()>) {
         // Errors (e.g. busy) just mean "try again after the next commit".
         let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
         std::thread::sleep(CHECKPOINT_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Reply = oneshot::Receiver<Result<(), StoreError>>;
+
+    fn job(
+        op: impl FnMut(&Connection) -> Result<(), StoreError> + Send + 'static,
+    ) -> (Box<dyn WriteJob>, Reply) {
+        let (tx, rx) = oneshot::channel();
+        (Box::new(Job::new(op, tx)), rx)
+    }
+
+    fn insert(conn: &Connection, x: i64) -> Result<(), StoreError> {
+        conn.execute("INSERT INTO t(x) VALUES (?1)", [x])?;
+        Ok(())
+    }
+
+    fn rows(conn: &Connection) -> Vec<i64> {
+        let mut stmt = conn.prepare("SELECT x FROM t ORDER BY x").unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Runs `ops` as one batch and returns each job's result.
+    fn batch(conn: &Connection, ops: Vec<(Box<dyn WriteJob>, Reply)>) -> Vec<bool> {
+        let (mut jobs, replies): (Vec<_>, Vec<_>) = ops.into_iter().unzip();
+        run_batch(conn, &mut jobs, false, false).expect("the batch commits");
+        jobs.into_iter().for_each(|j| j.finish(Ok(())));
+        replies
+            .into_iter()
+            .map(|mut r| r.try_recv().expect("answered").is_ok())
+            .collect()
+    }
+
+    fn table() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t(x INTEGER PRIMARY KEY)")
+            .unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_job_that_fails_before_writing_leaves_its_batch_alone() {
+        let conn = table();
+        insert(&conn, 1).unwrap();
+        let results = batch(
+            &conn,
+            vec![
+                job(|c| insert(c, 2)),
+                // A failed statement is undone by SQLite itself.
+                job(|c| insert(c, 1)),
+                job(|c| insert(c, 3)),
+            ],
+        );
+        assert_eq!(results, [true, false, true]);
+        assert_eq!(rows(&conn), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_job_that_fails_after_writing_is_rolled_back_alone() {
+        let conn = table();
+        let results = batch(
+            &conn,
+            vec![
+                job(|c| insert(c, 1)),
+                job(|c| {
+                    insert(c, 2)?;
+                    Err(StoreError::InvalidArgument("refused after a write".into()))
+                }),
+                job(|c| insert(c, 3)),
+            ],
+        );
+        assert_eq!(results, [true, false, true]);
+        assert_eq!(rows(&conn), [1, 3], "the failed job's write is gone");
+        assert!(conn.is_autocommit(), "the batch is committed");
     }
 }
