@@ -6,11 +6,11 @@ mod common;
 use std::sync::Arc;
 
 use agentsessions_machine::canon;
-use agentsessions_proto::v1::{ComputeState, EventKind, lifecycle};
+use agentsessions_proto::v1::{ComputeState, Event, EventKind, lifecycle};
 use agentsessions_proto::wkt::Timestamp;
 use agentsessions_shells::journal::sqlite::{Faults, SqliteJournal, SqliteOptions};
 use agentsessions_shells::journal::{
-    AppendError, JournalStore, SessionMeta, StoreError, VerifyError,
+    AppendError, ForkBatch, JournalStore, SessionMeta, StoreError, VerifyError,
 };
 use common::*;
 
@@ -103,6 +103,105 @@ async fn fences_reject_older_holders_and_accept_newer_without_advancing() {
         .unwrap();
     assert_eq!(r[0].seq, 3);
     assert_eq!(store.mint_fence("s", 3, None).await.unwrap(), 3);
+}
+
+/// Appends `n` one-event records to `session` from `head` on, unfenced.
+async fn grow(store: &SqliteJournal, session: &str, head: i64, n: i64) {
+    for seq in head..head + n {
+        store
+            .append(batch(session, seq, 0, vec![input("x")]))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_zombie_is_fenced_after_a_mint_even_when_the_writer_caches_the_head() {
+    let db = TempDb::new();
+    let store = db.open();
+    grow(&store, "s", 0, 3).await;
+    assert!(
+        store.writer_stats().cached_heads > 0,
+        "the appends after the first read their head from the cache"
+    );
+    assert_eq!(store.mint_fence("s", 1, None).await.unwrap(), 1);
+    match store.append(batch("s", 3, 0, vec![input("zombie")])).await {
+        Err(AppendError::Fenced { current: 1 }) => {}
+        other => panic!("expected fenced, got {other:?}"),
+    }
+    store
+        .append(batch("s", 3, 1, vec![input("holder")]))
+        .await
+        .unwrap();
+    store.verify("s").await.unwrap();
+}
+
+#[tokio::test]
+async fn another_handle_s_appends_are_seen_by_a_writer_that_caches_heads() {
+    let db = TempDb::new();
+    let (mine, other) = (db.open(), db.open());
+    grow(&mine, "s", 0, 3).await;
+    grow(&other, "s", 3, 2).await;
+    // Our cached head (seq 3) is stale: the CAS must see seq 5.
+    match mine.append(batch("s", 3, 0, vec![input("late")])).await {
+        Err(AppendError::Conflict { head: 5 }) => {}
+        other => panic!("expected a conflict at head 5, got {other:?}"),
+    }
+    let r = mine
+        .append(batch("s", 5, 0, vec![input("next")]))
+        .await
+        .unwrap();
+    assert_eq!(r[0].seq, 6);
+    mine.verify("s").await.unwrap();
+}
+
+#[tokio::test]
+async fn a_batch_rerun_after_a_job_failed_midway_does_not_trust_heads_it_undid() {
+    use agentsessions_proto::v1::{ToolCall, event};
+    use pbjson_types::{Struct, Value, value::Kind};
+    let db = TempDb::new();
+    let store = db.open();
+    grow(&store, "p", 0, 3).await;
+    // A fork whose event cannot be hashed fails after writing its prefix
+    // spans, so the batch is rolled back and run again with savepoints.
+    let mut args = Struct::default();
+    args.fields.insert(
+        "x".into(),
+        Value {
+            kind: Some(Kind::NumberValue(f64::NAN)),
+        },
+    );
+    let unhashable = Event {
+        body: Some(event::Body::Tool(ToolCall {
+            args: Some(args),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let hold = store.hold_writer();
+    let append = store.append(batch("p", 3, 0, vec![input("kept")]));
+    let fork = store.fork(ForkBatch {
+        child: "c".into(),
+        parent: "p".into(),
+        at_seq: 2,
+        fence: 0,
+        compute_state: None,
+        events: vec![unhashable],
+        now_unix_nanos: 1,
+    });
+    drop(hold);
+    assert_eq!(append.await.unwrap()[0].seq, 4);
+    assert!(matches!(
+        fork.await,
+        Err(AppendError::Failed(StoreError::Canonicalize { .. }))
+    ));
+    grow(&store, "p", 4, 1).await;
+    store.verify("p").await.unwrap();
+    assert_eq!(
+        store.head("c").await.unwrap(),
+        0,
+        "nothing of the fork stays"
+    );
 }
 
 #[test]

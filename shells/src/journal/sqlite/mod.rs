@@ -38,6 +38,7 @@ use super::{
     StoreError, Tombstone, VerifyError,
 };
 
+mod heads;
 mod read_ops;
 pub mod schema;
 mod worker;
@@ -102,6 +103,9 @@ pub struct WriterStats {
     pub job_wait: std::time::Duration,
     /// Jobs among `jobs` committed in place by an idle caller.
     pub jobs_in_place: u64,
+    /// Appends whose head and fence came from the writer's cache instead
+    /// of two lookups.
+    pub cached_heads: u64,
 }
 
 /// Point reads (row, head, tail) by where they ran.
@@ -280,6 +284,7 @@ impl SqliteJournal {
             largest_batch: s.largest_batch.load(Ordering::Relaxed),
             job_wait: std::time::Duration::from_nanos(s.job_nanos.load(Ordering::Relaxed)),
             jobs_in_place: s.jobs_in_place.load(Ordering::Relaxed),
+            cached_heads: s.heads.lock().map_or(0, |h| h.hits()),
         }
     }
 
@@ -561,7 +566,10 @@ impl JournalStore for SqliteJournal {
         batch: AppendBatch,
     ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
         let (project, blobs) = self.append_parts(&batch);
-        self.submit_write(move |conn| write_ops::append(conn, &batch, &blobs, &project))
+        let shared = self.inner.shared.clone();
+        self.submit_write(move |conn| {
+            write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
+        })
     }
 
     fn fork(
@@ -574,7 +582,10 @@ impl JournalStore for SqliteJournal {
             .iter()
             .map(super::encode::encode_event)
             .collect::<Vec<_>>();
-        self.submit_write(move |conn| write_ops::fork(conn, &batch, &blobs, &project))
+        let shared = self.inner.shared.clone();
+        self.submit_write(move |conn| {
+            write_ops::fork(conn, &batch, &blobs, &project, &shared.heads)
+        })
     }
 
     fn try_append_now(
@@ -585,8 +596,9 @@ impl JournalStore for SqliteJournal {
             return Err(batch);
         };
         let (project, blobs) = self.append_parts(&batch);
+        let shared = self.inner.shared.clone();
         Ok(self.commit_in_place(conn, move |conn| {
-            write_ops::append(conn, &batch, &blobs, &project)
+            write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
         }))
     }
 
@@ -600,8 +612,17 @@ impl JournalStore for SqliteJournal {
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
         let lease = lease.cloned();
+        let shared = self.inner.shared.clone();
         Some(self.commit_in_place(conn, move |conn| {
-            write_ops::mint_fence(conn, &session, now_unix_nanos, &project, lease.as_ref())
+            let heads = &shared.heads;
+            write_ops::mint_fence(
+                conn,
+                &session,
+                now_unix_nanos,
+                &project,
+                lease.as_ref(),
+                heads,
+            )
         }))
     }
 
@@ -614,8 +635,17 @@ impl JournalStore for SqliteJournal {
         let session = session.to_owned();
         let project = self.inner.default_project.clone();
         let lease = lease.cloned();
+        let shared = self.inner.shared.clone();
         self.submit_write(move |conn| {
-            write_ops::mint_fence(conn, &session, now_unix_nanos, &project, lease.as_ref())
+            let heads = &shared.heads;
+            write_ops::mint_fence(
+                conn,
+                &session,
+                now_unix_nanos,
+                &project,
+                lease.as_ref(),
+                heads,
+            )
         })
     }
 
@@ -672,7 +702,10 @@ impl JournalStore for SqliteJournal {
         now_unix_nanos: i64,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         let project = self.inner.default_project.clone();
-        self.submit_write(move |conn| write_ops::put_session(conn, &meta, now_unix_nanos, &project))
+        let shared = self.inner.shared.clone();
+        self.submit_write(move |conn| {
+            write_ops::put_session(conn, &meta, now_unix_nanos, &project, &shared.heads)
+        })
     }
 
     fn session_info(
@@ -743,7 +776,8 @@ impl JournalStore for SqliteJournal {
         &self,
         req: DeleteSession,
     ) -> impl Future<Output = Result<Tombstone, DeleteError>> + Send {
-        self.submit_write(move |conn| write_ops::delete_session(conn, &req))
+        let shared = self.inner.shared.clone();
+        self.submit_write(move |conn| write_ops::delete_session(conn, &req, &shared.heads))
     }
 
     fn tombstone(
@@ -768,6 +802,7 @@ impl JournalStore for SqliteJournal {
         now_unix_nanos: i64,
     ) -> impl Future<Output = Result<(), RegistryError>> + Send {
         let project = self.inner.default_project.clone();
+        let shared = self.inner.shared.clone();
         self.submit_write(move |conn| {
             write_ops::put_session_on_active_harness(
                 conn,
@@ -775,6 +810,7 @@ impl JournalStore for SqliteJournal {
                 registered,
                 now_unix_nanos,
                 &project,
+                &shared.heads,
             )
         })
     }

@@ -35,6 +35,7 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::heads::Heads;
 use crate::journal::StoreError;
 
 /// Why a whole batch failed.
@@ -145,6 +146,9 @@ pub struct Shared {
     pub point_reads_on_threads: AtomicU64,
     /// Where commit timings go, once a daemon with metrics sets it.
     pub meter: std::sync::OnceLock<crate::metrics::JournalMeter>,
+    /// The writer's view of session heads (locked only briefly, and only
+    /// by whoever holds the writer's connection).
+    pub heads: Mutex<Heads>,
 }
 
 pub struct Writer {
@@ -237,7 +241,7 @@ impl Core<'_> {
         let inject =
             self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
         let started = Instant::now();
-        let outcome = run_batch(&conn, &mut jobs, inject, begun);
+        let outcome = run_batch(&conn, &mut jobs, inject, begun, &self.shared.heads);
         let took = started.elapsed();
         if matches!(
             outcome,
@@ -314,6 +318,7 @@ fn run_batch(
     jobs: &mut [Box<dyn WriteJob>],
     inject: bool,
     begun: bool,
+    heads: &Mutex<Heads>,
 ) -> Result<(), BatchFailure> {
     // Transactions are only opened under the connection's lock and
     // always closed before it is released.
@@ -322,6 +327,25 @@ fn run_batch(
         !begun,
         "a batch starts outside a transaction unless begin_now opened it"
     );
+    let outcome = stage_and_commit(conn, jobs, inject, begun, heads);
+    if outcome.is_err() {
+        // Whatever was undone, no cached head may describe it.
+        lock(heads).clear();
+    }
+    outcome
+}
+
+fn lock(heads: &Mutex<Heads>) -> MutexGuard<'_, Heads> {
+    heads.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn stage_and_commit(
+    conn: &Connection,
+    jobs: &mut [Box<dyn WriteJob>],
+    inject: bool,
+    begun: bool,
+    heads: &Mutex<Heads>,
+) -> Result<(), BatchFailure> {
     // Cached statements: parsing these per job would cost more than the
     // savepoint itself.
     let exec = |sql: &str| {
@@ -329,24 +353,37 @@ fn run_batch(
             .and_then(|mut s| s.execute([]))
             .map(drop)
     };
+    let rollback = || {
+        lock(heads).clear();
+        conn.execute_batch("ROLLBACK")
+            .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))
+    };
     if !begun {
         exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
     }
+    let checked = lock(heads).check_version(conn);
+    if checked.is_err() {
+        lock(heads).clear();
+    }
     if let [job] = jobs {
         // Alone in its transaction, a job needs no savepoint: on failure
-        // the whole (empty) transaction is rolled back instead.
+        // the whole transaction is rolled back instead.
+        let before = conn.total_changes();
         if !job.stage(conn) {
             if conn.is_autocommit() {
                 return Err(BatchFailure::Unknown("transaction aborted".into()));
             }
-            conn.execute_batch("ROLLBACK")
-                .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
-            return Ok(());
+            if conn.total_changes() == before {
+                // Nothing was written, so every cached head still holds.
+                return conn
+                    .execute_batch("ROLLBACK")
+                    .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")));
+            }
+            return rollback();
         }
     } else if !stage_all(conn, jobs)? {
         // A job failed after writing: start over with a savepoint per job.
-        conn.execute_batch("ROLLBACK")
-            .map_err(|e| BatchFailure::Unknown(format!("rollback: {e}")))?;
+        rollback()?;
         exec("BEGIN IMMEDIATE").map_err(|e| BatchFailure::Begin(e.to_string()))?;
         stage_with_savepoints(conn, jobs)?;
     }
@@ -471,7 +508,7 @@ mod tests {
     /// Runs `ops` as one batch and returns each job's result.
     fn batch(conn: &Connection, ops: Vec<(Box<dyn WriteJob>, Reply)>) -> Vec<bool> {
         let (mut jobs, replies): (Vec<_>, Vec<_>) = ops.into_iter().unzip();
-        run_batch(conn, &mut jobs, false, false).expect("the batch commits");
+        run_batch(conn, &mut jobs, false, false, &Mutex::default()).expect("the batch commits");
         jobs.into_iter().for_each(|j| j.finish(Ok(())));
         replies
             .into_iter()

@@ -8,6 +8,9 @@
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
+use std::sync::Mutex;
+
+use super::heads::{Head, Heads};
 use super::read_ops::{harness_row, spans};
 use crate::journal::compute_text::to_text;
 use crate::journal::encode::encode_event;
@@ -35,6 +38,7 @@ pub fn append(
     batch: &AppendBatch,
     blobs: &[Vec<u8>],
     default_project: &str,
+    heads: &Mutex<Heads>,
 ) -> Result<Vec<LogRecord>, AppendError> {
     assert_eq!(blobs.len(), batch.events.len(), "one blob per event");
     if batch.session.is_empty() {
@@ -45,10 +49,29 @@ pub fn append(
     }
     // The head row (seq and hash, for the CAS and the prev link), then the
     // stored fence and whether the session row exists or lacks
-    // project/created_at. Two point lookups: a single joined statement makes
-    // SQLite materialise the subquery, which costs more than both.
-    let (head, head_hash) = head_row(conn, &batch.session)?;
-    let (current, row) = fence_row(conn, &batch.session)?;
+    // project/created_at: from the writer's cached head when it has one,
+    // else two point lookups (a single joined statement makes SQLite
+    // materialise the subquery, which costs more than both).
+    let cached = lock(heads).lookup(&batch.session);
+    let (head, head_hash, current, row) = match cached {
+        Some(h) => {
+            debug_assert_eq!(
+                (
+                    head_row(conn, &batch.session)?,
+                    fence_row(conn, &batch.session)?
+                ),
+                ((h.seq, h.hash.clone()), (h.fence, SessionRow::Complete)),
+                "the cached head of {} is what the database holds",
+                batch.session
+            );
+            (h.seq, h.hash, h.fence, SessionRow::Complete)
+        }
+        None => {
+            let (head, head_hash) = head_row(conn, &batch.session)?;
+            let (current, row) = fence_row(conn, &batch.session)?;
+            (head, head_hash, current, row)
+        }
+    };
     debug_assert_eq!(
         head == 0,
         head_hash.is_empty(),
@@ -100,7 +123,22 @@ pub fn append(
         conn.prepare_cached(RELEASE)?
             .execute(params![batch.session, owner, batch.fence])?;
     }
+    let last = records.last().expect("at least one event");
+    if row == SessionRow::Complete {
+        // The fence is untouched by an append; a row this append created or
+        // completed is read again next time.
+        let head = Head {
+            seq: last.seq,
+            hash: last.content_hash.clone(),
+            fence: current,
+        };
+        lock(heads).set(&batch.session, head);
+    }
     Ok(records)
+}
+
+fn lock(heads: &Mutex<Heads>) -> std::sync::MutexGuard<'_, Heads> {
+    heads.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The newest row of `session`: (seq, hash), or (0, "") when it has none.
@@ -146,8 +184,10 @@ pub fn fork(
     batch: &ForkBatch,
     blobs: &[Vec<u8>],
     default_project: &str,
+    heads: &Mutex<Heads>,
 ) -> Result<Vec<LogRecord>, AppendError> {
     assert_eq!(blobs.len(), batch.events.len(), "one blob per event");
+    lock(heads).forget(&batch.child);
     batch.check()?;
     let (head, _) = head_row(conn, &batch.child)?;
     let (current, row) = fence_row(conn, &batch.child)?;
@@ -278,6 +318,7 @@ pub fn mint_fence(
     now: i64,
     default_project: &str,
     lease: Option<&LeaseClaim>,
+    heads: &Mutex<Heads>,
 ) -> Result<i64, StoreError> {
     if session.is_empty() {
         return Err(StoreError::InvalidArgument("session is required".into()));
@@ -311,6 +352,7 @@ pub fn mint_fence(
         )?
         .query_row(params![session, default_project, now], |r| r.get(0))?;
     assert!(fence >= 1, "a minted fence is positive");
+    lock(heads).fenced(session, fence);
     if let Some(claim) = lease {
         let taken = lease::taken(claim, fence, now);
         conn.prepare_cached(
@@ -358,7 +400,10 @@ pub fn put_session(
     meta: &SessionMeta,
     now: i64,
     default_project: &str,
+    heads: &Mutex<Heads>,
 ) -> Result<(), StoreError> {
+    // The upsert may leave the row incomplete (no project): read it again.
+    lock(heads).forget(&meta.uid);
     if meta.uid.is_empty() {
         return Err(StoreError::InvalidArgument(
             "session uid is required".into(),
@@ -420,7 +465,12 @@ fn is_deleted(conn: &Connection, uid: &str) -> rusqlite::Result<bool> {
 
 /// Records, row and tombstone in the one transaction the job runs in: a
 /// crash leaves either the whole session or only its tombstone.
-pub fn delete_session(conn: &Connection, req: &DeleteSession) -> Result<Tombstone, DeleteError> {
+pub fn delete_session(
+    conn: &Connection,
+    req: &DeleteSession,
+    heads: &Mutex<Heads>,
+) -> Result<Tombstone, DeleteError> {
+    lock(heads).forget(&req.uid);
     if req.uid.is_empty() {
         return Err(StoreError::InvalidArgument("session uid is required".into()).into());
     }
@@ -581,6 +631,7 @@ pub fn put_session_on_active_harness(
     registered: bool,
     now: i64,
     default_project: &str,
+    heads: &Mutex<Heads>,
 ) -> Result<(), RegistryError> {
     let row = harness_row(conn, &meta.harness)?;
     match (registered, row) {
@@ -601,6 +652,6 @@ pub fn put_session_on_active_harness(
         }
         _ => {}
     }
-    put_session(conn, meta, now, default_project)?;
+    put_session(conn, meta, now, default_project, heads)?;
     Ok(())
 }
