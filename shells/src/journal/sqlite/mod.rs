@@ -549,6 +549,35 @@ impl SqliteJournal {
     }
 }
 
+impl SqliteJournal {
+    /// An append as a write job's operation (queued or in place).
+    fn append_op(
+        &self,
+        batch: AppendBatch,
+    ) -> impl FnMut(&Connection) -> Result<Vec<LogRecord>, AppendError> + Send + 'static {
+        let (project, blobs) = self.append_parts(&batch);
+        let shared = self.inner.shared.clone();
+        move |conn| write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
+    }
+
+    /// A fence mint as a write job's operation (queued or in place).
+    fn mint_op(
+        &self,
+        session: &str,
+        now: i64,
+        lease: Option<&LeaseClaim>,
+    ) -> impl FnMut(&Connection) -> Result<i64, StoreError> + Send + 'static {
+        let session = session.to_owned();
+        let project = self.inner.default_project.clone();
+        let lease = lease.cloned();
+        let shared = self.inner.shared.clone();
+        move |conn| {
+            let heads = &shared.heads;
+            write_ops::mint_fence(conn, &session, now, &project, lease.as_ref(), heads)
+        }
+    }
+}
+
 /// Releases a [`SqliteJournal::hold_writer`] when dropped.
 #[doc(hidden)]
 pub struct WriterHold {
@@ -565,11 +594,7 @@ impl JournalStore for SqliteJournal {
         &self,
         batch: AppendBatch,
     ) -> impl Future<Output = Result<Vec<LogRecord>, AppendError>> + Send {
-        let (project, blobs) = self.append_parts(&batch);
-        let shared = self.inner.shared.clone();
-        self.submit_write(move |conn| {
-            write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
-        })
+        self.submit_write(self.append_op(batch))
     }
 
     fn fork(
@@ -595,11 +620,7 @@ impl JournalStore for SqliteJournal {
         let Some(conn) = self.begin_if_idle() else {
             return Err(batch);
         };
-        let (project, blobs) = self.append_parts(&batch);
-        let shared = self.inner.shared.clone();
-        Ok(self.commit_in_place(conn, move |conn| {
-            write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
-        }))
+        Ok(self.commit_in_place(conn, self.append_op(batch)))
     }
 
     fn try_mint_fence_now(
@@ -609,21 +630,7 @@ impl JournalStore for SqliteJournal {
         lease: Option<&LeaseClaim>,
     ) -> Option<Result<i64, StoreError>> {
         let conn = self.begin_if_idle()?;
-        let session = session.to_owned();
-        let project = self.inner.default_project.clone();
-        let lease = lease.cloned();
-        let shared = self.inner.shared.clone();
-        Some(self.commit_in_place(conn, move |conn| {
-            let heads = &shared.heads;
-            write_ops::mint_fence(
-                conn,
-                &session,
-                now_unix_nanos,
-                &project,
-                lease.as_ref(),
-                heads,
-            )
-        }))
+        Some(self.commit_in_place(conn, self.mint_op(session, now_unix_nanos, lease)))
     }
 
     fn mint_fence(
@@ -632,21 +639,7 @@ impl JournalStore for SqliteJournal {
         now_unix_nanos: i64,
         lease: Option<&LeaseClaim>,
     ) -> impl Future<Output = Result<i64, StoreError>> + Send {
-        let session = session.to_owned();
-        let project = self.inner.default_project.clone();
-        let lease = lease.cloned();
-        let shared = self.inner.shared.clone();
-        self.submit_write(move |conn| {
-            let heads = &shared.heads;
-            write_ops::mint_fence(
-                conn,
-                &session,
-                now_unix_nanos,
-                &project,
-                lease.as_ref(),
-                heads,
-            )
-        })
+        self.submit_write(self.mint_op(session, now_unix_nanos, lease))
     }
 
     fn hold_lease(

@@ -242,6 +242,10 @@ impl Core<'_> {
             self.faults.fail_commit_after == Some(self.shared.commits.load(Ordering::SeqCst));
         let started = Instant::now();
         let outcome = run_batch(&conn, &mut jobs, inject, begun, &self.shared.heads);
+        if outcome.is_err() {
+            // Whatever was undone, no cached head may describe it.
+            lock(&self.shared.heads).clear();
+        }
         let took = started.elapsed();
         if matches!(
             outcome,
@@ -313,6 +317,12 @@ pub fn begin_now(conn: &Connection) -> bool {
     begun
 }
 
+fn lock(heads: &Mutex<Heads>) -> MutexGuard<'_, Heads> {
+    heads.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs `jobs` in one transaction and commits it. On any error, nothing
+/// of the batch may be assumed written, and the caller empties `heads`.
 fn run_batch(
     conn: &Connection,
     jobs: &mut [Box<dyn WriteJob>],
@@ -327,25 +337,6 @@ fn run_batch(
         !begun,
         "a batch starts outside a transaction unless begin_now opened it"
     );
-    let outcome = stage_and_commit(conn, jobs, inject, begun, heads);
-    if outcome.is_err() {
-        // Whatever was undone, no cached head may describe it.
-        lock(heads).clear();
-    }
-    outcome
-}
-
-fn lock(heads: &Mutex<Heads>) -> MutexGuard<'_, Heads> {
-    heads.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn stage_and_commit(
-    conn: &Connection,
-    jobs: &mut [Box<dyn WriteJob>],
-    inject: bool,
-    begun: bool,
-    heads: &Mutex<Heads>,
-) -> Result<(), BatchFailure> {
     // Cached statements: parsing these per job would cost more than the
     // savepoint itself.
     let exec = |sql: &str| {
