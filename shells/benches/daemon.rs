@@ -30,7 +30,8 @@
 //! `DAEMON_BENCH_WORKERS` (default 0: one current-thread runtime, as
 //! agentsessionsd runs) sets tokio worker threads instead;
 //! `DAEMON_BENCH_MARKS=1` prints, per turn, when each frame arrived (µs
-//! after the call), to see where a turn spends its time.
+//! after the call), to see where a turn spends its time;
+//! `DAEMON_BENCH_ONLY=loops` runs only the one-loop 64-session phase.
 
 #[path = "../tests/support/daemon.rs"]
 mod support;
@@ -374,10 +375,21 @@ async fn with_loops(dir: &std::path::Path, loops: usize, sessions: usize) -> Fig
     .await
     .unwrap();
     let daemon = std::sync::Arc::new(daemon);
+    let before = daemon.journal().writer_stats();
     let figures = {
         let daemon = daemon.clone();
         on_client_thread(move || async move { concurrent(&daemon, sessions).await }).await
     };
+    if std::env::var_os("DAEMON_BENCH_ONLY").is_some() {
+        let after = daemon.journal().writer_stats();
+        let (batches, jobs) = (after.batches - before.batches, after.jobs - before.jobs);
+        let wait = (after.job_wait - before.job_wait).as_secs_f64() * 1e6;
+        eprintln!(
+            "writer: {jobs} jobs in {batches} batches ({:.1} per batch), wait {:.0} µs per job",
+            jobs as f64 / batches as f64,
+            wait / jobs as f64
+        );
+    }
     match std::sync::Arc::try_unwrap(daemon) {
         Ok(daemon) => daemon.shutdown().await,
         Err(_) => panic!("the measuring task still holds the daemon"),
@@ -441,6 +453,13 @@ fn main() {
         }
     );
     rt.block_on(async {
+        // DAEMON_BENCH_ONLY=loops runs only one drive loop at 64 sessions
+        // (to profile the concurrent turn alone).
+        if std::env::var("DAEMON_BENCH_ONLY").as_deref() == Ok("loops") {
+            let f = with_loops(dir.path(), 1, 64).await;
+            println!("echo turns/s at 64 sessions, 1 drive loop: {:.0} (p50 {:.0} µs)", f.per_sec, us(f.p50));
+            return;
+        }
         let daemon = Daemon::start(support::config(dir.path())).await.unwrap();
 
         // The measuring client runs on a runtime of its own, on its own

@@ -22,7 +22,6 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::driver::{Connection, HarnessPort, PortFuture};
 use crate::harness::Outbound;
-use tokio_stream::StreamExt as _;
 
 /// Where a harness address points.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,9 +182,13 @@ impl GrpcHarnesses {
     }
 
     fn client(&self, address: &str) -> Result<HarnessClient<Channel>, HarnessFailure> {
+        self.channel(address).map(HarnessClient::new)
+    }
+
+    fn channel(&self, address: &str) -> Result<Channel, HarnessFailure> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ch) = channels.get(address) {
-            return Ok(HarnessClient::new(ch.clone()));
+            return Ok(ch.clone());
         }
         let target = parse_address(address).map_err(HarnessFailure::Unavailable)?;
         let ch = channel(&target, self.tls.as_ref()).map_err(HarnessFailure::Unavailable)?;
@@ -200,7 +203,7 @@ impl GrpcHarnesses {
             });
         }
         channels.insert(address.to_owned(), ch.clone());
-        Ok(HarnessClient::new(ch))
+        Ok(ch)
     }
 }
 
@@ -221,13 +224,12 @@ impl HarnessPort for GrpcHarnesses {
 
     fn connect(&self, address: String) -> PortFuture<'_, Result<Connection, HarnessFailure>> {
         Box::pin(async move {
-            let mut client = self.client(&address)?;
+            let channel = self.channel(&address)?;
             // Unbounded: the drive loop sends frames without waiting. The
             // machine sends one frame per harness event it answers, and
             // caps a harness's unanswered events (INBOX_LIMIT).
             let (frames, frames_rx) = mpsc::unbounded_channel();
-            // The history goes onto the wire here, copied from the shared one.
-            let outbound = UnboundedReceiverStream::new(frames_rx).map(Outbound::into_wire);
+            let outbound = UnboundedReceiverStream::new(frames_rx);
             let mut request = tonic::Request::new(outbound);
             // The dial's span is current: a harness that traces joins it.
             for (key, value) in super::trace::outgoing_headers() {
@@ -244,8 +246,7 @@ impl HarnessPort for GrpcHarnesses {
             // Start. The drive loop polls the events stream, which drives
             // the call, so Start flows while the headers are still due.
             let call: CallFuture = Box::pin(async move {
-                client
-                    .connect(request)
+                connect_call(channel, request)
                     .await
                     .map(tonic::Response::into_inner)
             });
@@ -254,6 +255,78 @@ impl HarnessPort for GrpcHarnesses {
                 events: Box::pin(Opening::Call(call)),
             })
         })
+    }
+}
+
+/// Harness.Connect with each frame encoded by [`Outbound::encode_wire`]:
+/// a Start's history goes onto the wire from the shared journal records,
+/// not from a copy of them.
+#[cfg(not(madsim))]
+async fn connect_call(
+    channel: Channel,
+    request: tonic::Request<UnboundedReceiverStream<Outbound>>,
+) -> Result<tonic::Response<tonic::Streaming<Event>>, tonic::Status> {
+    use tonic::codegen::{GrpcMethod, http};
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unavailable(format!("harness channel not ready: {e}")))?;
+    let mut request = request;
+    request
+        .extensions_mut()
+        .insert(GrpcMethod::new("agentsessions.v1.Harness", "Connect"));
+    let path = http::uri::PathAndQuery::from_static("/agentsessions.v1.Harness/Connect");
+    grpc.streaming(request, path, ConnectCodec).await
+}
+
+/// madsim-tonic moves messages without encoding them: the frame is built
+/// whole, history copied in, and sent through the generated client.
+#[cfg(madsim)]
+async fn connect_call(
+    channel: Channel,
+    request: tonic::Request<UnboundedReceiverStream<Outbound>>,
+) -> Result<tonic::Response<tonic::Streaming<Event>>, tonic::Status> {
+    use tokio_stream::StreamExt as _;
+    let request = request.map(|frames| frames.map(Outbound::into_wire));
+    HarnessClient::new(channel).connect(request).await
+}
+
+/// The host's codec for Connect: frames out by [`Outbound::encode_wire`],
+/// events in by prost.
+#[cfg(not(madsim))]
+struct ConnectCodec;
+
+#[cfg(not(madsim))]
+impl tonic::codec::Codec for ConnectCodec {
+    type Encode = Outbound;
+    type Decode = Event;
+    type Encoder = OutboundEncoder;
+    type Decoder = tonic_prost::ProstDecoder<Event>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        OutboundEncoder
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        tonic_prost::ProstDecoder::new(tonic::codec::BufferSettings::default())
+    }
+}
+
+#[cfg(not(madsim))]
+struct OutboundEncoder;
+
+#[cfg(not(madsim))]
+impl tonic::codec::Encoder for OutboundEncoder {
+    type Item = Outbound;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Outbound,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        item.encode_wire(buf)
+            .map_err(|e| tonic::Status::internal(format!("encoding a frame: {e}")))
     }
 }
 

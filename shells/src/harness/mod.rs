@@ -32,6 +32,7 @@ mod memory;
 pub mod serve;
 mod service;
 mod sink;
+mod wire;
 
 use std::collections::BTreeMap;
 
