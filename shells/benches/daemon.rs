@@ -456,8 +456,16 @@ fn main() {
         // DAEMON_BENCH_ONLY=loops runs only one drive loop at 64 sessions
         // (to profile the concurrent turn alone).
         if std::env::var("DAEMON_BENCH_ONLY").as_deref() == Ok("loops") {
-            let f = with_loops(dir.path(), 1, 64).await;
-            println!("echo turns/s at 64 sessions, 1 drive loop: {:.0} (p50 {:.0} µs)", f.per_sec, us(f.p50));
+            let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(64);
+            let f = with_loops(dir.path(), 1, sessions).await;
+            println!(
+                "echo turns/s at {sessions} sessions, 1 drive loop: {:.0} (p50 {:.0} µs)",
+                f.per_sec,
+                us(f.p50)
+            );
             return;
         }
         let daemon = Daemon::start(support::config(dir.path())).await.unwrap();

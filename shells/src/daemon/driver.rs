@@ -30,7 +30,9 @@ use agentsessions_machine::journal::Journal;
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio_stream::{StreamExt as _, StreamMap};
+use tokio_stream::StreamExt as _;
+
+use super::stream_set::StreamSet;
 
 use super::convert::{self, append_error_of};
 use super::log_cache::{Completed, LogCache, ReadPlan};
@@ -157,14 +159,14 @@ pub struct Driver<S> {
     conns: BTreeMap<ConnId, Conn>,
     /// Inbound events of every open connection, polled by the loop itself
     /// (no forwarding task per connection).
-    events: StreamMap<ConnId, ConnEvents>,
+    events: StreamSet<ConnId, ConnEvents>,
     /// Effects in flight whose completion the loop polls itself: the port
     /// that completes one (a journal thread, a harness) wakes the loop
     /// directly instead of a task that would then wake it.
     pending: FuturesUnordered<PortFuture<'static, Input>>,
     /// Model calls in flight, polled the same way: each yields its chunks,
     /// then its outcome (and is removed then).
-    models: StreamMap<EffectId, InputStream>,
+    models: StreamSet<EffectId, InputStream>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
@@ -189,9 +191,9 @@ impl<S: JournalStore + 'static> Driver<S> {
                 rx,
                 clients: BTreeMap::new(),
                 conns: BTreeMap::new(),
-                events: StreamMap::new(),
+                events: StreamSet::default(),
                 pending: FuturesUnordered::new(),
-                models: StreamMap::new(),
+                models: StreamSet::default(),
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
@@ -515,7 +517,7 @@ impl<S: JournalStore + 'static> Driver<S> {
             // provider's HTTP request; the answer the host still expects is
             // this refusal (a call that already finished answered itself).
             Effect::AbandonModel { id } => {
-                if self.models.remove(&id).is_some() {
+                if self.models.remove(&id) {
                     let abandoned = Outcome::Model(Err("abandoned by a cancel".into()));
                     self.start(std::future::ready(Input::Outcome(id, abandoned)));
                 }
@@ -688,7 +690,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 {
                     c.started = true;
                     // Once per connection, so the scan stays off the hot path.
-                    if let Some((_, events)) = self.events.iter_mut().find(|(k, _)| *k == conn) {
+                    if let Some(events) = self.events.get_mut(&conn) {
                         events.arm();
                     }
                 }

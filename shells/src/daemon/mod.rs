@@ -39,3 +39,4 @@ pub mod runtime;
 #[cfg(not(madsim))]
 pub mod security;
 pub mod store_effects;
+mod stream_set;
