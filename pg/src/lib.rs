@@ -237,7 +237,7 @@ impl JournalStore for PgJournal {
 
     async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
         let mut c = self.conn().await?;
-        ops::fork(client_mut(&mut c), &batch, &self.default_project).await
+        ops::fork(&mut c, &batch, &self.default_project).await
     }
 
     async fn mint_fence(

@@ -47,6 +47,87 @@ async fn refuse_deleted<C: GenericClient>(c: &C, uid: &str) -> Result<(), StoreE
     }
 }
 
+/// A session row locked for a write (`FOR UPDATE`), so a concurrent writer
+/// of the same session waits here and then reads the head this one leaves.
+struct Locked {
+    /// The row's fence (0 when there is no row).
+    fence: i64,
+    /// No row yet: this write creates it (a deleted session is refused).
+    missing: bool,
+    /// A row without its project or creation time (written by a migration
+    /// or a bare fence mint): this write fills them in.
+    incomplete: bool,
+}
+
+async fn lock_row(
+    tx: &deadpool_postgres::Transaction<'_>,
+    session: &str,
+) -> Result<Locked, StoreError> {
+    let lock = tx
+        .prepare_cached(
+            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
+        )
+        .await
+        .map_err(backend)?;
+    let row = tx.query_opt(&lock, &[&session]).await.map_err(backend)?;
+    let locked = match &row {
+        Some(r) => Locked {
+            fence: r.get(0),
+            missing: false,
+            incomplete: r.get(1),
+        },
+        None => Locked {
+            fence: 0,
+            missing: true,
+            incomplete: false,
+        },
+    };
+    if locked.missing {
+        refuse_deleted(&**tx, session).await?;
+    }
+    Ok(locked)
+}
+
+/// After a write's records: creates the row `lock_row` found missing,
+/// completes an incomplete one (keeping what it has), and stamps
+/// `updated_at` and the compute state. The database error is returned as
+/// is: a unique violation means another writer created the row meanwhile.
+async fn touch_row(
+    tx: &deadpool_postgres::Transaction<'_>,
+    session: &str,
+    locked: &Locked,
+    default_project: &str,
+    now: i64,
+    state: &Option<&str>,
+) -> Result<u64, tokio_postgres::Error> {
+    if locked.missing {
+        tx.execute(
+            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
+             VALUES ($1, $2, $3, $3, COALESCE($4, ''))",
+            &[&session, &default_project, &now, state],
+        )
+        .await
+    } else if locked.incomplete {
+        tx.execute(
+            "UPDATE sessions SET
+                project = CASE WHEN project = '' THEN $2 ELSE project END,
+                created_at = CASE WHEN created_at = 0 THEN $3 ELSE created_at END,
+                updated_at = $3, compute_state = COALESCE($4, compute_state)
+             WHERE session = $1",
+            &[&session, &default_project, &now, state],
+        )
+        .await
+    } else {
+        let touch = tx
+            .prepare_cached(
+                "UPDATE sessions SET updated_at = $2, compute_state = COALESCE($3, compute_state)
+                 WHERE session = $1",
+            )
+            .await?;
+        tx.execute(&touch, &[&session, &now, state]).await
+    }
+}
+
 pub(crate) async fn head<C: GenericClient>(c: &C, session: &str) -> Result<i64, StoreError> {
     // A deleted session has no head, even while rows of it are kept for
     // its fork children.
@@ -79,25 +160,7 @@ pub(crate) async fn append(
     // The hot path: statements are prepared once per connection (a string
     // query would cost a parse round trip on every call).
     let tx = c.transaction().await.map_err(backend)?;
-    let lock = tx
-        .prepare_cached(
-            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
-        )
-        .await
-        .map_err(backend)?;
-    // Lock the row first, so a concurrent append of the same session waits
-    // here and then reads the head this one leaves.
-    let row = tx
-        .query_opt(&lock, &[&batch.session])
-        .await
-        .map_err(backend)?;
-    let (current, missing, incomplete) = match &row {
-        Some(r) => (r.get::<_, i64>(0), false, r.get::<_, bool>(1)),
-        None => (0, true, false),
-    };
-    if missing {
-        refuse_deleted(&*tx, &batch.session).await?;
-    }
+    let locked = lock_row(&tx, &batch.session).await?;
     let tail = tx
         .prepare_cached("SELECT seq, hash FROM events WHERE session = $1 ORDER BY seq DESC LIMIT 1")
         .await
@@ -112,8 +175,10 @@ pub(crate) async fn append(
     if batch.expected_last_seq != head {
         return Err(AppendError::Conflict { head });
     }
-    if batch.fence < current {
-        return Err(AppendError::Fenced { current });
+    if batch.fence < locked.fence {
+        return Err(AppendError::Fenced {
+            current: locked.fence,
+        });
     }
     let insert = tx
         .prepare_cached(
@@ -145,34 +210,15 @@ pub(crate) async fn append(
         }
     }
     let state = batch.compute_state.map(to_text);
-    let now = batch.now_unix_nanos;
-    let n = if missing {
-        tx.execute(
-            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
-             VALUES ($1, $2, $3, $3, COALESCE($4, ''))",
-            &[&batch.session, &default_project, &now, &state],
-        )
-        .await
-    } else if incomplete {
-        tx.execute(
-            "UPDATE sessions SET
-                project = CASE WHEN project = '' THEN $2 ELSE project END,
-                created_at = CASE WHEN created_at = 0 THEN $3 ELSE created_at END,
-                updated_at = $3, compute_state = COALESCE($4, compute_state)
-             WHERE session = $1",
-            &[&batch.session, &default_project, &now, &state],
-        )
-        .await
-    } else {
-        let touch = tx
-            .prepare_cached(
-                "UPDATE sessions SET updated_at = $2, compute_state = COALESCE($3, compute_state)
-                 WHERE session = $1",
-            )
-            .await
-            .map_err(backend)?;
-        tx.execute(&touch, &[&batch.session, &now, &state]).await
-    };
+    let n = touch_row(
+        &tx,
+        &batch.session,
+        &locked,
+        default_project,
+        batch.now_unix_nanos,
+        &state,
+    )
+    .await;
     match n {
         Ok(n) => assert_eq!(n, 1, "exactly one session row is touched"),
         Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
@@ -360,32 +406,21 @@ async fn spans<C: GenericClient>(c: &C, session: &str) -> Result<Vec<PrefixSpan>
 /// delete of it either finishes first (the fork is refused) or waits and
 /// then sees the child's spans (and keeps what they name).
 pub(crate) async fn fork(
-    c: &mut Client,
+    c: &mut deadpool_postgres::ClientWrapper,
     batch: &ForkBatch,
     default_project: &str,
 ) -> Result<Vec<LogRecord>, AppendError> {
     batch.check()?;
     let tx = c.transaction().await.map_err(backend)?;
-    let row = tx
-        .query_opt(
-            "SELECT fence, project = '' OR created_at = 0 FROM sessions WHERE session = $1 FOR UPDATE",
-            &[&batch.child],
-        )
-        .await
-        .map_err(backend)?;
-    let (current, missing, incomplete) = match &row {
-        Some(r) => (r.get::<_, i64>(0), false, r.get::<_, bool>(1)),
-        None => (0, true, false),
-    };
-    if missing {
-        refuse_deleted(&tx, &batch.child).await?;
-    }
-    let head = head(&tx, &batch.child).await?;
+    let locked = lock_row(&tx, &batch.child).await?;
+    let head = head(&*tx, &batch.child).await?;
     if head != 0 {
         return Err(AppendError::Conflict { head });
     }
-    if batch.fence < current {
-        return Err(AppendError::Fenced { current });
+    if batch.fence < locked.fence {
+        return Err(AppendError::Fenced {
+            current: locked.fence,
+        });
     }
     let mut prev = String::new();
     if batch.at_seq > 0 {
@@ -395,8 +430,8 @@ pub(crate) async fn fork(
         )
         .await
         .map_err(backend)?;
-        refuse_deleted(&tx, &batch.parent).await?;
-        let parent = spans(&tx, &batch.parent).await?;
+        refuse_deleted(&*tx, &batch.parent).await?;
+        let parent = spans(&*tx, &batch.parent).await?;
         let holder = parent
             .iter()
             .find(|s| s.first <= batch.at_seq && batch.at_seq <= s.last)
@@ -435,27 +470,20 @@ pub(crate) async fn fork(
         .map_err(backend)?;
     }
     let state = batch.compute_state.map(to_text);
-    let now = batch.now_unix_nanos;
-    if missing {
-        tx.execute(
-            "INSERT INTO sessions(session, project, created_at, updated_at, compute_state)
-             VALUES ($1, $2, $3, $3, COALESCE($4, ''))",
-            &[&batch.child, &default_project, &now, &state],
-        )
-        .await
-    } else {
-        tx.execute(
-            "UPDATE sessions SET
-                project = CASE WHEN $5 THEN $2 ELSE project END,
-                created_at = CASE WHEN $5 AND created_at = 0 THEN $3 ELSE created_at END,
-                updated_at = $3, compute_state = COALESCE($4, compute_state)
-             WHERE session = $1",
-            &[&batch.child, &default_project, &now, &state, &incomplete],
-        )
-        .await
-    }
+    let n = touch_row(
+        &tx,
+        &batch.child,
+        &locked,
+        default_project,
+        batch.now_unix_nanos,
+        &state,
+    )
+    .await
     .map_err(backend)?;
-    commit(tx).await?;
+    assert_eq!(n, 1, "exactly one session row is touched");
+    tx.commit().await.map_err(|e| StoreError::CommitFailed {
+        reason: e.to_string(),
+    })?;
     Ok(records)
 }
 
