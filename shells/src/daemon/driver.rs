@@ -689,7 +689,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                     && !c.started
                 {
                     c.started = true;
-                    // Once per connection, so the scan stays off the hot path.
+                    // Once per connection: its first frame is Start.
                     if let Some(events) = self.events.get_mut(&conn) {
                         events.arm();
                     }
