@@ -34,6 +34,13 @@ pub(crate) async fn commit(tx: Transaction<'_>) -> Result<(), StoreError> {
     })
 }
 
+/// [`commit`] for a transaction on a pooled connection (statements cached).
+async fn commit_pooled(tx: deadpool_postgres::Transaction<'_>) -> Result<(), StoreError> {
+    tx.commit().await.map_err(|e| StoreError::CommitFailed {
+        reason: e.to_string(),
+    })
+}
+
 async fn refuse_deleted<C: GenericClient>(c: &C, uid: &str) -> Result<(), StoreError> {
     let row = c
         .query_opt("SELECT 1 FROM deleted_sessions WHERE session = $1", &[&uid])
@@ -234,9 +241,7 @@ pub(crate) async fn append(
             .await
             .map_err(backend)?;
     }
-    tx.commit().await.map_err(|e| StoreError::CommitFailed {
-        reason: e.to_string(),
-    })?;
+    commit_pooled(tx).await?;
     Ok(records)
 }
 
@@ -481,9 +486,7 @@ pub(crate) async fn fork(
     .await
     .map_err(backend)?;
     assert_eq!(n, 1, "exactly one session row is touched");
-    tx.commit().await.map_err(|e| StoreError::CommitFailed {
-        reason: e.to_string(),
-    })?;
+    commit_pooled(tx).await?;
     Ok(records)
 }
 

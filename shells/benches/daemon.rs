@@ -57,6 +57,14 @@ fn scale() -> f64 {
         .unwrap_or(1.0)
 }
 
+/// `DAEMON_BENCH_SESSIONS`: the concurrent phase's sessions (0 skips it).
+fn sessions() -> usize {
+    std::env::var("DAEMON_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
 fn scaled(n: f64) -> usize {
     ((n * scale()) as usize).max(1)
 }
@@ -456,10 +464,7 @@ fn main() {
         // DAEMON_BENCH_ONLY=loops runs only one drive loop at 64 sessions
         // (to profile the concurrent turn alone).
         if std::env::var("DAEMON_BENCH_ONLY").as_deref() == Ok("loops") {
-            let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(64);
+            let sessions = sessions();
             let f = with_loops(dir.path(), 1, sessions).await;
             println!(
                 "echo turns/s at {sessions} sessions, 1 drive loop: {:.0} (p50 {:.0} µs)",
@@ -486,10 +491,7 @@ fn main() {
         };
         // DAEMON_BENCH_SESSIONS=0 skips the concurrent phase (to profile
         // the single-session turn alone).
-        let sessions = std::env::var("DAEMON_BENCH_SESSIONS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(64);
+        let sessions = sessions();
         let many = if sessions > 0 {
             let daemon = daemon.clone();
             on_client_thread(move || async move { concurrent(&daemon, sessions).await }).await
