@@ -68,6 +68,38 @@ fn build_services(fds_path: &std::path::Path) -> Result<(), Box<dyn std::error::
         .extern_path(".google.protobuf.Timestamp", "crate::wkt::Timestamp")
         .extern_path(".agentsessions.v1", "crate::v1")
         .compile_protos(&FILES, &["proto"])?;
+    server_codec(&out.join("agentsessions.v1.rs"))
+}
+
+/// Points every generated server at `crate::codec::ServerCodec`, so a
+/// request that does not decode is INVALID_ARGUMENT (see `src/codec.rs`).
+/// madsim-tonic-build has no codec option; the tonic output names
+/// `tonic_prost::ProstCodec` once per method, and the madsim (`sim/`)
+/// stubs pass messages without decoding them. Clients are left alone.
+#[cfg(feature = "grpc")]
+fn server_codec(path: &std::path::Path) -> Result<(), Box<dyn std::error::Error>> {
+    const TONIC: &str = "tonic_prost::ProstCodec::default()";
+    const OURS: &str = "crate::codec::ServerCodec::default()";
+    let text = std::fs::read_to_string(path)?;
+    let mut out = String::with_capacity(text.len());
+    let mut replaced = 0;
+    // Top-level modules start at column 0: `pub mod x_client {`, `pub mod x_server {`.
+    for (i, module) in text.split("\npub mod ").enumerate() {
+        if i > 0 {
+            out.push_str("\npub mod ");
+        }
+        let name = module.split_whitespace().next().unwrap_or_default();
+        if i > 0 && name.ends_with("_server") {
+            replaced += module.matches(TONIC).count();
+            out.push_str(&module.replace(TONIC, OURS));
+        } else {
+            out.push_str(module);
+        }
+    }
+    if replaced == 0 {
+        return Err(format!("{}: no server codec to replace", path.display()).into());
+    }
+    std::fs::write(path, out)?;
     Ok(())
 }
 

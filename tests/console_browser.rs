@@ -1,7 +1,9 @@
 //! The web console in a real browser: Debian's chromium, driven through
 //! chromedriver (WebDriver) against the built `agentsessionsd
 //! --console-addr … --auth …`. Sessions are made and checked over gRPC
-//! (the built `agentctl --token`); everything in between is clicks.
+//! (the built `agentctl --token`); everything in between is clicks,
+//! starting with a crafted `next` that must not send the browser off the
+//! console after login.
 //!
 //! Screenshots of the three main pages (the filtered list, a session
 //! with its pending approval, the receipt after a denial) are written to
@@ -170,16 +172,15 @@ fn parked(dir: &Path, server: &str, name: &str, input: &str) -> String {
     uid
 }
 
-/// A hand-made POST (no browser): the status code and the body.
-fn raw_post(base: &str, path: &str, cookie: Option<&str>, body: &str) -> (u16, String) {
+/// A hand-made request (no browser) with `cookie` (`name=value`): the
+/// status code and the whole reply.
+fn raw(base: &str, method: &str, path: &str, cookie: Option<&str>, body: &str) -> (u16, String) {
     let host = base.trim_start_matches("http://");
     let mut s = TcpStream::connect(host).expect("connect to the console");
-    let cookie = cookie.map_or(String::new(), |c| {
-        format!("Cookie: agentsessions_console={}\r\n", hex::encode(c))
-    });
+    let cookie = cookie.map_or(String::new(), |c| format!("Cookie: {c}\r\n"));
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
          {cookie}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
@@ -192,6 +193,40 @@ fn raw_post(base: &str, path: &str, cookie: Option<&str>, body: &str) -> (u16, S
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     (status, reply)
+}
+
+/// A hand-made POST: the status code and the whole reply.
+fn raw_post(base: &str, path: &str, cookie: Option<&str>, body: &str) -> (u16, String) {
+    raw(base, "POST", path, cookie, body)
+}
+
+/// The `name=value` of the Set-Cookie for `name` in a reply.
+fn set_cookie(reply: &str, name: &str) -> Option<String> {
+    reply
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(h, _)| h.eq_ignore_ascii_case("set-cookie"))
+        .map(|(_, v)| v.trim())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap_or_default().to_owned())
+}
+
+/// Signs `token` in without a browser; the console session cookie.
+fn raw_login(base: &str, token: &str) -> String {
+    let (status, form) = raw(base, "GET", "/login", None, "");
+    assert_eq!(status, 200, "{form}");
+    let visitor = set_cookie(&form, "agentsessions_login").expect("a login cookie");
+    let field = "name=\"csrf\" value=\"";
+    let at = form.find(field).expect("a csrf field") + field.len();
+    let csrf = &form[at..at + form[at..].find('"').unwrap()];
+    let (status, reply) = raw_post(
+        base,
+        "/login",
+        Some(&visitor),
+        &format!("token={token}&next=%2F&csrf={csrf}"),
+    );
+    assert_eq!(status, 303, "{reply}");
+    set_cookie(&reply, "agentsessions_console").expect("a session cookie")
 }
 
 async fn wait_css(c: &Client, css: &str) -> fantoccini::elements::Element {
@@ -246,6 +281,75 @@ struct World {
     dir: PathBuf,
     server: String,
     base: String,
+}
+
+/// The value of the login form's `next` field.
+async fn form_next(c: &Client) -> Json {
+    c.execute(
+        "return document.querySelector('#login input[name=next]').value;",
+        vec![],
+    )
+    .await
+    .unwrap()
+}
+
+/// Logs in and waits for the browser to leave the login page; where it
+/// landed.
+async fn log_in_and_land(c: &Client, token: &str) -> String {
+    log_in(c, token).await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let url = c.current_url().await.unwrap().to_string();
+        if !url.contains("/login") {
+            return url;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the login did not land on a console page (at {url})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A crafted `next` (a link to the login page, or a form posting one)
+/// cannot send the browser off the console after login.
+async fn next_stays_on_the_console(c: &Client, w: &World) {
+    let base = &w.base;
+    let home = format!("{base}/");
+    // The link: `/\t/evil.example/` is `//evil.example/` to a browser.
+    c.goto(&format!("{base}/login?next=/%09/evil.example/"))
+        .await
+        .unwrap();
+    wait_css(c, "#login").await;
+    assert_eq!(
+        form_next(c).await,
+        json!("/"),
+        "the form kept a crafted next"
+    );
+    let landed = log_in_and_land(c, ANA).await;
+    assert!(
+        landed.starts_with(&home),
+        "sent off the console to {landed}"
+    );
+    c.delete_all_cookies().await.unwrap();
+
+    // The form itself posting crafted values.
+    for crafted in ["/\t/evil.example/", "/\\evil.example/", "//evil.example/"] {
+        c.goto(&format!("{base}/login")).await.unwrap();
+        wait_css(c, "#login").await;
+        c.execute(
+            "document.querySelector('#login input[name=next]').value = arguments[0];",
+            vec![json!(crafted)],
+        )
+        .await
+        .unwrap();
+        let landed = log_in_and_land(c, ANA).await;
+        assert!(
+            landed.starts_with(&home),
+            "{crafted:?} sent the browser to {landed}"
+        );
+        c.delete_all_cookies().await.unwrap();
+    }
 }
 
 /// Logs in, checks the list is newest first, filters to the waiting
@@ -442,8 +546,9 @@ async fn live_turn_and_404(c: &Client, w: &World, live: &str) {
 }
 
 /// Without a token the login page; a reader's page has no buttons.
-/// Returns the reader's CSRF token (for the forged POSTs).
-async fn reader_without_buttons(c: &Client, w: &World, guarded: &str) -> String {
+/// Returns the reader's console session cookie and CSRF token (for the
+/// forged POSTs).
+async fn reader_without_buttons(c: &Client, w: &World, guarded: &str) -> (String, String) {
     let base = &w.base;
     // Without a token: the login page, no buttons.
     c.delete_all_cookies().await.unwrap();
@@ -466,29 +571,38 @@ async fn reader_without_buttons(c: &Client, w: &World, guarded: &str) -> String 
         .unwrap();
     let rita_csrf = rita_csrf.as_str().unwrap().to_owned();
     screenshot(c, "reader.png").await;
-    rita_csrf
+    let cookie = c
+        .get_named_cookie("agentsessions_console")
+        .await
+        .expect("rita's console session cookie");
+    (format!("{}={}", cookie.name(), cookie.value()), rita_csrf)
 }
 
 /// Hand-made POSTs change nothing.
-fn forged_posts(w: &World, guarded: &str, rita_csrf: &str) {
+fn forged_posts(w: &World, guarded: &str, rita: &str, rita_csrf: &str) {
     let (d, server, base) = (w.dir.as_path(), &w.server, &w.base);
-    // Hand-made POSTs change nothing: no token, no CSRF token, a wrong
-    // one, and a reader's own form token (the machine refuses the role).
+    // Hand-made POSTs change nothing: no session, the API key itself as
+    // the cookie, no CSRF token, a wrong one, and a reader's own form
+    // token (the machine refuses the role).
     let before = get_json(d, server, guarded);
     let path = format!("/sessions/{guarded}/decide");
     let form = "execution_id=x&tool_call_id=c1&request_seq=4&decision=approve&reason=forged";
     let (status, _) = raw_post(base, &path, None, form);
     assert_eq!(status, 401, "no token");
-    let (status, _) = raw_post(base, &path, Some(ANA), form);
+    let key_cookie = format!("agentsessions_console={}", hex::encode(ANA));
+    let (status, _) = raw_post(base, &path, Some(&key_cookie), form);
+    assert_eq!(status, 401, "the API key is no console session");
+    let ana = raw_login(base, ANA);
+    let (status, _) = raw_post(base, &path, Some(&ana), form);
     assert_eq!(status, 403, "no CSRF token");
-    let (status, _) = raw_post(base, &path, Some(ANA), &format!("{form}&csrf={rita_csrf}"));
+    let (status, _) = raw_post(base, &path, Some(&ana), &format!("{form}&csrf={rita_csrf}"));
     assert_eq!(status, 403, "another cookie's CSRF token");
     let pending = &before["pending_approval"];
     let real = format!(
         "execution_id={}&tool_call_id=c1&request_seq=4&decision=approve&csrf={rita_csrf}",
         pending["execution_id"].as_str().unwrap()
     );
-    let (status, reply) = raw_post(base, &path, Some(RITA), &real);
+    let (status, reply) = raw_post(base, &path, Some(rita), &real);
     assert_eq!(status, 403, "a reader may not approve: {reply}");
     assert!(reply.contains("PermissionDenied"), "{reply}");
     let after = get_json(d, server, guarded);
@@ -551,13 +665,14 @@ async fn people_list_filter_read_and_decide_approvals_in_a_real_browser() {
         base: base.clone(),
     };
     let newest_first = [&live, &guarded, &raced, &probe, &plain].map(String::clone);
+    next_stays_on_the_console(&c, &w).await;
     list_and_filter(&c, &w, &newest_first).await;
     read_and_deny(&c, &w, &probe, probe_input).await;
     stale_decision(&c, &w, &raced).await;
     live_turn_and_404(&c, &w, &live).await;
-    let rita_csrf = reader_without_buttons(&c, &w, &guarded).await;
+    let (rita, rita_csrf) = reader_without_buttons(&c, &w, &guarded).await;
     c.close().await.unwrap();
-    forged_posts(&w, &guarded, &rita_csrf);
+    forged_posts(&w, &guarded, &rita, &rita_csrf);
     drop(driver);
     drop(daemon);
 }

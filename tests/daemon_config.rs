@@ -178,3 +178,27 @@ fn secrets_are_redacted_and_the_printed_file_loads_back_to_itself() {
     };
     assert_eq!(values(&first), values(&second));
 }
+
+#[test]
+fn print_config_never_shows_a_postgres_password_in_any_form_the_parser_accepts() {
+    for (url, secret) in [
+        ("postgres://u:s3/cretB@db/x", "cretB"),
+        ("postgres://u:s3#cretB@db/x", "cretB"),
+        ("postgres://u:s3?cretB@db/x", "cretB"),
+        ("postgres://u@db/x?pass%77ord=hunter2", "hunter2"),
+        (
+            "postgres://u@db/x?sslpassword=a&password=hunter2",
+            "hunter2",
+        ),
+    ] {
+        let out = printed(&["--print-config", "--journal", url], &[]);
+        assert!(!out.contains(secret), "{url}: printed\n{out}");
+        assert!(!out.contains("s3"), "{url}: printed\n{out}");
+        let (journal, source) = setting(&out, "journal");
+        assert_eq!(source, "flag");
+        assert!(
+            journal.contains("REDACTED") || journal.contains("<unparsable, redacted>"),
+            "{url}: {journal}"
+        );
+    }
+}

@@ -138,6 +138,7 @@ impl Launcher for InProcess {
                 // Two loops, so the suite certifies the partitioned host.
                 drive_loops: 2,
                 console_addr: None,
+                limits: Default::default(),
                 journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };
             let (ready_tx, ready_rx) = oneshot::channel();

@@ -317,6 +317,54 @@ fn a_separate_approver_may_not_decide_calls_of_a_session_it_created() {
 }
 
 #[test]
+fn a_session_created_implicitly_by_exec_records_its_creator_and_a_separate_approver_may_not_decide_it()
+ {
+    let mut world = World::default();
+    let alice = separate(who("alice", &["*:writer", "*:approver"]));
+    // No session named: Exec creates it on the fly.
+    let parked = world.call_as(alice.clone(), exec("", "approval", "go"));
+    let session = parked.session().expect("the implicit session");
+    assert_eq!(
+        session.identity.as_ref().map(|i| i.principal.as_str()),
+        Some("alice"),
+        "the implicit session names its creator"
+    );
+    let sid = session.metadata.unwrap().uid;
+    let pending = session.pending_approval.unwrap();
+    let before = world.store.records(&sid).to_vec();
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    let own = world.call_as(alice, decide.clone());
+    assert_eq!(own.code(), Code::PermissionDenied, "{own:?}");
+    assert_eq!(&*world.store.records(&sid), before, "nothing written");
+    let bob = separate(who("bob", &["*:approver"]));
+    assert_eq!(world.call_as(bob, decide).code(), Code::Ok);
+}
+
+#[test]
+fn a_separate_approver_may_not_decide_on_a_session_that_records_no_creator() {
+    let mut world = World::default();
+    // Created by an open caller (auth off then): no creator on the row.
+    let created = world.call(Request::CreateSession(CreateSessionRequest {
+        session: Some(Session {
+            harness: "approval".into(),
+            ..Default::default()
+        }),
+    }));
+    let sid = uid(&created);
+    let parked = world.call(exec(&sid, "", "go"));
+    let pending = parked.session().unwrap().pending_approval.unwrap();
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    let bob = separate(who("bob", &["*:approver"]));
+    let refused = world.call_as(bob, decide.clone());
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    // An approver not bound by the rule still may.
+    assert_eq!(
+        world.call_as(who("ann", &["*:approver"]), decide).code(),
+        Code::Ok
+    );
+}
+
+#[test]
 fn the_creator_and_the_turns_it_writes_carry_the_principal_and_open_calls_carry_none() {
     let mut world = World::default();
     let alice = who("alice", &["*:writer"]);

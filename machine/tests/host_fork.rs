@@ -159,18 +159,40 @@ fn a_fork_at_a_historical_seq_copies_only_the_records_up_to_it() {
     assert_eq!(world.store.records(&sid).len(), 5);
 }
 
+/// A marker naming a seq the parent never had would be a false record, so
+/// a seq past the head is OUT_OF_RANGE (the Go reference forks anyway).
 #[test]
-fn a_stateless_fork_past_the_head_copies_everything_and_names_the_requested_seq() {
+fn a_fork_past_the_head_is_out_of_range_and_provisions_nothing() {
+    for at_seq in [6, 9, 1 << 62, i64::MAX] {
+        let mut world = World::default();
+        let sid = echoed(&mut world);
+        let sessions = world.store.sessions();
+        let before = world.trace.len();
+        let call = world.call(Request::Fork(fork_req(&sid, at_seq, 1)));
+        let status = call.reply.unwrap_err();
+        assert_eq!(status.code, Code::OutOfRange, "{status:?}");
+        assert_eq!(
+            status.message,
+            format!("at_seq {at_seq} is past the session's head (5)")
+        );
+        assert!(
+            !world.trace[before..].iter().any(|e| matches!(
+                e,
+                Effect::Harness(_) | Effect::Runtime(_) | Effect::Store(StoreEffect::Fork { .. })
+            )),
+            "refused before Describe, clone or copy"
+        );
+        assert_eq!(world.store.sessions(), sessions, "no child");
+    }
+}
+
+#[test]
+fn a_fork_at_the_head_seq_named_explicitly_is_allowed() {
     let mut world = World::default();
     let sid = echoed(&mut world);
-    let children = fork_ok(&mut world, fork_req(&sid, 9, 1));
-    let records = world.store.records(&uid(&children[0])).to_vec();
-    assert_eq!(records.len(), 6);
-    assert_eq!(
-        lifecycle_of(&records[5]),
-        (lifecycle::Kind::LifecycleFork, "parent@9".to_owned())
-    );
-    assert_eq!(children[0].fork_seq, 9);
+    let children = fork_ok(&mut world, fork_req(&sid, 5, 1));
+    assert_forked_copy(&world, &sid, &uid(&children[0]), 5);
+    assert_eq!(children[0].fork_seq, 5);
 }
 
 #[test]

@@ -93,6 +93,49 @@ fn replay_streams_the_committed_records_verbatim_with_no_model_calls() {
 }
 
 #[test]
+fn replay_reads_pages_bounded_in_bytes_each_paced_by_its_client() {
+    use agentsessions_machine::host::{Effect, StoreEffect, config::REPLAY_PAGE_BYTES};
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    // Four turns whose input and echoed output are each a third of a page.
+    let big = "x".repeat(REPLAY_PAGE_BYTES / 3);
+    for _ in 0..4 {
+        assert_eq!(world.call(exec(&sid, "", &big)).code(), Code::Ok);
+    }
+    let stored = world.store.records(&sid).to_vec();
+    world.trace.clear();
+    let call = world.call(Request::Replay(ReplayRequest {
+        session: sid.clone(),
+        ..Default::default()
+    }));
+    let replayed: Vec<_> = call
+        .items
+        .iter()
+        .map(|i| match i {
+            StreamItem::Record(r) => r.record().clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(replayed, stored, "every record once, in order");
+    let pages: Vec<_> = world
+        .trace
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store(StoreEffect::ReadLog { from_seq, pace, .. }) => Some((*from_seq, *pace)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        pages.len() >= 3,
+        "8 records of a third of a page each: {pages:?}"
+    );
+    for (_, pace) in &pages {
+        let pace = pace.expect("a replay page is paced");
+        assert_eq!(pace.max_bytes, REPLAY_PAGE_BYTES);
+    }
+}
+
+#[test]
 fn resume_of_a_completed_session_only_marks_resume() {
     let mut world = World::default();
     let sid = create(&mut world, "");

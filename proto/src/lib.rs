@@ -8,6 +8,9 @@
 
 pub mod wkt;
 
+#[cfg(all(feature = "grpc", not(madsim)))]
+pub mod codec;
+
 /// Messages, enums and proto3-JSON impls of package `agentsessions.v1`.
 pub mod v1 {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]

@@ -195,6 +195,7 @@ impl Link {
             // One process per command: one loop is plenty.
             drive_loops: 1,
             console_addr: None,
+            limits: Default::default(),
             journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };
         let daemon = Daemon::start(config)

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, HarnessTimeouts};
+use agentsessions_shells::daemon::limits::Limits;
 use agentsessions_shells::daemon::otlp::Otlp;
 use agentsessions_shells::daemon::security::{ClientTlsFiles, Security, TlsFiles};
 use anyhow::Context as _;
@@ -89,6 +90,33 @@ struct Args {
     /// RESOURCE_EXHAUSTED before it touches the journal.
     #[arg(long, default_value_t = agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_in_flight: usize,
+    /// Most parts in one message of a request (reasoning summaries
+    /// included); more is INVALID_ARGUMENT.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_parts_per_message, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_parts_per_message: usize,
+    /// Most messages, parts, struct values and map entries in one request;
+    /// more is INVALID_ARGUMENT.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_request_elements, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_request_elements: usize,
+    /// Largest request accepted, in encoded bytes (gRPC's decode limit).
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().max_request_bytes, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    max_request_bytes: usize,
+    /// Most Exec and Replay streams one verified principal has open; more
+    /// is RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_streams_per_principal, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_streams_per_principal: usize,
+    /// Most calls one verified principal has in flight; more is
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_calls_per_principal, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_calls_per_principal: usize,
+    /// Most calls in flight on one client connection; more is
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_calls_per_connection, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_calls_per_connection: usize,
+    /// Most request bytes held by calls in flight across all callers; a
+    /// call past it is RESOURCE_EXHAUSTED (one call always runs alone).
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::default().request_memory, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..))]
+    request_memory_bytes: usize,
     /// Delete sessions whose last write is older than this (e.g. 30d, 12h)
     /// and that have nothing in flight or pending. Off by default.
     #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
@@ -390,6 +418,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         console_addr: args.console_addr,
         journal_cache_records: args.journal_cache_records,
+        limits: Limits {
+            max_parts_per_message: args.max_parts_per_message,
+            max_request_elements: args.max_request_elements,
+            max_request_bytes: args.max_request_bytes,
+            max_streams_per_principal: args.max_streams_per_principal,
+            max_calls_per_principal: args.max_calls_per_principal,
+            max_calls_per_connection: args.max_calls_per_connection,
+            request_memory: args.request_memory_bytes,
+        },
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

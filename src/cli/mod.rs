@@ -10,6 +10,7 @@ pub mod connect;
 pub mod daemon_config;
 pub mod exit;
 pub mod progress;
+pub mod redact;
 pub mod render;
 pub mod verify;
 

@@ -94,10 +94,20 @@ impl ApproveOp {
         Flow::Continue
     }
 
-    /// True when the decider is the one who created the session.
-    fn is_creator(&self, row: &SessionRow) -> bool {
+    /// Why a separate approver may not decide on `row`'s session: it
+    /// created it, or the session records no creator (made before auth
+    /// was on, or by an open caller), which rules nobody out.
+    fn creator_refusal(&self, row: &SessionRow) -> Option<&'static str> {
         let decider = self.req.identity.as_ref();
-        decider.is_some() && same_identity(row.identity.as_ref(), decider)
+        if row.identity.as_ref().is_none_or(|i| i.principal.is_empty()) {
+            Some(
+                "permission denied: the session records no creator, so a separate approver may not decide its calls",
+            )
+        } else if decider.is_some() && same_identity(row.identity.as_ref(), decider) {
+            Some("permission denied: the session's creator may not approve its calls")
+        } else {
+            None
+        }
     }
 
     /// The decision rules over the scanned journal.
@@ -161,13 +171,10 @@ impl ApproveOp {
                     self.stage = Stage::Load(load);
                     Flow::Continue
                 }
-                Loaded::Ready(row, _) if self.separate && self.is_creator(&row) => self.fail(
-                    cx,
-                    Status::new(
-                        Code::PermissionDenied,
-                        "permission denied: the session's creator may not approve its calls",
-                    ),
-                ),
+                Loaded::Ready(row, _) if self.separate && self.creator_refusal(&row).is_some() => {
+                    let text = self.creator_refusal(&row).expect("guarded");
+                    self.fail(cx, Status::new(Code::PermissionDenied, text))
+                }
                 Loaded::Ready(_, log) => self.decide(cx, &log.to_vec()),
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {

@@ -12,6 +12,7 @@
 use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
 use crate::vocab::caller::{Caller, Principal, Role};
+use crate::vocab::shown;
 use crate::vocab::{EffectId, Outcome, Request, RequestId, Status, StoreOutcome};
 
 /// The verdict on a call before anything is read.
@@ -80,7 +81,7 @@ pub(crate) fn denied_on_session(p: &Principal, role: Role) -> Status {
         crate::vocab::Code::PermissionDenied,
         format!(
             "permission denied: {:?} holds no {} role on this session's project",
-            p.name,
+            shown(&p.name),
             role.name()
         ),
     )
@@ -100,9 +101,10 @@ pub(crate) fn gate(caller: &Caller, call: &Request, default_project: &str) -> Ga
     match need(call, default_project) {
         Need::InProject(role, project) if p.may(role, &project) => Gate::Open,
         Need::InProject(role, project) => denied(format!(
-            "{:?} holds no {} role in project {project:?}",
-            p.name,
-            role.name()
+            "{:?} holds no {} role in project {:?}",
+            shown(&p.name),
+            role.name(),
+            shown(&project)
         )),
         Need::OnSession(role, _) if p.may_everywhere(role) => Gate::Open,
         Need::OnSession(role, _) if !p.may_somewhere(role) => {
@@ -115,7 +117,7 @@ pub(crate) fn gate(caller: &Caller, call: &Request, default_project: &str) -> Ga
         Need::Everywhere(role) if p.may_everywhere(role) => Gate::Open,
         Need::Everywhere(role) => denied(format!(
             "{:?} holds no {} role on every project (\"*:{}\")",
-            p.name,
+            shown(&p.name),
             role.name(),
             role.name()
         )),

@@ -20,6 +20,7 @@ use super::{Flow, unexpected};
 use crate::events;
 use crate::journal::executions;
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{EffectId, Outcome, RequestId, Response, Status, StoreOutcome};
 
 enum Stage {
@@ -79,9 +80,12 @@ impl CancelOp {
         if !named.is_empty() && *named != last.id {
             let known = projection.executions.iter().any(|e| e.id == *named);
             let msg = if known {
-                format!("cancel: execution {named:?} is not the session's current one")
+                format!(
+                    "cancel: execution {:?} is not the session's current one",
+                    shown(named)
+                )
             } else {
-                format!("cancel: the session has no execution {named:?}")
+                format!("cancel: the session has no execution {:?}", shown(named))
             };
             return Err(Status::failed_precondition(msg));
         }
@@ -95,7 +99,7 @@ impl CancelOp {
             (true, true) => Ok(None),
             (true, false) => Err(Status::failed_precondition(format!(
                 "cancel: execution {:?} already ended",
-                last.id
+                shown(&last.id)
             ))),
             // A turn cut before all its inputs were durable never reached
             // a harness and can never be resumed (the remedy is a new
@@ -106,7 +110,7 @@ impl CancelOp {
             (false, true) => Ok(Some(vec![end])),
             (false, false) if short => Err(Status::failed_precondition(format!(
                 "cancel: execution {:?} never started (a crash cut its inputs); nothing is in flight",
-                last.id
+                shown(&last.id)
             ))),
             (false, false) => {
                 let marker = events::lifecycle(lifecycle::Kind::LifecycleCancel, &self.req.reason);

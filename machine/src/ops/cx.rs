@@ -333,6 +333,31 @@ impl Cx<'_> {
                 session,
                 from_seq,
                 to_seq,
+                pace: None,
+            })
+        })
+    }
+
+    /// Reads one page of `request`'s stream, paced by its client (see
+    /// [`Pace`](crate::vocab::Pace)).
+    pub(crate) fn read_page(
+        &mut self,
+        request: RequestId,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+    ) -> EffectId {
+        let session = session.to_owned();
+        self.request(|id| {
+            Effect::Store(StoreEffect::ReadLog {
+                id,
+                session,
+                from_seq,
+                to_seq,
+                pace: Some(crate::vocab::Pace {
+                    request,
+                    max_bytes: crate::vocab::config::REPLAY_PAGE_BYTES,
+                }),
             })
         })
     }

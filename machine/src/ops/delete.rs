@@ -22,6 +22,7 @@ use crate::journal::executions;
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::config::{RETENTION_PARALLEL, RETENTION_SCAN};
+use crate::vocab::shown;
 use crate::vocab::{
     Code, DeleteRefusal, Effect, EffectId, Nanos, Outcome, RequestId, Response, RetentionReport,
     SessionRow, Status, StoreEffect, StoreOutcome,
@@ -97,15 +98,17 @@ impl Deletion {
     ) -> Result<(), Status> {
         if let Some(execution) = in_flight(log) {
             return Err(Status::failed_precondition(format!(
-                "delete: session {:?} has execution {execution:?} in flight; cancel it first",
-                uid
+                "delete: session {:?} has execution {:?} in flight; cancel it first",
+                shown(uid),
+                shown(&execution)
             )));
         }
         if let Some(before) = stale_before
             && row.updated_at >= before
         {
             return Err(Status::failed_precondition(format!(
-                "delete: session {uid:?} was written since the retention scan"
+                "delete: session {:?} was written since the retention scan",
+                shown(uid)
             )));
         }
         Ok(())
@@ -141,7 +144,7 @@ impl Deletion {
                 // Someone is working on it: an Exec, a Resume, a Fork…
                 Loaded::Busy(_) => Deleted::Refused(Status::failed_precondition(format!(
                     "delete: session {:?} has a call in flight; cancel it or retry",
-                    self.uid
+                    shown(&self.uid)
                 ))),
                 Loaded::Failed(status) => {
                     cx.unguard(&self.uid);
@@ -165,7 +168,7 @@ impl Deletion {
                     )),
                     Err(DeleteRefusal::NotFound) => Deleted::Refused(Status::not_found(format!(
                         "session {:?} not found",
-                        self.uid
+                        shown(&self.uid)
                     ))),
                     Err(DeleteRefusal::Failed(f)) => Deleted::Refused(f.status("delete")),
                 }

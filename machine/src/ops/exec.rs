@@ -9,6 +9,7 @@
 //! inputs in one transaction; run the harness; on a park, hand off.
 
 use crate::vocab::StoreOutcome;
+use crate::vocab::shown;
 use agentsessions_proto::v1::{
     CancelRequest, ControllerFrame, ExecRequest, ExecutionStart, IdentityRef, LogRecord, Start,
     controller_frame::Frame,
@@ -97,8 +98,12 @@ impl ExecOp {
             cx.set_deadline(self.req.deadline_unix.saturating_mul(1_000_000_000));
         }
         if self.session.is_empty() {
+            // The verified caller is the creator however the session is
+            // made; an implicit session must not be creatorless (a
+            // separate approver's check needs it).
             let row = SessionRow {
                 harness: self.req.harness.clone(),
+                identity: self.actor.clone(),
                 ..SessionRow::default()
             };
             let uid = cx.ids().session_uid();
@@ -116,7 +121,7 @@ impl ExecOp {
         if !cx.try_guard(&self.session) {
             return self.fail(
                 cx,
-                Status::aborted(format!("session {:?} is busy", self.session)),
+                Status::aborted(format!("session {:?} is busy", shown(&self.session))),
             );
         }
         self.stage = Stage::Load(Load::start(cx, &self.session));
@@ -305,7 +310,7 @@ impl ExecOp {
             _ => {
                 let busy = format!(
                     "cancel: session {:?} is starting or finishing a turn; retry",
-                    self.session
+                    shown(&self.session)
                 );
                 cx.reply(request, Err(Status::aborted(busy)));
                 Flow::Continue
@@ -470,7 +475,7 @@ impl ExecOp {
                 Flow::Done
             }
             Ending::Canceled => {
-                let msg = format!("execution {:?} canceled", self.execution_id);
+                let msg = format!("execution {:?} canceled", shown(&self.execution_id));
                 cx.reply(self.request, Err(Status::new(Code::Cancelled, msg)));
                 self.stage = Stage::Canceled(Render::start(cx, &self.session));
                 Flow::Continue

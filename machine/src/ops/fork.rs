@@ -2,7 +2,8 @@
 //!
 //! Order: refuse a supplied identity before anything else; validate the
 //! request; read the parent's row (its head is all the fork needs of the
-//! journal, so a fork never reads the parent's records); route and admit
+//! journal, so a fork never reads the parent's records) and refuse a seq
+//! past that head (OUT_OF_RANGE); route and admit
 //! its harness (Describe and the gate, nothing provisioned). The source of
 //! the clones is the parent's journal for a stateless-replay harness, and a
 //! fresh memory checkpoint (fence, head re-check, Snapshot, SUSPEND at the
@@ -32,6 +33,7 @@ use super::{Flow, unexpected};
 use crate::events;
 use crate::ops::cx::Cx;
 use crate::vocab::config::MAX_FORK_CHILDREN;
+use crate::vocab::shown;
 use crate::vocab::{
     AppendError, Code, Effect, EffectId, Outcome, PutError, RequestId, Response, Route,
     RuntimeCall, RuntimeOp, RuntimeReply, SessionRow, Status, StoreFault, StoreOutcome,
@@ -171,7 +173,7 @@ impl ForkOp {
                 match r {
                     Ok(Some(row)) => self.routed(cx, row),
                     Ok(None) => {
-                        let msg = format!("session {:?} not found", self.req.session);
+                        let msg = format!("session {:?} not found", shown(&self.req.session));
                         self.fail(cx, Status::not_found(msg))
                     }
                     Err(e) => self.fail(cx, store_failed(&e, "session")),
@@ -359,7 +361,8 @@ impl ForkOp {
         if snapshot.external_uri.is_empty() {
             let msg = format!(
                 "harness {:?}: snapshot of {:?} produced no external snapshot handle",
-                self.harness, self.req.session
+                shown(&self.harness),
+                shown(&self.req.session)
             );
             return self.fail(cx, Status::failed_precondition(msg));
         }
@@ -414,6 +417,16 @@ impl ForkOp {
     }
 
     fn routed(&mut self, cx: &mut Cx<'_>, row: SessionRow) -> Flow {
+        // A seq the parent never had would make the child's FORK marker
+        // name a record that does not exist: a false journal entry. The Go
+        // reference accepts it; this host refuses on purpose.
+        if self.req.at_seq > row.last_seq {
+            let msg = format!(
+                "at_seq {} is past the session's head ({})",
+                self.req.at_seq, row.last_seq
+            );
+            return self.fail(cx, Status::new(Code::OutOfRange, msg));
+        }
         match for_turn(cx, &self.req.session, &row.harness, "") {
             Ok((harness, route)) => {
                 self.harness = harness;
@@ -460,7 +473,8 @@ impl ForkOp {
             // harness must have no side effects at all.
             let msg = format!(
                 "harness {:?} can only fork at the log head ({head}), not seq {}",
-                self.harness, self.at_seq
+                shown(&self.harness),
+                self.at_seq
             );
             return self.fail(cx, Status::failed_precondition(msg));
         }
@@ -490,11 +504,9 @@ impl ForkOp {
     }
 
     /// The last parent record the children share: every record up to the
-    /// fork seq. A seq past the head is not refused for stateless
-    /// harnesses: the child takes every record there is, and its marker
-    /// names the requested seq.
+    /// fork seq, which [`Self::routed`] keeps at or below the head.
     fn shared(&self) -> i64 {
-        self.at_seq.min(self.head)
+        self.at_seq
     }
 
     /// One write: the parent's records up to [`Self::shared`] by

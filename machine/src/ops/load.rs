@@ -7,6 +7,7 @@ use crate::vocab::StoreOutcome;
 use super::unexpected;
 use crate::journal::Journal;
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
 
 #[derive(Debug)]
@@ -72,7 +73,7 @@ impl Load {
                         if self.guard_after_row && !cx.try_guard(&self.session) {
                             return Loaded::Busy(Status::aborted(format!(
                                 "session {:?} is busy",
-                                self.session
+                                shown(&self.session)
                             )));
                         }
                         let read = cx.read_journal(&self.session);
@@ -84,9 +85,11 @@ impl Load {
                     }
                     Ok(None) => Loaded::NotFound(Status::not_found(format!(
                         "session {:?} not found",
-                        self.session
+                        shown(&self.session)
                     ))),
-                    Err(e) => Loaded::Failed(e.status(format_args!("session {:?}", self.session))),
+                    Err(e) => {
+                        Loaded::Failed(e.status(format_args!("session {:?}", shown(&self.session))))
+                    }
                 }
             }
             (Step::Log(want, row), Outcome::Store(StoreOutcome::Journal(r))) => {
@@ -100,13 +103,13 @@ impl Load {
                             Code::DataLoss,
                             format!(
                                 "session {:?}: the journal read back is not a chain: {e}",
-                                self.session
+                                shown(&self.session)
                             ),
                         )),
                     },
-                    Err(e) => {
-                        Loaded::Failed(e.status(format_args!("session {:?}: read", self.session)))
-                    }
+                    Err(e) => Loaded::Failed(
+                        e.status(format_args!("session {:?}: read", shown(&self.session))),
+                    ),
                 }
             }
             (_, other) => unexpected("load", &other),

@@ -28,6 +28,7 @@ mod suspend;
 
 use crate::ops::cx::Cx;
 use crate::vocab::caller::Caller;
+use crate::vocab::shown;
 use crate::vocab::{ConnId, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
 
 /// Whether an operation is still running.
@@ -175,7 +176,7 @@ impl Op {
             Self::Exec(op) => op.on_cancel_request(cx, request, req, actor),
             Self::Resume(op) => op.on_cancel_request(cx, request, req, actor),
             _ => {
-                let busy = format!("cancel: session {:?} is busy; retry", req.session);
+                let busy = format!("cancel: session {:?} is busy; retry", shown(&req.session));
                 cx.reply(request, Err(Status::aborted(busy)));
                 Flow::Continue
             }

@@ -15,6 +15,7 @@
 
 use super::placement::{describe_error, needs_memory};
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, Route, Status};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +120,8 @@ impl OverrideCheck {
                 Ok(d) if needs_memory(&d) => Checked::Allowed,
                 Ok(_) => Checked::Refused(Status::failed_precondition(format!(
                     "session harness {:?} requires MEMORY_SNAPSHOT; a turn on the STATELESS_REPLAY harness {:?} could not checkpoint its memory",
-                    self.stored, self.turn
+                    shown(&self.stored),
+                    shown(&self.turn)
                 ))),
             },
         }

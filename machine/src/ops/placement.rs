@@ -11,6 +11,7 @@ use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use super::unexpected;
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{
     ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessOutcome, Outcome, Route,
     RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreOutcome,
@@ -65,13 +66,17 @@ pub(crate) struct Placement {
 pub(crate) fn describe_error(harness: &str, e: &HarnessFailure) -> Status {
     match e {
         HarnessFailure::Unavailable(m) => {
+            let (harness, m) = (shown(harness), shown(m));
             Status::unavailable(format!("harness {harness:?} unavailable: {m}"))
         }
         HarnessFailure::Timeout => Status::unavailable(format!(
-            "harness {harness:?} did not answer Describe in time"
+            "harness {:?} did not answer Describe in time",
+            shown(harness)
         )),
         HarnessFailure::Other { code, message } => Status::internal(format!(
-            "harness {harness:?} describe failed (code {code}): {message}"
+            "harness {:?} describe failed (code {code}): {}",
+            shown(harness),
+            shown(message)
         )),
     }
 }
@@ -81,12 +86,14 @@ pub(crate) fn gate(harness: &str, route: &Route, d: &HarnessDescriptor) -> Resul
     if !route.descriptor_id.is_empty() && route.descriptor_id != d.id {
         return Err(Status::failed_precondition(format!(
             "expected descriptor id {:?}, the harness reports {:?}",
-            route.descriptor_id, d.id
+            shown(&route.descriptor_id),
+            shown(&d.id)
         )));
     }
     if needs_memory(d) && !route.backend.memory_snapshot() {
         return Err(Status::failed_precondition(format!(
-            "harness {harness:?} needs REQUIRES_MEMORY_SNAPSHOT but the runtime provides MemorySnapshot=false"
+            "harness {:?} needs REQUIRES_MEMORY_SNAPSHOT but the runtime provides MemorySnapshot=false",
+            shown(harness)
         )));
     }
     Ok(())

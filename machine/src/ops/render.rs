@@ -6,6 +6,7 @@ use agentsessions_proto::wkt::Timestamp;
 use crate::error::LogError;
 use crate::journal::Journal;
 use crate::journal::projection::{SessionStatus, session_status};
+use crate::vocab::shown;
 use crate::vocab::{Nanos, SessionRow, Status};
 
 /// Unix nanos as a Timestamp; `None` for 0 (unset).
@@ -27,7 +28,10 @@ pub fn session(row: &SessionRow, records: &[LogRecord]) -> Result<Session, Statu
 }
 
 fn projection_error(row: &SessionRow, e: &LogError) -> Status {
-    Status::internal(format!("session {:?} approval projection: {e}", row.uid))
+    Status::internal(format!(
+        "session {:?} approval projection: {e}",
+        shown(&row.uid)
+    ))
 }
 
 fn with_status(row: &SessionRow, status: SessionStatus) -> Session {

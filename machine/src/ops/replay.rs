@@ -15,7 +15,8 @@ use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
-use crate::vocab::config::REPLAY_PAGE;
+use crate::vocab::config::{REPLAY_PAGE, REPLAY_PAGE_BYTES};
+use crate::vocab::shown;
 use crate::vocab::{AppendError, History};
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessInput,
@@ -54,7 +55,7 @@ impl ReplayOp {
             return Flow::Done;
         }
         let (session, from_seq) = (self.req.session.clone(), self.next);
-        self.read = Some(cx.read_log(&session, from_seq, to_seq));
+        self.read = Some(cx.read_page(self.request, &session, from_seq, to_seq));
         Flow::Continue
     }
 
@@ -72,7 +73,10 @@ impl ReplayOp {
             }
             other => unexpected("replay", &other),
         };
-        let full = records.len() as i64 == REPLAY_PAGE;
+        // A page stops at REPLAY_PAGE records or once past its byte bound;
+        // anything shorter is the end (see `Pace`).
+        let bytes: usize = records.iter().map(prost::Message::encoded_len).sum();
+        let full = records.len() as i64 == REPLAY_PAGE || bytes >= REPLAY_PAGE_BYTES;
         for r in records {
             assert!(r.seq >= self.next, "reads come back in seq order");
             self.next = r.seq + 1;
@@ -214,7 +218,7 @@ impl ReplayHarnessOp {
                 match r {
                     Ok(Some(row)) => self.routed(cx, &row.harness),
                     Ok(None) => {
-                        let msg = format!("session {:?} not found", self.session);
+                        let msg = format!("session {:?} not found", shown(&self.session));
                         self.fail(cx, Status::not_found(msg))
                     }
                     Err(e) => self.fail(cx, e.status("session")),

@@ -34,6 +34,7 @@ use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
 use crate::ops::render;
+use crate::vocab::shown;
 use crate::vocab::{
     Code, Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
     SessionRow, Status, StreamItem,
@@ -173,7 +174,7 @@ impl ResumeOp {
             return self.fail(cx, Status::invalid_argument("session is required"));
         }
         if !cx.try_guard(&self.session) {
-            let msg = format!("session {:?} is busy", self.session);
+            let msg = format!("session {:?} is busy", shown(&self.session));
             return self.fail(cx, Status::aborted(msg));
         }
         self.stage = Stage::Load(Load::start(cx, &self.session));
@@ -627,7 +628,8 @@ impl ResumeOp {
             Ending::Completed => self.append_resume(cx, run.inv.setup().fence, finish.head),
             Ending::Failed(e) => self.fail_turn(cx, &e),
             Ending::Canceled => {
-                let msg = format!("execution {:?} canceled", run.inv.setup().execution_id);
+                let id = &run.inv.setup().execution_id;
+                let msg = format!("execution {:?} canceled", shown(id));
                 cx.reply(self.request, Err(Status::new(Code::Cancelled, msg)));
                 self.stage = Stage::Canceled(Render::start(cx, &self.session));
                 Flow::Continue

@@ -2,6 +2,7 @@
 
 use crate::error::{LogError, TurnError};
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{AppendError, Route, Status};
 
 /// Resolves a harness name ("" = the host default) to its route.
@@ -13,13 +14,15 @@ pub(crate) fn resolve(cx: &Cx<'_>, name: &str) -> Result<(String, Route), Status
     };
     if let Some(reason) = cx.core.unservable.get(&name) {
         return Err(Status::failed_precondition(format!(
-            "harness {name:?} is unservable on this host: {reason}"
+            "harness {:?} is unservable on this host: {reason}",
+            shown(&name)
         )));
     }
     match cx.route(&name) {
         Some(route) => Ok((name, route.clone())),
         None => Err(Status::invalid_argument(format!(
-            "unknown harness {name:?} (registered: {:?})",
+            "unknown harness {:?} (registered: {:?})",
+            shown(&name),
             cx.core.routes.keys().collect::<Vec<_>>()
         ))),
     }
@@ -47,7 +50,10 @@ pub(crate) fn for_turn(
     if !override_name.is_empty() && override_name != stored_name {
         if is_registered(cx, &stored_name) || is_registered(cx, override_name) {
             return Err(Status::failed_precondition(format!(
-                "session {uid:?} is pinned to harness {stored_name:?}; a turn cannot run on {override_name:?}"
+                "session {:?} is pinned to harness {:?}; a turn cannot run on {:?}",
+                shown(uid),
+                shown(&stored_name),
+                shown(override_name)
             )));
         }
         return resolve(cx, override_name);
@@ -73,7 +79,10 @@ pub(crate) fn check_resumed(
     }
     if is_registered(cx, stored_name) || is_registered(cx, name) {
         return Err(Status::failed_precondition(format!(
-            "session {uid:?} is pinned to harness {stored_name:?}; its pending turn was recorded on {name:?} and cannot resume there"
+            "session {:?} is pinned to harness {:?}; its pending turn was recorded on {:?} and cannot resume there",
+            shown(uid),
+            shown(stored_name),
+            shown(name)
         )));
     }
     Ok(())
@@ -85,7 +94,8 @@ pub(crate) fn resolve_recorded(cx: &Cx<'_>, name: &str) -> Result<(String, Route
     resolve(cx, name).map_err(|s| {
         if s.code == crate::vocab::Code::InvalidArgument {
             Status::failed_precondition(format!(
-                "recorded harness {name:?} is not served by this host"
+                "recorded harness {:?} is not served by this host",
+                shown(name)
             ))
         } else {
             s

@@ -12,6 +12,7 @@ use crate::events;
 use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation, Mode};
 use crate::journal::approval;
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, History,
     InvokeModel, Nanos, Outcome, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply,
@@ -285,8 +286,9 @@ impl CancelCalls {
         let current = run.inv.setup().execution_id.clone();
         let refusal = if !req.execution_id.is_empty() && req.execution_id != current {
             Status::failed_precondition(format!(
-                "cancel: execution {:?} is not the session's current one ({current:?})",
-                req.execution_id
+                "cancel: execution {:?} is not the session's current one ({:?})",
+                shown(&req.execution_id),
+                shown(&current)
             ))
         } else {
             match run.cancel(cx, &req.reason, actor) {
@@ -299,7 +301,8 @@ impl CancelCalls {
                 }
                 Err(CancelRefusal::Ended | CancelRefusal::Replaying) => {
                     Status::failed_precondition(format!(
-                        "cancel: execution {current:?} already ended"
+                        "cancel: execution {:?} already ended",
+                        shown(&current)
                     ))
                 }
             }

@@ -12,6 +12,7 @@ use super::{Flow, unexpected};
 use crate::ops::cx::Cx;
 use crate::ops::render;
 use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
+use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, HarnessCheck, Nanos, Outcome, PutError, RegistryRefusal, RequestId, Response,
     SessionRow, Status, StoreEffect, StoreOutcome,
@@ -207,7 +208,7 @@ impl Render {
                 }
             }
             Outcome::Store(StoreOutcome::Journal(Err(e))) => {
-                Rendered::Failed(e.status(format_args!("session {:?}: read", row.uid)))
+                Rendered::Failed(e.status(format_args!("session {:?}: read", shown(&row.uid))))
             }
             other => unexpected("render", &other),
         }
@@ -247,7 +248,7 @@ impl GetOp {
             Rendered::Pending => return Flow::Continue,
             Rendered::NotFound => Err(Status::not_found(format!(
                 "session {:?} not found",
-                self.uid
+                shown(&self.uid)
             ))),
             Rendered::Done(s) => Ok(Response::Session(*s)),
             Rendered::Failed(status) => Err(status),

@@ -15,6 +15,7 @@ use super::{Flow, unexpected};
 use crate::events;
 use crate::journal::approval;
 use crate::ops::cx::Cx;
+use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, Outcome, RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status,
     StoreOutcome,
@@ -61,7 +62,7 @@ impl SuspendOp {
             return self.fail(cx, Status::invalid_argument("session is required"));
         }
         if !cx.try_guard(&self.session) {
-            let msg = format!("session {:?} is busy", self.session);
+            let msg = format!("session {:?} is busy", shown(&self.session));
             return self.fail(cx, Status::aborted(msg));
         }
         self.stage = Stage::Load(Load::start(cx, &self.session));

@@ -138,3 +138,6 @@ pub const RETENTION_SCAN: usize = 256;
 pub const RETENTION_PARALLEL: usize = 16;
 /// Records read per ReadLog effect when streaming a Replay.
 pub const REPLAY_PAGE: i64 = 1024;
+/// Encoded bytes a Replay page stops at (one record past it at most), so
+/// a reader holds about this much however large the journal's records.
+pub const REPLAY_PAGE_BYTES: usize = 1 << 20;

@@ -171,6 +171,8 @@ pub enum StoreEffect {
         from_seq: i64,
         /// Last seq, 0 = head.
         to_seq: i64,
+        /// Set for a page of a client's stream: see [`Pace`].
+        pace: Option<Pace>,
     },
     /// Read the whole journal as a [`Journal`](crate::journal::Journal):
     /// its records from seq 1 and their summary. A shell may answer from a
@@ -489,4 +491,18 @@ impl HarnessEffect {
             Self::Close { .. } => "Close",
         }
     }
+}
+
+/// How a ReadLog that pages a client's stream is performed: once the
+/// client has taken every frame streamed to it before (so a slow reader
+/// holds at most one page), and stopping after the record that brings the
+/// page's encoded size to `max_bytes` or more (at least one record when
+/// any is in range). A page shorter than asked and under `max_bytes` is
+/// therefore the end of the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// The stream's call.
+    pub request: RequestId,
+    /// The page's byte bound (prost encoded lengths).
+    pub max_bytes: usize,
 }

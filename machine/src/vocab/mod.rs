@@ -17,6 +17,7 @@ pub mod lease;
 pub mod outcome;
 pub mod request;
 pub mod rows;
+pub mod shown;
 pub mod signal;
 pub mod status;
 
@@ -24,7 +25,7 @@ pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
 pub use committed::Committed;
 pub use config::{Backend, HostConfig, Route};
 pub use effect::{
-    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, RuntimeCall, RuntimeOp,
+    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Pace, RuntimeCall, RuntimeOp,
     StoreEffect,
 };
 pub use fault::{AppendError, FaultKind, StoreFault};
@@ -37,5 +38,6 @@ pub use outcome::{
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};
+pub use shown::{SHOWN_MAX, Shown, shown};
 pub use signal::{SIGNAL_QUEUE, Signal, TurnOutcome};
 pub use status::{Code, Status};

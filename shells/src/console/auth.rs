@@ -1,20 +1,30 @@
-//! Who is looking: the token in the console's cookie, verified by the
-//! daemon's [`Authenticator`] on every request, and the CSRF token every
-//! form carries.
+//! Who is looking: the console session named by the browser's cookie,
+//! resolved through [`Sessions`] with its stored credential verified again
+//! by the daemon's [`Authenticator`] on every request; and the CSRF tokens
+//! every form carries.
 //!
-//! Invariant: a POST changes something only when its CSRF token is the one
-//! derived from the cookie it arrived with; the derivation key is random
-//! per process, so a token never outlives the daemon that issued it, and a
+//! Invariants: a request acts for a principal only when its cookie names
+//! an open console session whose credential verifies now. A POST changes
+//! something only when its CSRF token is the one derived from a cookie it
+//! arrived with: the console session's id, or, for the login form, the
+//! visitor's own random login cookie. The derivation key is random per
+//! process, so a token never outlives the daemon that issued it, and a
 //! page of another origin can neither read nor guess it.
 
 use agentsessions_machine::host::{Caller, Role};
 use axum::http::HeaderMap;
+use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use super::session::{self, Lookup, Sessions};
 use crate::auth::{AuthError, Authenticator};
 
-/// The cookie holding the (hex-encoded) bearer token.
+/// The cookie holding the console session's id.
 pub const COOKIE: &str = "agentsessions_console";
+/// The cookie holding a visitor's login CSRF nonce.
+pub const LOGIN_COOKIE: &str = "agentsessions_login";
+/// How long a login form stays usable, in seconds.
+pub const LOGIN_COOKIE_AGE: u64 = 600;
 
 /// The per-process key CSRF tokens are derived with.
 pub struct CsrfKey([u8; 32]);
@@ -22,9 +32,8 @@ pub struct CsrfKey([u8; 32]);
 impl CsrfKey {
     /// A key from the OS's random source.
     pub fn random() -> std::io::Result<Self> {
-        use std::io::Read as _;
         let mut key = [0u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
         Ok(Self(key))
     }
 
@@ -33,34 +42,54 @@ impl CsrfKey {
         Self(key)
     }
 
-    /// The CSRF token of a browser holding `token` ("" without one).
-    pub fn token_for(&self, token: &str) -> String {
+    fn derive(&self, label: &[u8], value: &str) -> String {
         let mut h = Sha256::new();
         h.update(self.0);
-        h.update(b"console csrf\0");
-        h.update(token.as_bytes());
+        h.update(label);
+        h.update(value.as_bytes());
         hex::encode(&h.finalize()[..16])
     }
 
-    /// True when `sent` is the CSRF token of `token` (compared in constant
-    /// time).
-    pub fn check(&self, token: &str, sent: &str) -> bool {
-        let want = self.token_for(token);
-        want.len() == sent.len()
-            && want
-                .bytes()
-                .zip(sent.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
+    /// The CSRF token of the forms of console session `session` ("" when
+    /// auth is off).
+    pub fn token_for(&self, session: &str) -> String {
+        self.derive(b"console csrf\0", session)
     }
+
+    /// True when `sent` is the CSRF token of console session `session`.
+    pub fn check(&self, session: &str, sent: &str) -> bool {
+        same(&self.token_for(session), sent)
+    }
+
+    /// The login form's CSRF token for a visitor whose login cookie holds
+    /// `nonce`.
+    pub fn login_token_for(&self, nonce: &str) -> String {
+        self.derive(b"console login csrf\0", nonce)
+    }
+
+    /// True when `sent` is the login form token of `nonce`; never for a
+    /// visitor without a login cookie.
+    pub fn check_login(&self, nonce: &str, sent: &str) -> bool {
+        !nonce.is_empty() && same(&self.login_token_for(nonce), sent)
+    }
+}
+
+/// Equal strings, compared in time that depends on their lengths only.
+fn same(want: &str, sent: &str) -> bool {
+    want.len() == sent.len()
+        && want
+            .bytes()
+            .zip(sent.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// The verified viewer of one request.
 pub struct Viewer {
     /// Who the machine is told is calling.
     pub caller: Caller,
-    /// The bearer token of the cookie ("" when auth is off).
-    pub token: String,
+    /// The console session's id ("" when auth is off).
+    pub session: String,
 }
 
 impl Viewer {
@@ -83,23 +112,41 @@ impl Viewer {
 }
 
 /// Why a request has no viewer.
+#[derive(Debug)]
 pub enum NoViewer {
     /// No cookie: the login page.
     Missing,
-    /// A cookie whose token does not verify (any more).
+    /// A cookie naming no open console session (logged out, evicted, or
+    /// issued by an earlier daemon).
+    Ended,
+    /// A console session past its expiry.
+    Expired,
+    /// A console session whose credential does not verify any more.
     Refused(AuthError),
 }
 
-/// The token in the request's console cookie, if any.
-pub fn cookie_token(headers: &HeaderMap) -> Option<String> {
+impl NoViewer {
+    /// Why, in the console's own fixed words.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing => "no console session",
+            Self::Ended => "the console session has ended",
+            Self::Expired => "the console session has expired",
+            Self::Refused(_) => "the console session's credential is no longer accepted",
+        }
+    }
+}
+
+/// The non-empty value of cookie `name` in the request, if any.
+pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     for value in headers.get_all(axum::http::header::COOKIE) {
         let Ok(value) = value.to_str() else { continue };
         for pair in value.split(';') {
-            if let Some((name, v)) = pair.trim().split_once('=')
-                && name == COOKIE
+            if let Some((n, v)) = pair.trim().split_once('=')
+                && n == name
+                && !v.is_empty()
             {
-                let bytes = hex::decode(v).ok()?;
-                return String::from_utf8(bytes).ok().filter(|t| !t.is_empty());
+                return Some(v.to_owned());
             }
         }
     }
@@ -116,43 +163,78 @@ pub fn verify(auth: &Authenticator, token: &str) -> Result<Caller, AuthError> {
     auth.authenticate(&metadata, None)
 }
 
+/// When a console session opened at `now` for a verified `token` must end
+/// (Unix seconds): [`session::LIFETIME`] later, or at the token's `exp`
+/// if it is a JWT expiring sooner.
+pub fn expiry(token: &str, now: u64) -> u64 {
+    let cap = now.saturating_add(session::LIFETIME.as_secs());
+    jwt_exp(token).map_or(cap, |exp| exp.min(cap))
+}
+
+/// A JWT's `exp` claim. The signature is not checked here: this is only
+/// read from a token the [`Authenticator`] has just verified.
+fn jwt_exp(token: &str) -> Option<u64> {
+    let mut parts = token.split('.');
+    let (Some(_), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()?
+        .get("exp")?
+        .as_u64()
+}
+
+/// The caller of console session `id` now: its stored credential,
+/// verified again. A credential that no longer verifies ends the session.
+pub fn resolve(auth: &Authenticator, sessions: &Sessions, id: &str) -> Result<Caller, NoViewer> {
+    if !auth.is_on() {
+        return Ok(Caller::Open);
+    }
+    let token = sessions
+        .resolve(id, session::unix_now())
+        .map_err(|l| match l {
+            Lookup::Unknown => NoViewer::Ended,
+            Lookup::Expired => NoViewer::Expired,
+        })?;
+    verify(auth, &token).map_err(|e| {
+        sessions.revoke(id);
+        NoViewer::Refused(e)
+    })
+}
+
 /// The viewer of a request: open when auth is off, else the verified
-/// principal of its cookie.
-pub fn viewer(auth: &Authenticator, headers: &HeaderMap) -> Result<Viewer, NoViewer> {
+/// principal of its cookie's console session.
+pub fn viewer(
+    auth: &Authenticator,
+    sessions: &Sessions,
+    headers: &HeaderMap,
+) -> Result<Viewer, NoViewer> {
     if !auth.is_on() {
         return Ok(Viewer {
             caller: Caller::Open,
-            token: String::new(),
+            session: String::new(),
         });
     }
-    let token = cookie_token(headers).ok_or(NoViewer::Missing)?;
-    let caller = verify(auth, &token).map_err(NoViewer::Refused)?;
-    Ok(Viewer { caller, token })
+    let id = cookie(headers, COOKIE).ok_or(NoViewer::Missing)?;
+    let caller = resolve(auth, sessions, &id)?;
+    Ok(Viewer {
+        caller,
+        session: id,
+    })
 }
 
-/// The Set-Cookie value keeping `token` (HttpOnly, SameSite=Strict, and
-/// Secure when the console is served over TLS).
-pub fn set_cookie(token: &str, secure: bool) -> String {
+/// A Set-Cookie value: HttpOnly, SameSite=Strict, and Secure when the
+/// console is served over TLS; `max_age` 0 removes the cookie.
+pub fn set_cookie(name: &str, value: &str, path: &str, max_age: u64, secure: bool) -> String {
     format!(
-        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{}",
-        hex::encode(token),
+        "{name}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{}",
         if secure { "; Secure" } else { "" }
     )
-}
-
-/// The Set-Cookie value removing the cookie.
-pub fn clear_cookie(secure: bool) -> String {
-    format!(
-        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
-        if secure { "; Secure" } else { "" }
-    )
-}
-
-/// Where to go after logging in: a local path only, so the login form
-/// cannot be used to send a browser elsewhere.
-pub fn local_path(next: &str) -> &str {
-    let local = next.starts_with('/') && !next.starts_with("//") && !next.contains('\\');
-    if local { next } else { "/sessions" }
 }
 
 #[cfg(test)]
@@ -160,36 +242,51 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_csrf_token_belongs_to_one_cookie_and_one_key() {
+    fn a_csrf_token_belongs_to_one_cookie_one_purpose_and_one_key() {
         let key = CsrfKey::fixed([7; 32]);
-        let t = key.token_for("alice-key");
-        assert!(key.check("alice-key", &t));
-        assert!(!key.check("bob-key", &t));
-        assert!(!key.check("alice-key", ""));
-        assert!(!key.check("alice-key", &t[1..]));
-        assert!(!CsrfKey::fixed([8; 32]).check("alice-key", &t));
+        let t = key.token_for("session-a");
+        assert!(key.check("session-a", &t));
+        assert!(!key.check("session-b", &t));
+        assert!(!key.check("session-a", ""));
+        assert!(!key.check("session-a", &t[1..]));
+        assert!(!CsrfKey::fixed([8; 32]).check("session-a", &t));
+        let login = key.login_token_for("nonce-a");
+        assert!(key.check_login("nonce-a", &login));
+        assert!(!key.check_login("nonce-b", &login));
+        assert!(
+            !key.check("nonce-a", &login),
+            "a login token is no form token"
+        );
+        assert!(!key.check_login("", &key.login_token_for("")), "no cookie");
     }
 
     #[test]
-    fn the_cookie_round_trips_any_token_and_ignores_other_cookies() {
+    fn cookies_are_found_by_name_among_others() {
         let mut headers = HeaderMap::new();
-        let set = set_cookie("k; =x", true);
-        assert!(set.ends_with("; Secure"));
-        assert!(!set_cookie("k", false).contains("Secure"));
+        let set = set_cookie(COOKIE, "abc", "/", 60, true);
+        assert!(set.ends_with("; Secure") && set.contains("Max-Age=60"));
+        assert!(!set_cookie(COOKIE, "abc", "/", 60, false).contains("Secure"));
         let pair = set.split(';').next().unwrap();
         headers.insert(
             axum::http::header::COOKIE,
-            format!("other=1; {pair}").parse().unwrap(),
+            format!("other=1; {LOGIN_COOKIE}=n; {pair}")
+                .parse()
+                .unwrap(),
         );
-        assert_eq!(cookie_token(&headers).as_deref(), Some("k; =x"));
-        assert_eq!(cookie_token(&HeaderMap::new()), None);
+        assert_eq!(cookie(&headers, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(cookie(&headers, LOGIN_COOKIE).as_deref(), Some("n"));
+        assert_eq!(cookie(&HeaderMap::new(), COOKIE), None);
     }
 
     #[test]
-    fn only_local_paths_are_followed_after_login() {
-        assert_eq!(local_path("/sessions/x"), "/sessions/x");
-        assert_eq!(local_path("//evil.example/"), "/sessions");
-        assert_eq!(local_path("https://evil.example/"), "/sessions");
-        assert_eq!(local_path("/\\evil"), "/sessions");
+    fn a_session_ends_no_later_than_its_jwt() {
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = |claims: &str| format!("{}.{}.sig", b64("{}"), b64(claims));
+        let lifetime = session::LIFETIME.as_secs();
+        assert_eq!(expiry(&jwt(r#"{"exp":130}"#), 100), 130);
+        assert_eq!(expiry(&jwt(r#"{"exp":99999999}"#), 100), 100 + lifetime);
+        assert_eq!(expiry("an-api-key", 100), 100 + lifetime);
+        assert_eq!(expiry(&jwt(r#"{"sub":"x"}"#), 100), 100 + lifetime);
+        assert_eq!(expiry("a.b.c.d", 100), 100 + lifetime);
     }
 }

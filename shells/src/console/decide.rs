@@ -1,5 +1,8 @@
 //! POST /sessions/{uid}/decide: Approve, then Resume, as `agentctl
 //! approve` does, with the browser's verified caller.
+//!
+//! Invariant: nothing is submitted unless the cookie's console session
+//! verifies now and the form carries that session's CSRF token.
 
 use agentsessions_machine::host::{Code, Request, Response};
 use agentsessions_proto::v1::{ApproveRequest, ResumeRequest};
@@ -7,7 +10,6 @@ use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response as HttpResponse};
 
-use super::auth::{self, NoViewer};
 use super::pages::urlencode;
 use super::{Console, Failure};
 
@@ -41,16 +43,11 @@ pub async fn decide(
     Path(uid): Path<String>,
     Form(f): Form<DecideForm>,
 ) -> HttpResponse {
-    let viewer = match auth::viewer(console.auth(), &headers) {
+    let viewer = match console.viewer(&headers) {
         Ok(v) => v,
-        Err(NoViewer::Missing) => {
-            return refused(StatusCode::UNAUTHORIZED, "Not signed in", "no token");
-        }
-        Err(NoViewer::Refused(e)) => {
-            return refused(StatusCode::UNAUTHORIZED, "Not signed in", &e.to_string());
-        }
+        Err(no) => return refused(StatusCode::UNAUTHORIZED, "Not signed in", no.reason()),
     };
-    if !console.csrf().check(&viewer.token, &f.csrf) {
+    if !console.csrf().check(&viewer.session, &f.csrf) {
         return refused(
             StatusCode::FORBIDDEN,
             "Forbidden",

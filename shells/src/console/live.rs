@@ -6,6 +6,12 @@
 //! sent, with the viewer's caller. Streams are bounded in number
 //! ([`super::MAX_LIVE_STREAMS`]) and each ends when the daemon stops or
 //! the page goes away.
+//!
+//! Invariant: a stream sends nothing its viewer could not read right now.
+//! Every tick resolves the console session again and verifies its
+//! credential again before reading; when that fails (logout, an expired
+//! JWT, a JWT whose key left the JWKS file) the stream says `signedout`
+//! and ends.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -17,7 +23,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response as HttpResponse};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::auth::{self, NoViewer};
 use super::view::{self, RecordRow};
 use super::{Console, Failure};
 
@@ -60,14 +65,10 @@ pub async fn events(
     Path(uid): Path<String>,
     Query(q): Query<EventsQuery>,
 ) -> HttpResponse {
-    let viewer = match auth::viewer(console.auth(), &headers) {
+    let viewer = match console.viewer(&headers) {
         Ok(v) => v,
-        Err(NoViewer::Missing) => {
-            return Failure::new(StatusCode::UNAUTHORIZED, "Not signed in", "no token")
-                .into_response();
-        }
-        Err(NoViewer::Refused(e)) => {
-            return Failure::new(StatusCode::UNAUTHORIZED, "Not signed in", e.to_string())
+        Err(no) => {
+            return Failure::new(StatusCode::UNAUTHORIZED, "Not signed in", no.reason())
                 .into_response();
         }
     };
@@ -102,17 +103,20 @@ pub async fn events(
                 _ = tx.closed() => return,
                 changed = stop.changed() => if changed.is_err() || *stop.borrow() { return },
             }
+            // The credential may have expired or been revoked since the
+            // last tick: nothing more is read for it.
+            let Ok(caller) = console.recheck(&viewer) else {
+                let _ = tx.try_send(Ok(Event::default().event("signedout").data("")));
+                return;
+            };
             let started = tokio::time::Instant::now();
-            let Ok(s) = console.get_session(&viewer.caller, &uid).await else {
+            let Ok(s) = console.get_session(&caller, &uid).await else {
                 return;
             };
             pause = TICK.max(started.elapsed() * 4);
             if s.last_seq > after {
                 let to = s.last_seq.min(after + BATCH as i64);
-                let Ok(records) = console
-                    .replay(&viewer.caller, &uid, after + 1, to, BATCH)
-                    .await
-                else {
+                let Ok(records) = console.replay(&caller, &uid, after + 1, to, BATCH).await else {
                     return;
                 };
                 for r in &records {

@@ -11,13 +11,18 @@
 //! anyway).
 //!
 //! Invariants: journal content reaches the page only through templates
-//! that escape HTML; every POST carries the CSRF token of its cookie
+//! that escape HTML; every request, and every tick of a live stream, acts
+//! only for a console session whose credential verifies now
+//! ([`auth::resolve`]); every POST carries the CSRF token of its cookie
 //! ([`auth::CsrfKey`]); every live stream ends when the daemon stops.
 
 mod auth;
 mod decide;
 mod live;
+mod login;
+mod next;
 mod pages;
+mod session;
 pub mod tls;
 mod view;
 
@@ -36,6 +41,7 @@ use crate::auth::Authenticator;
 use crate::daemon::driver::DriverHandle;
 
 pub use auth::CsrfKey;
+pub use session::MAX_SESSIONS;
 
 /// Most live (server-sent event) streams open at once; one more is
 /// answered 503 instead of polling without bound.
@@ -51,6 +57,8 @@ struct Inner {
     driver: DriverHandle,
     auth: Arc<Authenticator>,
     csrf: CsrfKey,
+    /// The open console sessions (`--auth` only).
+    sessions: session::Sessions,
     live: Arc<tokio::sync::Semaphore>,
     stop: tokio::sync::watch::Receiver<bool>,
     /// Served over TLS: cookies are marked `Secure`.
@@ -73,6 +81,7 @@ impl Console {
                 driver,
                 auth,
                 csrf,
+                sessions: session::Sessions::default(),
                 live: Arc::new(tokio::sync::Semaphore::new(MAX_LIVE_STREAMS)),
                 stop,
                 secure,
@@ -93,8 +102,8 @@ impl Console {
             .route("/sessions/{uid}/verify", get(pages::verify))
             .route("/sessions/{uid}/decide", post(decide::decide))
             .route("/sessions/{uid}/events", get(live::events))
-            .route("/login", get(pages::login_form).post(pages::login))
-            .route("/logout", post(pages::logout))
+            .route("/login", get(login::login_form).post(login::login))
+            .route("/logout", post(login::logout))
             .route("/static/console.css", get(css))
             .route("/static/console.js", get(js))
             .fallback(|| async { Failure::new(StatusCode::NOT_FOUND, "Not found", "no such page") })
@@ -107,6 +116,21 @@ impl Console {
 
     fn csrf(&self) -> &CsrfKey {
         &self.inner.csrf
+    }
+
+    fn sessions(&self) -> &session::Sessions {
+        &self.inner.sessions
+    }
+
+    /// The verified viewer of a request with `headers`.
+    fn viewer(&self, headers: &axum::http::HeaderMap) -> Result<auth::Viewer, auth::NoViewer> {
+        auth::viewer(self.auth(), self.sessions(), headers)
+    }
+
+    /// `viewer`'s caller now: its console session resolved and its
+    /// credential verified again (a live stream asks on every tick).
+    fn recheck(&self, viewer: &auth::Viewer) -> Result<Caller, auth::NoViewer> {
+        auth::resolve(self.auth(), self.sessions(), &viewer.session)
     }
 
     async fn unary(&self, caller: &Caller, request: Request) -> Result<Response, Status> {

@@ -1,14 +1,19 @@
-//! The pages: the sessions list, a session, its chain check, and login.
+//! The pages: the sessions list, a session, and its chain check.
+//!
+//! Invariant: a page is read only with the caller of a console session
+//! that verifies now; any other request is sent to the login page with a
+//! code ([`Notice`]), never with words of its own.
 
 use agentsessions_machine::events::{body, kind_of};
 use agentsessions_machine::host::{Caller, Request, Response, Status};
 use agentsessions_proto::v1::{EventKind, ListSessionsRequest, LogRecord, Session};
 use askama::Template;
-use axum::extract::{Form, Path, Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response as HttpResponse};
 
-use super::auth::{self, NoViewer, Viewer};
+use super::auth::{self, Viewer};
+use super::login::Notice;
 use super::view::{self, RecordRow, SessionRow};
 use super::{Console, Failure, Verdict, page};
 
@@ -50,7 +55,10 @@ pub struct ToLogin(String, bool);
 impl IntoResponse for ToLogin {
     fn into_response(self) -> HttpResponse {
         (
-            [(header::SET_COOKIE, auth::clear_cookie(self.1))],
+            [(
+                header::SET_COOKIE,
+                auth::set_cookie(auth::COOKIE, "", "/", 0, self.1),
+            )],
             Redirect::to(&self.0),
         )
             .into_response()
@@ -63,11 +71,12 @@ pub fn viewer_or_login(
     headers: &HeaderMap,
     uri: &Uri,
 ) -> Result<Viewer, ToLogin> {
-    auth::viewer(console.auth(), headers).map_err(|no| {
+    console.viewer(headers).map_err(|no| {
         let next = uri.path_and_query().map_or("/sessions", |p| p.as_str());
         let mut to = format!("/login?next={}", urlencode(next));
-        if let NoViewer::Refused(e) = no {
-            to.push_str(&format!("&error={}", urlencode(&e.to_string())));
+        // A code only: the login page shows its fixed message.
+        if let Some(notice) = Notice::of(&no) {
+            to.push_str(&format!("&error={}", notice.code()));
         }
         ToLogin(to, console.is_secure())
     })
@@ -182,7 +191,7 @@ pub async fn list(
     }
     let template = ListPage {
         viewer: viewer.name(),
-        csrf: console.csrf().token_for(&viewer.token),
+        csrf: console.csrf().token_for(&viewer.session),
         rows,
         project: q.project.clone(),
         harness: q.harness.clone(),
@@ -198,7 +207,7 @@ pub async fn list(
 
 fn with_viewer(mut f: Failure, console: &Console, viewer: &Viewer) -> Failure {
     f.viewer = viewer.name();
-    f.csrf = console.csrf().token_for(&viewer.token);
+    f.csrf = console.csrf().token_for(&viewer.session);
     f
 }
 
@@ -343,7 +352,7 @@ async fn session_page(
     let (ancestors, children, children_truncated) = lineage(console, caller, &s).await?;
     Ok(SessionPage {
         viewer: viewer.name(),
-        csrf: console.csrf().token_for(&viewer.token),
+        csrf: console.csrf().token_for(&viewer.session),
         uid: meta.uid.clone(),
         name: meta.name.clone(),
         project: meta.project.clone(),
@@ -584,7 +593,7 @@ pub async fn verify(
             let (verified, text) = verdict(v);
             let template = VerifyPage {
                 viewer: viewer.name(),
-                csrf: console.csrf().token_for(&viewer.token),
+                csrf: console.csrf().token_for(&viewer.session),
                 uid,
                 verified: verified == Some(true),
                 text,
@@ -593,111 +602,6 @@ pub async fn verify(
         }
         Err(s) => with_viewer(Failure::from(s), &console, &viewer).into_response(),
     }
-}
-
-#[derive(Template)]
-#[template(path = "console/login.html")]
-struct LoginPage {
-    viewer: String,
-    csrf: String,
-    next: String,
-    error: String,
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-pub struct LoginQuery {
-    #[serde(default)]
-    next: String,
-    #[serde(default)]
-    error: String,
-}
-
-/// GET /login: asks for a token.
-pub async fn login_form(
-    State(console): State<Console>,
-    Query(q): Query<LoginQuery>,
-) -> HttpResponse {
-    if !console.auth().is_on() {
-        return Redirect::to("/sessions").into_response();
-    }
-    let template = LoginPage {
-        viewer: String::new(),
-        csrf: console.csrf().token_for(""),
-        next: auth::local_path(&q.next).to_owned(),
-        error: q.error,
-    };
-    page(StatusCode::OK, &template)
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-pub struct LoginForm {
-    #[serde(default)]
-    token: String,
-    #[serde(default)]
-    next: String,
-    #[serde(default)]
-    csrf: String,
-}
-
-/// POST /login: keeps a token that verifies in the cookie.
-pub async fn login(State(console): State<Console>, Form(f): Form<LoginForm>) -> HttpResponse {
-    if !console.csrf().check("", &f.csrf) {
-        return Failure::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "the form's CSRF token is missing or wrong; nothing was changed",
-        )
-        .into_response();
-    }
-    let next = auth::local_path(&f.next).to_owned();
-    let token = f.token.trim();
-    match auth::verify(console.auth(), token) {
-        Ok(_) => (
-            [(
-                header::SET_COOKIE,
-                auth::set_cookie(token, console.is_secure()),
-            )],
-            Redirect::to(&next),
-        )
-            .into_response(),
-        Err(e) => {
-            let template = LoginPage {
-                viewer: String::new(),
-                csrf: console.csrf().token_for(""),
-                next,
-                error: e.to_string(),
-            };
-            page(StatusCode::UNAUTHORIZED, &template)
-        }
-    }
-}
-
-#[derive(Debug, Default, serde::Deserialize)]
-pub struct LogoutForm {
-    #[serde(default)]
-    csrf: String,
-}
-
-/// POST /logout: forgets the cookie.
-pub async fn logout(
-    State(console): State<Console>,
-    headers: HeaderMap,
-    Form(f): Form<LogoutForm>,
-) -> HttpResponse {
-    let token = auth::cookie_token(&headers).unwrap_or_default();
-    if !console.csrf().check(&token, &f.csrf) {
-        return Failure::new(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "the form's CSRF token is missing or wrong; nothing was changed",
-        )
-        .into_response();
-    }
-    (
-        [(header::SET_COOKIE, auth::clear_cookie(console.is_secure()))],
-        Redirect::to("/login"),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

@@ -80,6 +80,8 @@ pub struct DaemonConfig {
     /// Serve the web console on this address (loopback unless
     /// `--insecure-listen`); `None`: no console.
     pub console_addr: Option<SocketAddr>,
+    /// Bounds on what callers can make the daemon hold.
+    pub limits: super::limits::Limits,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -618,10 +620,15 @@ impl Daemon {
                 })?,
             );
         }
+        let admission = Arc::new(super::limits::Admission::new(
+            config.limits,
+            metrics.clone(),
+        ));
         let guard = Guard {
             tls,
             auth: security.auth.clone(),
             metrics: metrics.clone(),
+            admission: admission.clone(),
         };
         servers.push(serve_sessions(
             listener,
@@ -644,6 +651,7 @@ impl Daemon {
                 tls: registry_tls,
                 auth: security.auth.clone(),
                 metrics: metrics.clone(),
+                admission,
             };
             servers.push(serve_registry(
                 listener,
@@ -765,6 +773,7 @@ struct Guard {
     tls: Option<tonic::transport::ServerTlsConfig>,
     auth: Arc<crate::auth::Authenticator>,
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    admission: Arc<super::limits::Admission>,
 }
 
 impl Guard {
@@ -806,11 +815,14 @@ fn serve_sessions(
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut builder = builder;
-        let mut router = builder
-            .add_service(health_service)
-            .add_service(SessionsServer::new(
-                SessionsService::new(driver, guard.auth).with_metrics(guard.metrics),
-            ));
+        let mut router = builder.add_service(health_service).add_service(
+            SessionsServer::new(
+                SessionsService::new(driver, guard.auth)
+                    .with_metrics(guard.metrics)
+                    .with_admission(guard.admission.clone()),
+            )
+            .max_decoding_message_size(guard.admission.limits().max_request_bytes),
+        );
         if let Some(service) = reflection_v1 {
             router = router.add_service(service);
         }
@@ -836,9 +848,12 @@ fn serve_registry(
     Ok(tokio::spawn(async move {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-        let service = RegistryService::new(driver, guard.auth).with_metrics(guard.metrics);
+        let limit = guard.admission.limits().max_request_bytes;
+        let service = RegistryService::new(driver, guard.auth)
+            .with_metrics(guard.metrics)
+            .with_admission(guard.admission);
         let _ = builder
-            .add_service(HarnessRegistryServer::new(service))
+            .add_service(HarnessRegistryServer::new(service).max_decoding_message_size(limit))
             .serve_with_incoming_shutdown(incoming, until_stopped(stop))
             .await;
     }))

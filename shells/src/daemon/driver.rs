@@ -179,8 +179,10 @@ impl<S: JournalStore + 'static> Driver<S> {
     pub fn new(host: Host, ports: Ports<S>) -> (Self, DriverHandle) {
         // Unbounded: the loop posts its own inputs here (in-process answers,
         // send failures) and must never block on itself. What it holds is
-        // bounded by the host's in-flight cap: each call adds one request
-        // and at most one outcome per effect it has outstanding.
+        // bounded by admission (`limits`: every call waiting here counts at
+        // least `CALL_FLOOR_BYTES` against --request-memory-bytes) and by
+        // the host's in-flight cap: each admitted call adds one request and
+        // at most one outcome per effect it has outstanding.
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = DriverHandle::new(tx.clone());
         (
@@ -552,11 +554,30 @@ impl<S: JournalStore + 'static> Driver<S> {
     /// fence mints in place when the loop is idle, the rest queued.
     fn perform_store(&mut self, effect: StoreEffect) {
         match effect {
+            // A page of a client's stream: read once its client has taken
+            // the page before (a client that is gone counts as done).
+            StoreEffect::ReadLog {
+                pace: Some(pace), ..
+            } => {
+                let drained = match self.clients.get(&pace.request) {
+                    Some((ClientSink::Replay(sink), _)) => Some(sink.drained()),
+                    _ => None,
+                };
+                let store = self.ports.store.clone();
+                self.start(async move {
+                    if let Some(drained) = drained {
+                        drained.await;
+                    }
+                    let (id, outcome) = perform_store(&*store, effect).await;
+                    Input::Outcome(id, Outcome::Store(outcome))
+                });
+            }
             StoreEffect::ReadLog {
                 id,
                 session,
                 from_seq: 1,
                 to_seq,
+                pace: None,
             } => {
                 let plan = self.log_cache.plan(&session, to_seq);
                 self.read_log(id, session, to_seq, false, plan);

@@ -21,21 +21,30 @@ use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::driver::DriverHandle;
+use super::limits::{Admission, CALL_FLOOR_BYTES, Limits, Permit, Who, check_exec};
 use super::observe::{LoggedStream, RpcKind, RpcLog};
 use crate::auth::Authenticator;
 use crate::metrics::Metrics;
 
-/// The verified caller of `$request`, named in `$log`; a bad credential
-/// returns the call's UNAUTHENTICATED reply, logged, from the method.
-macro_rules! authenticated {
-    ($service:ident, $log:ident, $request:ident) => {{
+/// The verified caller of `$request`, named in `$log`, and the permit its
+/// admission holds ([`super::limits`]); a bad credential or a bound the
+/// call would pass returns the call's reply, logged, from the method.
+/// `$stream` says whether the call is a stream.
+macro_rules! admitted {
+    ($service:ident, $log:ident, $request:ident, $stream:expr) => {{
         $log.count_in($service.0.metrics.clone());
-        match $service.0.auth.caller(&$request) {
+        let caller = match $service.0.auth.caller(&$request) {
             Ok(caller) => {
                 $log.set_principal(&caller);
                 caller
             }
             Err(e) => return $log.unary(Err(e), |_| None),
+        };
+        let who = Who::of(&caller, $request.remote_addr());
+        let bytes = prost::Message::encoded_len($request.get_ref()).max(CALL_FLOOR_BYTES);
+        match $service.0.admission.admit(who, $stream, bytes) {
+            Ok(permit) => (caller, permit),
+            Err(status) => return $log.unary(Err(to_tonic(status)), |_| None),
         }
     }};
 }
@@ -59,15 +68,20 @@ fn start_registry(method: &'static str, metadata: &tonic::metadata::MetadataMap)
     RpcLog::start("HarnessRegistry", method, RpcKind::Unary, metadata, "")
 }
 
-/// Wraps a driver stream so its finish is logged and the request id is on
-/// its headers.
+/// Wraps a driver stream so its finish is logged, the request id is on
+/// its headers and its admission `permit` is held until the stream ends
+/// or is dropped.
 fn logged<T: Send + 'static>(
-    rx: tokio::sync::mpsc::UnboundedReceiver<Result<T, Status>>,
+    rx: impl Stream<Item = Result<T, Status>> + Send + 'static,
     log: RpcLog,
     session_of: fn(&T) -> Option<&str>,
+    permit: Permit,
 ) -> tonic::Response<FrameStream<T>> {
     let request_id = log.request_id().to_owned();
-    let stream = UnboundedReceiverStream::new(rx).map(|r| r.map_err(to_tonic));
+    let stream = rx.map(move |r| {
+        let _held = &permit;
+        r.map_err(to_tonic)
+    });
     let mut response =
         tonic::Response::new(
             Box::pin(LoggedStream::new(Box::pin(stream), log, session_of)) as FrameStream<T>,
@@ -113,6 +127,7 @@ struct Front {
     driver: DriverHandle,
     auth: Arc<Authenticator>,
     metrics: Option<Arc<Metrics>>,
+    admission: Arc<Admission>,
 }
 
 impl Front {
@@ -121,6 +136,7 @@ impl Front {
             driver,
             auth,
             metrics: None,
+            admission: Arc::new(Admission::new(Limits::default(), None)),
         }
     }
 
@@ -138,6 +154,13 @@ impl SessionsService {
     /// A service submitting to `driver` the calls `auth` authenticates.
     pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
         Self(Front::new(driver, auth))
+    }
+
+    /// Admits calls through `admission` (shared with the daemon's other
+    /// services, so the bounds hold across them).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.0.admission = admission;
+        self
     }
 
     /// Counts every call in `metrics`.
@@ -173,7 +196,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("CreateSession", request.metadata(), "");
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -190,7 +213,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("GetSession", request.metadata(), &request.get_ref().uid);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -207,7 +230,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
         let mut log = start("ListSessions", request.metadata(), "");
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = match self
             .0
             .driver
@@ -227,7 +250,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -252,13 +275,22 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let caller = authenticated!(self, log, request);
+        let (caller, permit) = admitted!(self, log, request, true);
+        if let Err((bound, status)) = check_exec(self.0.admission.limits(), request.get_ref()) {
+            self.0.admission.refused(bound);
+            return log.unary(Err(to_tonic(status)), |_| None);
+        }
         let rx = self
             .0
             .driver
             .traced(log.span())
             .exec(caller, Request::Exec(request.into_inner()));
-        Ok(logged(rx, log, exec_session))
+        Ok(logged(
+            UnboundedReceiverStream::new(rx),
+            log,
+            exec_session,
+            permit,
+        ))
     }
 
     type ReplayStream = FrameStream<LogRecord>;
@@ -274,13 +306,13 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let caller = authenticated!(self, log, request);
+        let (caller, permit) = admitted!(self, log, request, true);
         let rx = self
             .0
             .driver
             .traced(log.span())
             .replay(caller, Request::Replay(request.into_inner()));
-        Ok(logged(rx, log, |_| None))
+        Ok(logged(rx, log, |_| None, permit))
     }
 
     async fn approve(
@@ -288,7 +320,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
         let mut log = start("Approve", request.metadata(), &request.get_ref().session);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = match self
             .0
             .driver
@@ -308,7 +340,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Cancel", request.metadata(), &request.get_ref().session);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -325,7 +357,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Suspend", request.metadata(), &request.get_ref().session);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -342,7 +374,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
         let mut log = start("Resume", request.metadata(), &request.get_ref().session);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .session(
                 &log,
@@ -359,7 +391,7 @@ impl Sessions for SessionsService {
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
         let mut log = start("Fork", request.metadata(), &request.get_ref().session);
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = match self
             .0
             .driver
@@ -383,6 +415,13 @@ impl RegistryService {
     /// A service submitting to `driver` the calls `auth` authenticates.
     pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
         Self(Front::new(driver, auth))
+    }
+
+    /// Admits calls through `admission` (shared with the daemon's other
+    /// services, so the bounds hold across them).
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.0.admission = admission;
+        self
     }
 
     /// Counts every call in `metrics`.
@@ -418,7 +457,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
         let mut log = start_registry("RegisterHarness", request.metadata());
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = match self
             .0
             .driver
@@ -438,7 +477,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let mut log = start_registry("GetHarness", request.metadata());
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .registration(
                 &log,
@@ -455,7 +494,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
         let mut log = start_registry("ListHarnesses", request.metadata());
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = match self
             .0
             .driver
@@ -475,7 +514,7 @@ impl HarnessRegistry for RegistryService {
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
         let mut log = start_registry("RetireHarness", request.metadata());
-        let caller = authenticated!(self, log, request);
+        let (caller, _permit) = admitted!(self, log, request, false);
         let result = self
             .registration(
                 &log,

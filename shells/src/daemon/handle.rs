@@ -14,6 +14,8 @@ use agentsessions_machine::host::{
     Status,
 };
 use agentsessions_proto::v1::{ExecUpdate, LogRecord};
+
+use super::replay_sink::ReplayReceiver;
 use tokio::sync::{mpsc, oneshot};
 
 use super::log_cache::ReadPlan;
@@ -236,26 +238,20 @@ impl DriverHandle {
         rx
     }
 
-    /// Submits a Replay call.
-    pub fn replay(
-        &self,
-        caller: Caller,
-        request: Request,
-    ) -> mpsc::UnboundedReceiver<Result<LogRecord, Status>> {
-        // Unbounded so the loop never waits on one reader; a slow reader of
-        // a long journal buffers up to the journal in memory (#18 adds
-        // client credit to the machine).
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// Submits a Replay call. The loop reads each page once the client
+    /// has taken the one before ([`super::replay_sink`]).
+    pub fn replay(&self, caller: Caller, request: Request) -> ReplayReceiver {
+        let (sink, rx) = super::replay_sink::channel();
         let lane = self.lane(&request);
-        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(tx), _))) =
+        if let Err(mpsc::error::SendError(Input::Call(_, _, ClientSink::Replay(sink), _))) =
             self.loops[lane].send(Input::Call(
                 caller,
                 request,
-                ClientSink::Replay(tx),
+                ClientSink::Replay(sink),
                 self.span.clone(),
             ))
         {
-            let _ = tx.send(Err(Status::unavailable("host is shutting down")));
+            sink.fail(Status::unavailable("host is shutting down"));
         }
         rx
     }

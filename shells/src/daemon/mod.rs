@@ -18,6 +18,7 @@ pub mod harness_client;
 #[cfg(not(madsim))]
 pub mod http;
 pub mod inproc;
+pub mod limits;
 pub mod log_cache;
 mod meter;
 pub mod trace;
@@ -27,6 +28,7 @@ pub mod trace;
 pub mod memory;
 pub mod observe;
 mod ports;
+pub mod replay_sink;
 // OTLP export needs a tokio runtime of its own, which madsim does not give.
 #[cfg(not(madsim))]
 pub mod otlp;

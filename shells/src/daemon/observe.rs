@@ -17,6 +17,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use agentsessions_machine::host::shown;
 use tokio_stream::Stream;
 
 /// The correlation header.
@@ -134,6 +135,9 @@ impl RpcLog {
         metadata: &tonic::metadata::MetadataMap,
         session_uid: &str,
     ) -> Self {
+        // The uid is the caller's text: escaped and bounded once here, so
+        // neither event nor the span can carry a forged line or megabytes.
+        let session_uid = &shown(session_uid).to_string();
         let request_id = metadata
             .get(REQUEST_ID)
             .and_then(|v| v.to_str().ok())
@@ -148,7 +152,7 @@ impl RpcLog {
             rpc_kind = kind.as_str(),
             phase = "start",
             request_id = %request_id,
-            session_uid = session_uid,
+            session_uid = session_uid.as_str(),
             "rpc start"
         );
         let span = tracing::info_span!(
@@ -160,7 +164,7 @@ impl RpcLog {
             rpc.service = %format_args!("agentsessions.v1.{service}"),
             rpc.method = method,
             request_id = %request_id,
-            session.uid = session_uid,
+            session.uid = session_uid.as_str(),
             rpc.grpc.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
@@ -194,7 +198,7 @@ impl RpcLog {
     /// first Session frame of an auto-creating Exec).
     pub fn set_session(&mut self, uid: &str) {
         if self.session_uid.is_empty() {
-            self.session_uid = uid.to_owned();
+            self.session_uid = shown(uid).to_string();
         }
     }
 
@@ -206,7 +210,8 @@ impl RpcLog {
     /// Names the verified caller (never its credential).
     pub fn set_principal(&mut self, caller: &agentsessions_machine::host::Caller) {
         if let agentsessions_machine::host::Caller::Verified(p) = caller {
-            self.principal = p.name.clone();
+            // A JWT's subject is the issuer's text, not ours: shown too.
+            self.principal = shown(&p.name).to_string();
         }
     }
 
@@ -244,8 +249,8 @@ impl RpcLog {
                     error_kind = kind,
                     duration_ms,
                     request_id = %self.request_id,
-                    session_uid = %self.session_uid,
-                    principal = %self.principal,
+                    session_uid = self.session_uid.as_str(),
+                    principal = self.principal.as_str(),
                     frames = self.frames,
                     "rpc finish"
                 )

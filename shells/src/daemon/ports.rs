@@ -9,7 +9,7 @@ use agentsessions_machine::host::{
     Backend, HarnessFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status, StreamItem,
 };
 use agentsessions_proto::v1::{
-    Event, ExecUpdate, HarnessDescriptor, LogRecord, ModelCall, ToolCall, ToolResult,
+    Event, ExecUpdate, HarnessDescriptor, ModelCall, ToolCall, ToolResult,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -88,8 +88,9 @@ pub enum ClientSink {
     Unary(oneshot::Sender<Result<Response, Status>>),
     /// Exec frames, then the end (or an error status).
     Exec(mpsc::UnboundedSender<Result<ExecUpdate, Status>>),
-    /// Replay records, then the end (or an error status).
-    Replay(mpsc::UnboundedSender<Result<LogRecord, Status>>),
+    /// Replay records, then the end (or an error status), paced by what
+    /// the client has taken.
+    Replay(super::replay_sink::ReplaySink),
 }
 
 impl ClientSink {
@@ -100,9 +101,7 @@ impl ClientSink {
             (Self::Exec(tx), item) => {
                 let _ = tx.send(Ok(item.into_exec_update()));
             }
-            (Self::Replay(tx), StreamItem::Record(r)) => {
-                let _ = tx.send(Ok(r.into_record()));
-            }
+            (Self::Replay(sink), StreamItem::Record(r)) => sink.record(r.into_record()),
             (Self::Replay(_), other) => {
                 debug_assert!(false, "replay streams records only: {other:?}")
             }
@@ -120,9 +119,9 @@ impl ClientSink {
                     let _ = tx.send(Err(status));
                 }
             }
-            Self::Replay(tx) => {
+            Self::Replay(sink) => {
                 if let Err(status) = result {
-                    let _ = tx.send(Err(status));
+                    sink.fail(status);
                 }
             }
         }

@@ -110,10 +110,22 @@ pub async fn perform_store<S: JournalStore>(
             session,
             from_seq,
             to_seq,
+            pace: None,
         } => (
             id,
             StoreOutcome::Log(store.read(&session, from_seq, to_seq).await.map_err(text)),
         ),
+        // A paced page: whoever performs it has waited for its client.
+        StoreEffect::ReadLog {
+            id,
+            session,
+            from_seq,
+            to_seq,
+            pace: Some(pace),
+        } => {
+            let read = store.read_bounded(&session, from_seq, to_seq, pace.max_bytes);
+            (id, StoreOutcome::Log(read.await.map_err(text)))
+        }
         StoreEffect::ReadJournal { id, session } => {
             let read = store.read(&session, 1, 0).await.map_err(text);
             (id, StoreOutcome::Journal(read.map(Journal::from_records)))

@@ -499,6 +499,26 @@ pub trait JournalStore: Send + Sync {
         to_seq: i64,
     ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send;
 
+    /// [`JournalStore::read`], stopping after the record that brings the
+    /// encoded total to `max_bytes` or more (a client stream's page; see
+    /// the machine's `Pace`). By default the range is read and cut, so a
+    /// store that can stop early should.
+    fn read_bounded(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send {
+        let read = self.read(session, from_seq, to_seq);
+        async move {
+            let mut records = read.await?;
+            let keep = bounded_len(&records, max_bytes);
+            records.truncate(keep);
+            Ok(records)
+        }
+    }
+
     /// Creates a fork child in one transaction (see [`ForkBatch`]): the
     /// child's records up to `at_seq` are the parent's, stored once and
     /// kept while any child refers to them (a deleted parent's included),
@@ -609,4 +629,17 @@ pub fn system_now_unix_nanos() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970");
     i64::try_from(d.as_nanos()).expect("time fits i64 nanoseconds until 2262")
+}
+
+/// How many of `records` a page bounded by `max_bytes` keeps: through the
+/// first record whose encoded total reaches `max_bytes`.
+pub fn bounded_len(records: &[LogRecord], max_bytes: usize) -> usize {
+    let mut total = 0usize;
+    for (i, r) in records.iter().enumerate() {
+        total = total.saturating_add(prost::Message::encoded_len(r));
+        if total >= max_bytes {
+            return i + 1;
+        }
+    }
+    records.len()
 }

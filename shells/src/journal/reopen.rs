@@ -369,6 +369,17 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
             .await
     }
 
+    async fn read_bounded(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+        max_bytes: usize,
+    ) -> Result<Vec<LogRecord>, StoreError> {
+        self.run(|s| async move { s.read_bounded(session, from_seq, to_seq, max_bytes).await })
+            .await
+    }
+
     async fn verify(&self, session: &str) -> Result<(), VerifyError> {
         self.run(|s| async move { s.verify(session).await }).await
     }

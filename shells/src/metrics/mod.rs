@@ -100,6 +100,11 @@ struct ToolLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    bound: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DialLabels {
     harness: String,
     reason: &'static str,
@@ -126,6 +131,8 @@ pub struct Metrics {
     model_tokens: Family<TokenLabels, Counter>,
     tool_executions: Family<ToolLabels, Counter>,
     dial_failures: Family<DialLabels, Counter>,
+    limit_refusals: Family<LimitLabels, Counter>,
+    request_bytes: Gauge,
     operations_in_flight: Gauge,
     approvals_pending: Gauge,
     record_cache_records: Gauge,
@@ -189,6 +196,18 @@ impl Default for Metrics {
             "Failed harness connections and Describes, by harness and reason (unavailable, timeout, error)",
             dial_failures.clone(),
         );
+        let limit_refusals = Family::<LimitLabels, Counter>::default();
+        r.register(
+            "limit_refusals",
+            "Calls refused by a bound on what callers may make the daemon hold, by bound (see docs/security.md)",
+            limit_refusals.clone(),
+        );
+        let request_bytes = Gauge::default();
+        r.register(
+            "request_bytes_in_flight",
+            "Request bytes held by calls in flight (bounded by --request-memory-bytes)",
+            request_bytes.clone(),
+        );
         let operations_in_flight = Gauge::default();
         r.register(
             "operations_in_flight",
@@ -222,6 +241,8 @@ impl Default for Metrics {
             model_tokens,
             tool_executions,
             dial_failures,
+            limit_refusals,
+            request_bytes,
             operations_in_flight,
             approvals_pending,
             record_cache_records,
@@ -255,6 +276,19 @@ pub enum ToolOutcome {
 }
 
 impl Metrics {
+    /// Counts one call refused by `bound`.
+    pub fn limit_refused(&self, bound: &'static str) {
+        self.limit_refusals
+            .get_or_create(&LimitLabels { bound })
+            .inc();
+    }
+
+    /// Sets the request bytes held by calls in flight.
+    pub fn request_bytes_in_flight(&self, bytes: usize) {
+        self.request_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
     /// Counts one finished RPC.
     pub fn rpc_finished(&self, method: &'static str, code: &'static str, took: Duration) {
         self.rpc_requests

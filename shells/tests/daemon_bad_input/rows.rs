@@ -179,6 +179,14 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
                 ..exec(e, Some("x"))
             }),
         ),
+        row(
+            "exec: a Struct nested past the decode limit",
+            InvalidArgument,
+            Call::Exec(ExecRequest {
+                inputs: vec![nested_data(60)],
+                ..exec(e, None)
+            }),
+        ),
         cas_row(
             "exec: stale expected_last_seq",
             Call::Exec(ExecRequest {
@@ -362,6 +370,14 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
             Call::Fork(fork(unknown, 1)),
         ),
         row("fork: count 129", InvalidArgument, Call::Fork(fork(e, 129))),
+        row(
+            "fork: at_seq past the head (a false FORK marker)",
+            OutOfRange,
+            Call::Fork(ForkRequest {
+                at_seq: 1 << 62,
+                ..fork(e, 1)
+            }),
+        ),
         row(
             "fork: count i32::MAX",
             InvalidArgument,
@@ -614,4 +630,27 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
         }),
     ));
     out
+}
+
+/// A user message whose one data part is a Struct nested `depth` levels
+/// (`{"a":{"a":…}}`): each level is two messages on the wire (Struct,
+/// Value), so 60 levels pass prost's limit of 100.
+pub(super) fn nested_data(depth: usize) -> agentsessions_proto::v1::Message {
+    use agentsessions_proto::v1::{DataPart, Message, Part, part};
+    use pbjson_types::{Struct, Value, value::Kind};
+    let mut s = Struct::default();
+    for _ in 0..depth {
+        let inner = Value {
+            kind: Some(Kind::StructValue(s)),
+        };
+        s = Struct {
+            fields: [("a".to_owned(), inner)].into(),
+        };
+    }
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Data(DataPart { data: Some(s) })),
+        }],
+    }
 }

@@ -32,6 +32,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         metrics_addr: None,
         drive_loops: 1,
         console_addr: None,
+        limits: Default::default(),
         journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }
 }

@@ -10,6 +10,7 @@ use agentsessions_proto::v1::{GetHarnessRequest, HarnessRegistration};
 use super::{describe_failure, registration, static_registration};
 use crate::ops::cx::Cx;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, RequestId, Response, Status,
     StoreEffect, StoreOutcome,
@@ -60,7 +61,8 @@ impl GetOp {
             if !reg.unservable_reason.is_empty() {
                 reg.observe_error = format!(
                     "harness {:?} is not served by this host: {}",
-                    self.req.name, reg.unservable_reason
+                    shown(&self.req.name),
+                    reg.unservable_reason
                 );
             } else if let Some(route) = cx.route(&self.req.name) {
                 let (harness, backend) = (self.req.name.clone(), route.backend.clone());
@@ -90,12 +92,12 @@ impl GetOp {
                     self.observe_or_reply(cx, reg)
                 }
                 Outcome::Store(StoreOutcome::HarnessRow(Ok(None))) => {
-                    let msg = format!("harness {:?} not found", self.req.name);
+                    let msg = format!("harness {:?} not found", shown(&self.req.name));
                     cx.reply(self.request, Err(Status::not_found(msg)));
                     Flow::Done
                 }
                 Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => {
-                    let status = e.status(format_args!("harness {:?}", self.req.name));
+                    let status = e.status(format_args!("harness {:?}", shown(&self.req.name)));
                     cx.reply(self.request, Err(status));
                     Flow::Done
                 }

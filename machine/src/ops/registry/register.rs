@@ -12,6 +12,7 @@ use super::registration;
 use crate::ops::cx::Cx;
 use crate::ops::registry::rules::{canonical_spec, route_for_spec, validate_name, validate_spec};
 use crate::ops::{Flow, unexpected};
+use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, HarnessRow, Outcome, PutError, RegisterOutcome, RegistryRefusal, RequestId,
     Response, Route, Status, StoreEffect, StoreOutcome,
@@ -46,7 +47,8 @@ fn outcome_proto(o: RegisterOutcome) -> agentsessions_proto::v1::RegisterOutcome
 
 fn conflict(name: &str) -> Status {
     Status::already_exists(format!(
-        "harness {name:?} is registered with a different spec; registrations are immutable, use a new name"
+        "harness {:?} is registered with a different spec; registrations are immutable, use a new name",
+        shown(name)
     ))
 }
 
@@ -71,7 +73,8 @@ impl RegisterOp {
         }
         if cx.core.is_reserved(&name) {
             let status = Status::already_exists(format!(
-                "harness name {name:?} is reserved for a static harness"
+                "harness name {:?} is reserved for a static harness",
+                shown(&name)
             ));
             return self.finish(cx, Err(status));
         }
@@ -124,7 +127,7 @@ impl RegisterOp {
                         Err(Status::failed_precondition(reason))
                     }
                     Outcome::Store(StoreOutcome::HarnessRow(Err(e))) => {
-                        Err(e.status(format_args!("register harness {:?}", self.req.name)))
+                        Err(e.status(format_args!("register harness {:?}", shown(&self.req.name))))
                     }
                     other => unexpected("register harness", &other),
                 };
@@ -160,14 +163,20 @@ impl RegisterOp {
                     outcome: outcome_proto(what) as i32,
                 }))
             }
-            Err(PutError::Refused(RegistryRefusal::Reserved)) => Err(Status::already_exists(
-                format!("harness name {name:?} is reserved for a static harness"),
-            )),
+            Err(PutError::Refused(RegistryRefusal::Reserved)) => {
+                Err(Status::already_exists(format!(
+                    "harness name {:?} is reserved for a static harness",
+                    shown(name)
+                )))
+            }
             Err(PutError::Refused(RegistryRefusal::SpecConflict)) => Err(conflict(name)),
             Err(PutError::Refused(other)) => Err(Status::internal(format!(
-                "register harness {name:?}: {other:?}"
+                "register harness {:?}: {other:?}",
+                shown(name)
             ))),
-            Err(PutError::Failed(f)) => Err(f.status(format_args!("register harness {name:?}"))),
+            Err(PutError::Failed(f)) => {
+                Err(f.status(format_args!("register harness {:?}", shown(name))))
+            }
         }
     }
 }

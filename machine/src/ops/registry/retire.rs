@@ -11,6 +11,7 @@ use super::registration;
 use crate::ops::cx::Cx;
 use crate::ops::registry::rules::MAX_RETIRE_REASON_BYTES;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status, StoreEffect,
     StoreOutcome,
@@ -38,7 +39,8 @@ impl RetireOp {
         }
         if cx.core.is_static(name) {
             return Err(Status::failed_precondition(format!(
-                "harness {name:?} is static on this host; only registered harnesses can be retired"
+                "harness {:?} is static on this host; only registered harnesses can be retired",
+                shown(name)
             )));
         }
         if self.req.reason.len() > MAX_RETIRE_REASON_BYTES {
@@ -79,12 +81,16 @@ impl RetireOp {
         let reply = match result {
             Ok(row) => Ok(Response::Harness(registration(cx, &row))),
             Err(PutError::Refused(RegistryRefusal::NotFound)) => Err(Status::not_found(format!(
-                "harness {name:?} is not registered"
+                "harness {:?} is not registered",
+                shown(name)
             ))),
             Err(PutError::Refused(other)) => Err(Status::internal(format!(
-                "retire harness {name:?}: {other:?}"
+                "retire harness {:?}: {other:?}",
+                shown(name)
             ))),
-            Err(PutError::Failed(f)) => Err(f.status(format_args!("retire harness {name:?}"))),
+            Err(PutError::Failed(f)) => {
+                Err(f.status(format_args!("retire harness {:?}", shown(name))))
+            }
         };
         cx.reply(self.request, reply);
         Flow::Done

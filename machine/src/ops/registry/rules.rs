@@ -18,6 +18,7 @@ use agentsessions_proto::v1::{HarnessSpec, Resumability, harness_spec::Placement
 
 use crate::canon;
 use crate::ops::cx::Core;
+use crate::vocab::shown;
 use crate::vocab::{Backend, HarnessRow, Route, Status};
 
 /// Largest canonical spec text the registry stores.
@@ -43,6 +44,7 @@ pub fn validate_name(name: &str) -> Result<(), Status> {
     if ok {
         Ok(())
     } else {
+        let name = shown(name);
         Err(Status::invalid_argument(format!(
             "name {name:?} must be an RFC 1123 label (lowercase letters, digits and '-', \
              starting and ending alphanumeric, at most {MAX_NAME_LEN} characters)"

@@ -10,6 +10,7 @@ use crate::ops::cx::Cx;
 use crate::ops::routing::mapping;
 use crate::ops::session::Render;
 use crate::ops::{Flow, unexpected};
+use crate::vocab::shown;
 use crate::vocab::{Committed, EffectId, Outcome, RequestId, Status, StoreOutcome};
 
 impl ResumeOp {
@@ -23,7 +24,10 @@ impl ResumeOp {
         actor: Option<&IdentityRef>,
     ) -> Flow {
         if !matches!(self.stage, Stage::Running(_)) {
-            let busy = format!("cancel: session {:?} is recovering; retry", self.session);
+            let busy = format!(
+                "cancel: session {:?} is recovering; retry",
+                shown(&self.session)
+            );
             cx.reply(request, Err(Status::aborted(busy)));
             return Flow::Continue;
         }

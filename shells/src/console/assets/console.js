@@ -52,6 +52,14 @@
       }
     }
   });
+  // The console session ended (logout, an expired or revoked token):
+  // the server has stopped; reconnecting would only be refused.
+  source.addEventListener("signedout", function () {
+    source.close();
+    if (status) {
+      status.textContent = "signed out; reload to sign in";
+    }
+  });
   // A form on its way out needs no more updates.
   document.addEventListener("submit", function () {
     source.close();

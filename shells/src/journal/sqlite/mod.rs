@@ -684,6 +684,19 @@ impl JournalStore for SqliteJournal {
         }))
     }
 
+    fn read_bounded(
+        &self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+        max_bytes: usize,
+    ) -> impl Future<Output = Result<Vec<LogRecord>, StoreError>> + Send {
+        let session = session.to_owned();
+        self.submit_read(move |conn| {
+            read_ops::read_bounded(conn, &session, from_seq, to_seq, max_bytes)
+        })
+    }
+
     fn verify(&self, session: &str) -> impl Future<Output = Result<(), VerifyError>> + Send {
         let session = session.to_owned();
         self.submit_read_with(move |conn| read_ops::verify(conn, &session))

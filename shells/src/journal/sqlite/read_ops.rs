@@ -181,6 +181,46 @@ pub fn read(
     Ok(out)
 }
 
+/// [`read`], stopping after the record that brings the encoded total to
+/// `max_bytes` or more: rows past it are never decoded.
+pub fn read_bounded(
+    conn: &Connection,
+    session: &str,
+    from_seq: i64,
+    to_seq: i64,
+    max_bytes: usize,
+) -> Result<Vec<LogRecord>, StoreError> {
+    /// Ends the scan early; never leaves this function.
+    enum Scan {
+        Full,
+        Failed(StoreError),
+    }
+    impl From<StoreError> for Scan {
+        fn from(e: StoreError) -> Self {
+            Self::Failed(e)
+        }
+    }
+    impl From<rusqlite::Error> for Scan {
+        fn from(e: rusqlite::Error) -> Self {
+            Self::Failed(e.into())
+        }
+    }
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    let scan = for_each_record::<Scan>(conn, session, from_seq, to_seq, |rec| {
+        total = total.saturating_add(prost::Message::encoded_len(&rec));
+        out.push(rec);
+        if total >= max_bytes {
+            return Err(Scan::Full);
+        }
+        Ok(())
+    });
+    match scan {
+        Ok(()) | Err(Scan::Full) => Ok(out),
+        Err(Scan::Failed(e)) => Err(e),
+    }
+}
+
 /// Verifies one session's chain from genesis, streaming (constant memory).
 /// Undecodable blobs and events without a canonical form are reported as
 /// `Failed(Decode)`, never as tampering.
