@@ -17,6 +17,8 @@
 
 #[path = "../tests/support/cli.rs"]
 mod cli;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ use agentsessions_proto::v1::{
 };
 use cli::Daemon;
 use sha2::{Digest, Sha256};
+use support::authed;
 use tonic::transport::Channel;
 
 const WES: &str = "wes-writer-key-for-the-memory-bench";
@@ -55,20 +58,11 @@ fn auth_file(dir: &Path) -> String {
     path.display().to_string()
 }
 
-fn as_key<T>(key: &str, message: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(message);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    r
-}
-
+/// A client that takes the maximal records back.
 async fn client(addr: &str) -> SessionsClient<Channel> {
-    let channel = Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
+    support::client_at(addr)
         .await
-        .unwrap();
-    SessionsClient::new(channel).max_decoding_message_size(64 << 20)
+        .max_decoding_message_size(64 << 20)
 }
 
 /// One message as large as a request may carry: 1 024 parts of 4 000
@@ -92,7 +86,7 @@ fn maximal(session: &str) -> ExecRequest {
 /// Runs an Exec to its end: the session uid, or the status code.
 async fn exec(c: &mut SessionsClient<Channel>, req: ExecRequest) -> Result<String, tonic::Code> {
     let mut stream = c
-        .exec(as_key(WES, req))
+        .exec(authed(req, WES))
         .await
         .map_err(|s| s.code())?
         .into_inner();
@@ -143,7 +137,7 @@ async fn probe(
     while !*stop.borrow() {
         let t = Instant::now();
         let r = c
-            .get_session(as_key(GUS, GetSessionRequest { uid: uid.clone() }))
+            .get_session(authed(GetSessionRequest { uid: uid.clone() }, GUS))
             .await;
         if r.is_ok() {
             took.push(t.elapsed());
@@ -164,6 +158,35 @@ async fn idle_p50(addr: &str, uid: &str) -> Duration {
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop_tx.send(true).unwrap();
     p50(task.await.unwrap())
+}
+
+/// Runs `n` calls made by `call` (given the daemon's address) at once
+/// against daemon `pid`, with another caller's GetSession of `probe_uid`
+/// timed throughout; each call says whether it was admitted and finished.
+async fn flood<F, Fut>(pid: u32, addr: &str, probe_uid: &str, n: usize, call: F) -> Phase
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = bool> + Send + 'static,
+{
+    let before = reset_peak(pid);
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let prober = tokio::spawn(probe(addr.to_owned(), probe_uid.to_owned(), stop));
+    let tasks: Vec<_> = (0..n)
+        .map(|_| tokio::spawn(call(addr.to_owned())))
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    stop_tx.send(true).unwrap();
+    let peak = status_kb(pid, "VmHWM:");
+    Phase {
+        growth_mb: peak.saturating_sub(before) as f64 / 1024.0,
+        admitted,
+        refused: n - admitted,
+        alive: alive(pid),
+        p50: p50(prober.await.unwrap()),
+    }
 }
 
 struct Phase {
@@ -201,12 +224,7 @@ async fn main() {
     let small = exec(
         &mut w,
         ExecRequest {
-            inputs: vec![Message {
-                role: "user".into(),
-                parts: vec![Part {
-                    part: Some(part::Part::Text(TextPart { text: "hi".into() })),
-                }],
-            }],
+            inputs: vec![support::text("hi")],
             ..Default::default()
         },
     )
@@ -223,23 +241,15 @@ async fn main() {
     );
 
     // Phase 2: slow Replays by a reader.
-    let before = reset_peak(pid);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let prober = tokio::spawn(probe(d.sessions.clone(), small.clone(), stop));
-    let mut tasks = Vec::new();
-    for _ in 0..replays {
-        let addr = d.sessions.clone();
+    let phase = flood(pid, &d.sessions, &small, replays, |addr| {
         let uid = heavy.clone();
-        tasks.push(tokio::spawn(async move {
+        async move {
             let mut c = client(&addr).await;
-            let req = as_key(
-                RITA,
-                ReplayRequest {
-                    session: uid,
-                    ..Default::default()
-                },
-            );
-            let mut stream = match c.replay(req).await {
+            let req = ReplayRequest {
+                session: uid,
+                ..Default::default()
+            };
+            let mut stream = match c.replay(authed(req, RITA)).await {
                 Ok(s) => s.into_inner(),
                 Err(_) => return false,
             };
@@ -250,21 +260,9 @@ async fn main() {
                     Err(_) => return false,
                 }
             }
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += usize::from(t.await.unwrap());
-    }
-    stop_tx.send(true).unwrap();
-    let peak = status_kb(pid, "VmHWM:");
-    let phase = Phase {
-        growth_mb: peak.saturating_sub(before) as f64 / 1024.0,
-        admitted,
-        refused: replays - admitted,
-        alive: alive(pid),
-        p50: p50(prober.await.unwrap()),
-    };
+        }
+    })
+    .await;
     print(
         &format!("{replays} concurrent slow Replays by a reader"),
         &phase,
@@ -272,30 +270,11 @@ async fn main() {
     );
 
     // Phase 3: maximal Execs by a writer, all at once.
-    let before = reset_peak(pid);
-    let (stop_tx, stop) = tokio::sync::watch::channel(false);
-    let prober = tokio::spawn(probe(d.sessions.clone(), small.clone(), stop));
-    let mut tasks = Vec::new();
-    for _ in 0..execs {
-        let addr = d.sessions.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = client(&addr).await;
-            exec(&mut c, maximal("")).await.is_ok()
-        }));
-    }
-    let mut admitted = 0;
-    for t in tasks {
-        admitted += usize::from(t.await.unwrap());
-    }
-    stop_tx.send(true).unwrap();
-    let peak = status_kb(pid, "VmHWM:");
-    let phase = Phase {
-        growth_mb: peak.saturating_sub(before) as f64 / 1024.0,
-        admitted,
-        refused: execs - admitted,
-        alive: alive(pid),
-        p50: p50(prober.await.unwrap()),
-    };
+    let phase = flood(pid, &d.sessions, &small, execs, |addr| async move {
+        let mut c = client(&addr).await;
+        exec(&mut c, maximal("")).await.is_ok()
+    })
+    .await;
     print(
         &format!("{execs} concurrent maximal Execs by a writer"),
         &phase,

@@ -60,6 +60,16 @@ fn start(dir: &Path, jwk: &serde_json::Value) -> Daemon {
     )
 }
 
+/// A console started with `jwk` in `dir`, its base URL and one session.
+fn watched(dir: &Path, jwk: &serde_json::Value) -> (Daemon, String, String) {
+    let daemon = start(dir, jwk);
+    let base = daemon.console.clone().unwrap();
+    let uid = ctl(dir, &daemon, &["create", "--name", "watched"])
+        .trim()
+        .to_owned();
+    (daemon, base, uid)
+}
+
 /// A P-256 signing key and its JWK (kid `k`).
 fn signing_key() -> (jsonwebtoken::EncodingKey, serde_json::Value) {
     let key = KeyPair::generate().unwrap();
@@ -205,6 +215,27 @@ struct Live {
 }
 
 impl Live {
+    /// A stream of `uid` that has sent its first `head` event.
+    fn at_head(base: &str, uid: &str, cookie: &str) -> Self {
+        let mut live = Self::open(base, uid, cookie);
+        live.read_until(Duration::from_secs(10), |s| s.contains("event: head"));
+        assert!(live.seen.contains("event: head"), "{}", live.seen);
+        live
+    }
+
+    /// After the stream's credential went: a turn writing `secret` is
+    /// not sent, and the stream has ended.
+    fn sends_nothing_more(&mut self, dir: &Path, daemon: &Daemon, uid: &str, secret: &str) {
+        ctl(dir, daemon, &["exec", "--session", uid, "--input", secret]);
+        self.read_until(Duration::from_secs(10), |s| s.contains(secret));
+        assert!(
+            !self.seen.contains(secret),
+            "{secret} was sent: {}",
+            self.seen
+        );
+        assert!(self.ended, "the stream outlives its credential");
+    }
+
     fn open(base: &str, uid: &str, cookie: &str) -> Self {
         let host = base.trim_start_matches("http://");
         let mut s = TcpStream::connect(host).unwrap();
@@ -248,11 +279,7 @@ fn a_live_stream_and_its_console_session_end_when_the_jwt_expires() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (key, jwk) = signing_key();
-    let daemon = start(d, &jwk);
-    let base = daemon.console.clone().unwrap();
-    let uid = ctl(d, &daemon, &["create", "--name", "watched"])
-        .trim()
-        .to_owned();
+    let (daemon, base, uid) = watched(d, &jwk);
 
     let exp = unix_now() + 4;
     let r = login(&base, &jwt(&key, exp), "/sessions");
@@ -272,27 +299,12 @@ fn a_live_stream_and_its_console_session_end_when_the_jwt_expires() {
     let cookie = r.cookie("agentsessions_console").unwrap();
     assert_eq!(get(&base, "/sessions", &[&cookie]).status, 200);
 
-    let mut live = Live::open(&base, &uid, &cookie);
-    live.read_until(Duration::from_secs(10), |s| s.contains("event: head"));
-    assert!(live.seen.contains("event: head"), "{}", live.seen);
+    let mut live = Live::at_head(&base, &uid, &cookie);
 
     while unix_now() <= exp + 1 {
         std::thread::sleep(Duration::from_millis(100));
     }
-    ctl(
-        d,
-        &daemon,
-        &["exec", "--session", &uid, "--input", "after-expiry-secret"],
-    );
-    live.read_until(Duration::from_secs(10), |s| {
-        s.contains("after-expiry-secret")
-    });
-    assert!(
-        !live.seen.contains("after-expiry-secret"),
-        "an expired JWT still reads the journal: {}",
-        live.seen
-    );
-    assert!(live.ended, "the stream stays open after the JWT expired");
+    live.sends_nothing_more(d, &daemon, &uid, "after-expiry-secret");
     assert!(live.seen.contains("event: signedout"), "{}", live.seen);
 
     let r = get(&base, "/sessions", &[&cookie]);
@@ -309,17 +321,11 @@ fn a_jwt_whose_key_leaves_the_jwks_ends_its_console_session_and_stream() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (key, jwk) = signing_key();
-    let daemon = start(d, &jwk);
-    let base = daemon.console.clone().unwrap();
-    let uid = ctl(d, &daemon, &["create", "--name", "watched"])
-        .trim()
-        .to_owned();
+    let (daemon, base, uid) = watched(d, &jwk);
     let r = login(&base, &jwt(&key, unix_now() + 3600), "/sessions");
     assert_eq!(r.status, 303, "{}{}", r.head, r.body);
     let cookie = r.cookie("agentsessions_console").unwrap();
-    let mut live = Live::open(&base, &uid, &cookie);
-    live.read_until(Duration::from_secs(10), |s| s.contains("event: head"));
-    assert!(live.seen.contains("event: head"), "{}", live.seen);
+    let mut live = Live::at_head(&base, &uid, &cookie);
 
     // The key is rotated out: the stored token no longer verifies.
     let (_, other) = signing_key();
@@ -331,26 +337,7 @@ fn a_jwt_whose_key_leaves_the_jwks_ends_its_console_session_and_stream() {
     daemon.signal("HUP");
     live.read_until(Duration::from_secs(10), |s| s.contains("signedout"));
     assert!(live.seen.contains("event: signedout"), "{}", live.seen);
-    ctl(
-        d,
-        &daemon,
-        &[
-            "exec",
-            "--session",
-            &uid,
-            "--input",
-            "after-rotation-secret",
-        ],
-    );
-    live.read_until(Duration::from_secs(5), |s| {
-        s.contains("after-rotation-secret")
-    });
-    assert!(
-        !live.seen.contains("after-rotation-secret"),
-        "{}",
-        live.seen
-    );
-    assert!(live.ended, "the stream outlives its credential");
+    live.sends_nothing_more(d, &daemon, &uid, "after-rotation-secret");
     // The stream's refusal ended the console session for good: putting
     // the key back does not revive it.
     std::fs::write(
@@ -370,18 +357,12 @@ fn logout_revokes_the_console_session_and_ends_its_live_stream() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (_, jwk) = signing_key();
-    let daemon = start(d, &jwk);
-    let base = daemon.console.clone().unwrap();
-    let uid = ctl(d, &daemon, &["create", "--name", "watched"])
-        .trim()
-        .to_owned();
+    let (daemon, base, uid) = watched(d, &jwk);
 
     let cookie = session_cookie(&base, RITA);
     let page = get(&base, "/sessions", &[&cookie]);
     assert_eq!(page.status, 200);
-    let mut live = Live::open(&base, &uid, &cookie);
-    live.read_until(Duration::from_secs(10), |s| s.contains("event: head"));
-    assert!(live.seen.contains("event: head"), "{}", live.seen);
+    let mut live = Live::at_head(&base, &uid, &cookie);
 
     let csrf = hidden(&page.body, "csrf");
     let out = http(
@@ -407,16 +388,7 @@ fn logout_revokes_the_console_session_and_ends_its_live_stream() {
     );
     assert_eq!(decide.status, 401);
 
-    ctl(
-        d,
-        &daemon,
-        &["exec", "--session", &uid, "--input", "after-logout-secret"],
-    );
-    live.read_until(Duration::from_secs(10), |s| {
-        s.contains("after-logout-secret")
-    });
-    assert!(!live.seen.contains("after-logout-secret"), "{}", live.seen);
-    assert!(live.ended, "the stream outlives the logout");
+    live.sends_nothing_more(d, &daemon, &uid, "after-logout-secret");
 }
 
 #[test]

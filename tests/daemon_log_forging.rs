@@ -8,36 +8,16 @@
 
 #[path = "support/cli.rs"]
 mod cli;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
 use std::process::Stdio;
 
-use agentsessions_proto::grpc::sessions_client::SessionsClient;
-use agentsessions_proto::v1::{
-    CreateSessionRequest, DataPart, ExecRequest, GetSessionRequest, Message, Part, part,
-};
+use agentsessions_proto::v1::{ExecRequest, GetSessionRequest};
 use cli::Daemon;
-use pbjson_types::{Struct, Value, value::Kind};
+use support::{client_at, create, nested_data};
 
 const FORGED: &str = "x\n2099-01-01T00:00:00.000000Z  INFO agentsessions::grpc: rpc finish FORGED principal=admin\x1b[31m";
-
-/// A user message whose one data part nests `depth` Structs.
-fn nested(depth: usize) -> Message {
-    let mut s = Struct::default();
-    for _ in 0..depth {
-        let inner = Value {
-            kind: Some(Kind::StructValue(s)),
-        };
-        s = Struct {
-            fields: [("a".to_owned(), inner)].into(),
-        };
-    }
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Data(DataPart { data: Some(s) })),
-        }],
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_supplied_uid_cannot_forge_log_lines_or_flood_the_log_and_errors() {
@@ -46,12 +26,7 @@ async fn a_caller_supplied_uid_cannot_forge_log_lines_or_flood_the_log_and_error
     let log_path = d.join("daemon.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let daemon = Daemon::start_logging(d, d.join("j.db").as_os_str(), &[], Stdio::from(log));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", daemon.sessions))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let mut c = SessionsClient::new(channel);
+    let mut c = client_at(&daemon.sessions).await;
 
     let err = c
         .get_session(GetSessionRequest { uid: FORGED.into() })
@@ -78,18 +53,11 @@ async fn a_caller_supplied_uid_cannot_forge_log_lines_or_flood_the_log_and_error
     assert!(err.message().contains("…(+"), "{:?}", err.message());
 
     // A Struct 60 levels deep is 120 nested messages, past prost's 100.
-    let sid = c
-        .create_session(CreateSessionRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap()
-        .uid;
+    let sid = create(&mut c, "").await;
     let err = c
         .exec(ExecRequest {
             session: sid,
-            inputs: vec![nested(60)],
+            inputs: vec![nested_data(60)],
             ..Default::default()
         })
         .await

@@ -8,6 +8,8 @@
 mod cli;
 #[path = "support/scrape.rs"]
 mod scrape;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
 use std::path::Path;
 
@@ -18,6 +20,7 @@ use agentsessions_proto::v1::{
 };
 use cli::Daemon;
 use sha2::{Digest, Sha256};
+use support::{authed, text};
 use tonic::transport::Channel;
 
 const WES: &str = "wes-writer-and-approver-key-0123";
@@ -45,22 +48,13 @@ fn start(dir: &Path, extra: &[&str]) -> Daemon {
 }
 
 async fn client(addr: &str) -> SessionsClient<Channel> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .connect()
+    support::client_at(addr)
         .await
-        .expect("connect");
-    SessionsClient::new(channel).max_decoding_message_size(64 << 20)
+        .max_decoding_message_size(64 << 20)
 }
 
-fn as_key<T>(key: &str, message: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(message);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {key}").parse().unwrap());
-    r
-}
-
-fn text(s: &str) -> Part {
+/// One text part.
+fn part(s: &str) -> Part {
     Part {
         part: Some(part::Part::Text(TextPart { text: s.into() })),
     }
@@ -72,7 +66,7 @@ async fn exec(
     key: &str,
     req: ExecRequest,
 ) -> Result<agentsessions_proto::v1::Session, tonic::Status> {
-    let mut stream = c.exec(as_key(key, req)).await?.into_inner();
+    let mut stream = c.exec(authed(req, key)).await?.into_inner();
     let mut session = None;
     while let Some(update) = stream.message().await? {
         if let Some(exec_update::Update::Session(s)) = update.update {
@@ -93,10 +87,7 @@ async fn a_session_exec_creates_names_its_creator_who_may_not_approve_its_calls(
         WES,
         ExecRequest {
             harness: "approval".into(),
-            inputs: vec![Message {
-                role: "user".into(),
-                parts: vec![text("go")],
-            }],
+            inputs: vec![text("go")],
             ..Default::default()
         },
     )
@@ -105,7 +96,7 @@ async fn a_session_exec_creates_names_its_creator_who_may_not_approve_its_calls(
     let uid = parked.metadata.as_ref().unwrap().uid.clone();
     let pending = parked.pending_approval.expect("a pending approval");
     let row = c
-        .get_session(as_key(WES, GetSessionRequest { uid: uid.clone() }))
+        .get_session(authed(GetSessionRequest { uid: uid.clone() }, WES))
         .await
         .unwrap()
         .into_inner();
@@ -115,8 +106,7 @@ async fn a_session_exec_creates_names_its_creator_who_may_not_approve_its_calls(
         "the implicit session names its creator"
     );
     let refused = c
-        .approve(as_key(
-            WES,
+        .approve(authed(
             ApproveRequest {
                 session: uid.clone(),
                 execution_id: pending.execution_id.clone(),
@@ -125,6 +115,7 @@ async fn a_session_exec_creates_names_its_creator_who_may_not_approve_its_calls(
                 approved: Some(true),
                 ..Default::default()
             },
+            WES,
         ))
         .await
         .expect_err("the creator may not approve");
@@ -141,7 +132,7 @@ async fn a_message_of_more_parts_than_the_bound_is_invalid_and_creates_nothing()
     let flood = ExecRequest {
         inputs: vec![Message {
             role: "user".into(),
-            parts: vec![text("a"); 580_000],
+            parts: vec![part("a"); 580_000],
         }],
         ..Default::default()
     };
@@ -153,7 +144,7 @@ async fn a_message_of_more_parts_than_the_bound_is_invalid_and_creates_nothing()
         refused.message()
     );
     let listed = c
-        .list_sessions(as_key(WES, ListSessionsRequest::default()))
+        .list_sessions(authed(ListSessionsRequest::default(), WES))
         .await
         .unwrap()
         .into_inner();
@@ -179,19 +170,19 @@ async fn a_reader_past_its_stream_bound_is_refused_until_one_of_its_streams_ends
     let heavy = ExecRequest {
         inputs: vec![Message {
             role: "user".into(),
-            parts: vec![text(&"h".repeat(2 << 20))],
+            parts: vec![part(&"h".repeat(2 << 20))],
         }],
         ..Default::default()
     };
     let session = exec(&mut c, WES, heavy).await.unwrap();
     let uid = session.metadata.unwrap().uid;
     let replay = || {
-        as_key(
-            RITA,
+        authed(
             ReplayRequest {
                 session: uid.clone(),
                 ..Default::default()
             },
+            RITA,
         )
     };
     // Each stream on a connection of its own, so only the principal's

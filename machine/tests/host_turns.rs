@@ -3,7 +3,7 @@
 use agentsessions_machine::events;
 use agentsessions_machine::host::{Code, Request, Response, StreamItem};
 use agentsessions_proto::v1::{
-    CreateSessionRequest, EventKind, ExecRequest, ReplayRequest, ResumeRequest, Session,
+    CreateSessionRequest, EventKind, ExecRequest, LogRecord, ReplayRequest, ResumeRequest, Session,
 };
 use agentsessions_testkit::World;
 
@@ -70,24 +70,29 @@ fn exec_without_a_session_creates_one_and_runs_the_turn() {
     assert_eq!(world.store.records(&sid).len(), 5);
 }
 
+/// Every record a Replay of `sid` streams.
+fn replay(world: &mut World, sid: &str) -> Vec<LogRecord> {
+    let call = world.call(Request::Replay(ReplayRequest {
+        session: sid.into(),
+        ..Default::default()
+    }));
+    assert_eq!(call.code(), Code::Ok, "{call:?}");
+    call.items
+        .iter()
+        .map(|i| match i {
+            StreamItem::Record(r) => r.record().clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
 #[test]
 fn replay_streams_the_committed_records_verbatim_with_no_model_calls() {
     let mut world = World::default();
     let sid = create(&mut world, "");
     world.call(exec(&sid, "", "hello"));
     let calls = world.model_calls;
-    let call = world.call(Request::Replay(ReplayRequest {
-        session: sid.clone(),
-        ..Default::default()
-    }));
-    let replayed: Vec<_> = call
-        .items
-        .iter()
-        .map(|i| match i {
-            StreamItem::Record(r) => r.record().clone(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let replayed = replay(&mut world, &sid);
     assert_eq!(replayed, &*world.store.records(&sid));
     assert_eq!(world.model_calls, calls);
 }
@@ -104,18 +109,7 @@ fn replay_reads_pages_bounded_in_bytes_each_paced_by_its_client() {
     }
     let stored = world.store.records(&sid).to_vec();
     world.trace.clear();
-    let call = world.call(Request::Replay(ReplayRequest {
-        session: sid.clone(),
-        ..Default::default()
-    }));
-    let replayed: Vec<_> = call
-        .items
-        .iter()
-        .map(|i| match i {
-            StreamItem::Record(r) => r.record().clone(),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let replayed = replay(&mut world, &sid);
     assert_eq!(replayed, stored, "every record once, in order");
     let pages: Vec<_> = world
         .trace

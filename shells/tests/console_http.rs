@@ -13,7 +13,7 @@ use agentsessions_proto::v1::{ExecRequest, GetSessionRequest};
 use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, StartError};
 use sha2::{Digest, Sha256};
-use support::{client, create, exec_code, replay, text};
+use support::{authed, client, create, exec_code, replay, text};
 
 fn config(dir: &std::path::Path) -> DaemonConfig {
     let mut c = support::config(dir);
@@ -51,14 +51,13 @@ async fn post(url: &str, cookie: Option<&str>, form: &str) -> reqwest::Response 
 /// The login page at `url`: its visitor cookie (`name=value`) and HTML.
 async fn login_form(url: &str) -> (String, String) {
     let r = http().get(url).send().await.unwrap();
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
-    (cookie, r.text().await.unwrap())
+    (first_cookie(&r), r.text().await.unwrap())
+}
+
+/// `name=value` of the first cookie `r` sets.
+fn first_cookie(r: &reqwest::Response) -> String {
+    let set = r.headers()["set-cookie"].to_str().unwrap();
+    set.split(';').next().unwrap().to_owned()
 }
 
 /// The value of the hidden input `name` on a page.
@@ -512,13 +511,6 @@ async fn with_tls_the_console_serves_https_with_secure_cookies() {
     d.shutdown().await;
 }
 
-fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(message);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
-}
-
 #[tokio::test]
 async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_is_said() {
     use agentsessions_proto::v1::{CreateSessionRequest, ReplayRequest, Session};
@@ -578,13 +570,7 @@ async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_i
         &format!("token={approver}&next=%2F&csrf={}", hidden(&login, "csrf")),
     )
     .await;
-    let cookie = r.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = first_cookie(&r);
     let html = http()
         .get(format!("{b}/sessions/{uid}"))
         .header("cookie", &cookie)

@@ -90,11 +90,11 @@ struct Args {
     /// RESOURCE_EXHAUSTED before it touches the journal.
     #[arg(long, default_value_t = agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_in_flight: usize,
-    /// Most parts in one message of a request (reasoning summaries
-    /// included); more is INVALID_ARGUMENT.
+    /// Most parts in one message of a request (reasoning summaries and
+    /// tool-result content included); more is INVALID_ARGUMENT.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_parts_per_message, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_parts_per_message: usize,
-    /// Most messages, parts, struct values and map entries in one request;
+    /// Most messages, parts and struct values in one Exec request;
     /// more is INVALID_ARGUMENT.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_request_elements, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_request_elements: usize,

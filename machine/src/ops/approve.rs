@@ -94,12 +94,15 @@ impl ApproveOp {
         Flow::Continue
     }
 
-    /// Why a separate approver may not decide on `row`'s session: it
-    /// created it, or the session records no creator (made before auth
-    /// was on, or by an open caller), which rules nobody out.
+    /// Why this decider may not decide on `row`'s session: only a
+    /// separate approver is bound, and it may not when it created the
+    /// session or the session records no creator (made before auth was
+    /// on, or by an open caller), which rules nobody out.
     fn creator_refusal(&self, row: &SessionRow) -> Option<&'static str> {
         let decider = self.req.identity.as_ref();
-        if row.identity.as_ref().is_none_or(|i| i.principal.is_empty()) {
+        if !self.separate {
+            None
+        } else if row.identity.as_ref().is_none_or(|i| i.principal.is_empty()) {
             Some(
                 "permission denied: the session records no creator, so a separate approver may not decide its calls",
             )
@@ -171,11 +174,10 @@ impl ApproveOp {
                     self.stage = Stage::Load(load);
                     Flow::Continue
                 }
-                Loaded::Ready(row, _) if self.separate && self.creator_refusal(&row).is_some() => {
-                    let text = self.creator_refusal(&row).expect("guarded");
-                    self.fail(cx, Status::new(Code::PermissionDenied, text))
-                }
-                Loaded::Ready(_, log) => self.decide(cx, &log.to_vec()),
+                Loaded::Ready(row, log) => match self.creator_refusal(&row) {
+                    Some(text) => self.fail(cx, Status::new(Code::PermissionDenied, text)),
+                    None => self.decide(cx, &log.to_vec()),
+                },
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {
                     self.fail(cx, Status::internal(format!("approve: {}", status.message)))

@@ -326,16 +326,7 @@ impl Cx<'_> {
 
     /// Reads records `from_seq..=to_seq` (0 = to the head).
     pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
-        let session = session.to_owned();
-        self.request(|id| {
-            Effect::Store(StoreEffect::ReadLog {
-                id,
-                session,
-                from_seq,
-                to_seq,
-                pace: None,
-            })
-        })
+        self.read_records(session, from_seq, to_seq, None)
     }
 
     /// Reads one page of `request`'s stream, paced by its client (see
@@ -347,6 +338,20 @@ impl Cx<'_> {
         from_seq: i64,
         to_seq: i64,
     ) -> EffectId {
+        let pace = crate::vocab::Pace {
+            request,
+            max_bytes: crate::vocab::config::REPLAY_PAGE_BYTES,
+        };
+        self.read_records(session, from_seq, to_seq, Some(pace))
+    }
+
+    fn read_records(
+        &mut self,
+        session: &str,
+        from_seq: i64,
+        to_seq: i64,
+        pace: Option<crate::vocab::Pace>,
+    ) -> EffectId {
         let session = session.to_owned();
         self.request(|id| {
             Effect::Store(StoreEffect::ReadLog {
@@ -354,10 +359,7 @@ impl Cx<'_> {
                 session,
                 from_seq,
                 to_seq,
-                pace: Some(crate::vocab::Pace {
-                    request,
-                    max_bytes: crate::vocab::config::REPLAY_PAGE_BYTES,
-                }),
+                pace,
             })
         })
     }

@@ -15,6 +15,7 @@ use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
+use crate::vocab::PageFill;
 use crate::vocab::config::{REPLAY_PAGE, REPLAY_PAGE_BYTES};
 use crate::vocab::shown;
 use crate::vocab::{AppendError, History};
@@ -75,8 +76,8 @@ impl ReplayOp {
         };
         // A page stops at REPLAY_PAGE records or once past its byte bound;
         // anything shorter is the end (see `Pace`).
-        let bytes: usize = records.iter().map(prost::Message::encoded_len).sum();
-        let full = records.len() as i64 == REPLAY_PAGE || bytes >= REPLAY_PAGE_BYTES;
+        let mut fill = PageFill::new(REPLAY_PAGE_BYTES);
+        let full = records.len() as i64 == REPLAY_PAGE || records.iter().any(|r| fill.add(r));
         for r in records {
             assert!(r.seq >= self.next, "reads come back in seq order");
             self.next = r.seq + 1;

@@ -506,3 +506,26 @@ pub struct Pace {
     /// The page's byte bound (prost encoded lengths).
     pub max_bytes: usize,
 }
+
+/// A page's running encoded size against its byte bound: the one place
+/// [`Pace`]'s rule is written, for the store that cuts a page and the
+/// machine that reads a cut page as "more may follow".
+#[derive(Debug, Clone, Copy)]
+pub struct PageFill {
+    left: usize,
+}
+
+impl PageFill {
+    /// An empty page bounded by `max_bytes`.
+    pub fn new(max_bytes: usize) -> Self {
+        Self { left: max_bytes }
+    }
+
+    /// Counts `record`; true when the page is full and ends with it.
+    pub fn add(&mut self, record: &agentsessions_proto::v1::LogRecord) -> bool {
+        self.left = self
+            .left
+            .saturating_sub(prost::Message::encoded_len(record));
+        self.left == 0
+    }
+}

@@ -25,8 +25,8 @@ pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
 pub use committed::Committed;
 pub use config::{Backend, HostConfig, Route};
 pub use effect::{
-    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Pace, RuntimeCall, RuntimeOp,
-    StoreEffect,
+    ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Pace, PageFill, RuntimeCall,
+    RuntimeOp, StoreEffect,
 };
 pub use fault::{AppendError, FaultKind, StoreFault};
 pub use history::History;

@@ -1,7 +1,11 @@
 //! The gRPC surface: `Sessions` and `HarnessRegistry` as thin translations
 //! into the host's requests. Validation, ordering and status codes are all
-//! the machine's; this layer only converts types, and logs each call's
-//! start and finish with its request id ([`super::observe`]).
+//! the machine's; this layer only converts types, admits each call under
+//! the bounds on what callers may make the daemon hold ([`super::limits`]:
+//! counts per principal and connection, bytes in flight and an Exec's
+//! decoded shape, all things of the transport the machine never sees), and
+//! logs each call's start and finish with its request id
+//! ([`super::observe`]).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -144,6 +148,11 @@ impl Front {
         self.metrics = metrics;
         self
     }
+
+    fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
 }
 
 /// The `Sessions` service.
@@ -158,9 +167,8 @@ impl SessionsService {
 
     /// Admits calls through `admission` (shared with the daemon's other
     /// services, so the bounds hold across them).
-    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
-        self.0.admission = admission;
-        self
+    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
+        Self(self.0.with_admission(admission))
     }
 
     /// Counts every call in `metrics`.
@@ -419,9 +427,8 @@ impl RegistryService {
 
     /// Admits calls through `admission` (shared with the daemon's other
     /// services, so the bounds hold across them).
-    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
-        self.0.admission = admission;
-        self
+    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
+        Self(self.0.with_admission(admission))
     }
 
     /// Counts every call in `metrics`.

@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use agentsessions_machine::host::{Caller, Code, Status};
-use agentsessions_proto::v1::{ExecRequest, Message, Part, part};
+use agentsessions_proto::v1::{ExecRequest, Part, part};
 use pbjson_types::value::Kind;
 
 use crate::metrics::Metrics;
@@ -32,9 +32,10 @@ pub const CALL_FLOOR_BYTES: usize = 512;
 /// The bounds, each a daemon flag (see docs/security.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Most parts in one message (nested reasoning summaries included).
+    /// Most parts in one message (reasoning summaries and tool-result
+    /// content included).
     pub max_parts_per_message: usize,
-    /// Most messages, parts, struct values and map entries in one request.
+    /// Most messages, parts and struct values in one Exec request.
     pub max_request_elements: usize,
     /// Largest request accepted, as encoded on the wire (gRPC's decode
     /// limit).
@@ -100,15 +101,15 @@ impl Bound {
 pub fn check_exec(limits: &Limits, req: &ExecRequest) -> Result<(), (Bound, Status)> {
     let mut elements = req.inputs.len();
     for (i, m) in req.inputs.iter().enumerate() {
-        let parts = parts_in(&m.parts);
-        if parts > limits.max_parts_per_message {
+        let t = Tally::of_parts(&m.parts);
+        if t.parts > limits.max_parts_per_message {
             let text = format!(
-                "input {i} has {parts} parts; at most {} per message (--max-parts-per-message)",
-                limits.max_parts_per_message
+                "input {i} has {} parts; at most {} per message (--max-parts-per-message)",
+                t.parts, limits.max_parts_per_message
             );
             return Err((Bound::PartsPerMessage, Status::invalid_argument(text)));
         }
-        elements = elements.saturating_add(message_elements(m));
+        elements = elements.saturating_add(t.parts).saturating_add(t.values);
     }
     if elements > limits.max_request_elements {
         let text = format!(
@@ -120,52 +121,60 @@ pub fn check_exec(limits: &Limits, req: &ExecRequest) -> Result<(), (Bound, Stat
     Ok(())
 }
 
-/// Parts in `parts`, counting each reasoning part's summary.
-fn parts_in(parts: &[Part]) -> usize {
-    parts.iter().fold(parts.len(), |n, p| match &p.part {
-        Some(part::Part::Reasoning(r)) => n.saturating_add(parts_in(&r.summary)),
-        _ => n,
-    })
+/// What a message's parts decode into: parts (nested ones included: a
+/// reasoning part's summary, a tool result's content) and struct values.
+/// Recursion is bounded by prost's decode depth limit (100), which a
+/// request had to pass to get here.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    parts: usize,
+    values: usize,
 }
 
-/// Parts and struct values in one message.
-fn message_elements(m: &Message) -> usize {
-    m.parts
-        .iter()
-        .fold(0usize, |n, p| n.saturating_add(1 + part_values(p)))
-}
+impl Tally {
+    fn of_parts(parts: &[Part]) -> Self {
+        parts.iter().fold(Self::default(), |t, p| {
+            let inner = match &p.part {
+                Some(part::Part::Data(d)) => Self::of_struct(d.data.as_ref()),
+                Some(part::Part::ToolCall(c)) => Self::of_struct(c.args.as_ref()),
+                Some(part::Part::Reasoning(r)) => Self::of_parts(&r.summary),
+                Some(part::Part::ToolResult(r)) => {
+                    Self::of_parts(&r.content).plus(Self::of_struct(r.output.as_ref()))
+                }
+                Some(part::Part::Text(_) | part::Part::File(_)) | None => Self::default(),
+            };
+            t.plus(inner).plus(Self {
+                parts: 1,
+                values: 0,
+            })
+        })
+    }
 
-fn part_values(p: &Part) -> usize {
-    match &p.part {
-        Some(part::Part::Data(d)) => d.data.as_ref().map_or(0, struct_values),
-        Some(part::Part::Reasoning(r)) => r
-            .summary
-            .iter()
-            .fold(0usize, |n, p| n.saturating_add(1 + part_values(p))),
-        Some(part::Part::ToolCall(c)) => c.args.as_ref().map_or(0, struct_values),
-        Some(part::Part::ToolResult(r)) => r
-            .content
-            .iter()
-            .fold(0usize, |n, p| n.saturating_add(1 + part_values(p))),
-        Some(part::Part::Text(_) | part::Part::File(_)) | None => 0,
+    fn of_struct(s: Option<&pbjson_types::Struct>) -> Self {
+        let values = s.map_or(0, |s| {
+            s.fields
+                .values()
+                .fold(0usize, |n, v| n.saturating_add(1 + values_below(v)))
+        });
+        Self { parts: 0, values }
+    }
+
+    fn plus(self, o: Self) -> Self {
+        Self {
+            parts: self.parts.saturating_add(o.parts),
+            values: self.values.saturating_add(o.values),
+        }
     }
 }
 
-fn struct_values(s: &pbjson_types::Struct) -> usize {
-    s.fields
-        .values()
-        .fold(s.fields.len(), |n, v| n.saturating_add(value_values(v)))
-}
-
-/// Values below `v` (not `v` itself). Recursion is bounded by prost's
-/// decode depth limit (100), which a request had to pass to get here.
-fn value_values(v: &pbjson_types::Value) -> usize {
+/// Values below `v` (not `v` itself).
+fn values_below(v: &pbjson_types::Value) -> usize {
     match &v.kind {
-        Some(Kind::StructValue(s)) => struct_values(s),
+        Some(Kind::StructValue(s)) => Tally::of_struct(Some(s)).values,
         Some(Kind::ListValue(l)) => l
             .values
             .iter()
-            .fold(l.values.len(), |n, v| n.saturating_add(value_values(v))),
+            .fold(0usize, |n, v| n.saturating_add(1 + values_below(v))),
         _ => 0,
     }
 }
@@ -221,7 +230,11 @@ pub struct Permit {
 impl Admission {
     /// Admission under `limits`, counting refusals in `metrics`.
     pub fn new(limits: Limits, metrics: Option<Arc<Metrics>>) -> Self {
-        assert!(limits.request_memory >= limits.max_request_bytes.min(1));
+        assert!(
+            limits.request_memory > 0,
+            "a zero budget would refuse nothing"
+        );
+        assert!(limits.max_streams_per_principal > 0 && limits.max_calls_per_connection > 0);
         Self {
             limits,
             counts: Arc::default(),
@@ -348,7 +361,7 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentsessions_proto::v1::{DataPart, ReasoningPart, TextPart};
+    use agentsessions_proto::v1::{DataPart, Message, ReasoningPart, TextPart, ToolResult};
 
     fn text(s: &str) -> Part {
         Part {
@@ -429,15 +442,22 @@ mod tests {
                 (format!("k{i}"), v)
             })
             .collect();
-        let data = Part {
-            part: Some(part::Part::Data(DataPart {
-                data: Some(pbjson_types::Struct { fields }),
-            })),
-        };
-        let req = exec_with(vec![user(vec![data])]);
-        let (bound, status) = check_exec(&limits, &req).unwrap_err();
-        assert_eq!(bound, Bound::RequestElements);
-        assert_eq!(status.code, Code::InvalidArgument);
+        let data = pbjson_types::Struct { fields };
+        // Wherever a Struct sits: a data part, a tool result's output.
+        for part in [
+            part::Part::Data(DataPart {
+                data: Some(data.clone()),
+            }),
+            part::Part::ToolResult(ToolResult {
+                output: Some(data.clone()),
+                ..Default::default()
+            }),
+        ] {
+            let req = exec_with(vec![user(vec![Part { part: Some(part) }])]);
+            let (bound, status) = check_exec(&limits, &req).unwrap_err();
+            assert_eq!(bound, Bound::RequestElements);
+            assert_eq!(status.code, Code::InvalidArgument);
+        }
     }
 
     #[test]

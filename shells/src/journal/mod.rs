@@ -41,6 +41,7 @@
 
 use std::future::Future;
 
+use agentsessions_machine::host::PageFill;
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
 pub mod compute_text;
@@ -513,8 +514,10 @@ pub trait JournalStore: Send + Sync {
         let read = self.read(session, from_seq, to_seq);
         async move {
             let mut records = read.await?;
-            let keep = bounded_len(&records, max_bytes);
-            records.truncate(keep);
+            let mut fill = PageFill::new(max_bytes);
+            if let Some(last) = records.iter().position(|r| fill.add(r)) {
+                records.truncate(last + 1);
+            }
             Ok(records)
         }
     }
@@ -629,17 +632,4 @@ pub fn system_now_unix_nanos() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970");
     i64::try_from(d.as_nanos()).expect("time fits i64 nanoseconds until 2262")
-}
-
-/// How many of `records` a page bounded by `max_bytes` keeps: through the
-/// first record whose encoded total reaches `max_bytes`.
-pub fn bounded_len(records: &[LogRecord], max_bytes: usize) -> usize {
-    let mut total = 0usize;
-    for (i, r) in records.iter().enumerate() {
-        total = total.saturating_add(prost::Message::encoded_len(r));
-        if total >= max_bytes {
-            return i + 1;
-        }
-    }
-    records.len()
 }

@@ -35,7 +35,7 @@ use rows::rows;
 
 #[path = "../support/daemon.rs"]
 mod support;
-use support::{create, text};
+use support::{create, nested_data, text};
 
 /// A harness that reports when a run starts and then waits to be released.
 struct Block {

@@ -631,26 +631,3 @@ pub(super) fn rows(w: &World) -> Vec<Row> {
     ));
     out
 }
-
-/// A user message whose one data part is a Struct nested `depth` levels
-/// (`{"a":{"a":…}}`): each level is two messages on the wire (Struct,
-/// Value), so 60 levels pass prost's limit of 100.
-pub(super) fn nested_data(depth: usize) -> agentsessions_proto::v1::Message {
-    use agentsessions_proto::v1::{DataPart, Message, Part, part};
-    use pbjson_types::{Struct, Value, value::Kind};
-    let mut s = Struct::default();
-    for _ in 0..depth {
-        let inner = Value {
-            kind: Some(Kind::StructValue(s)),
-        };
-        s = Struct {
-            fields: [("a".to_owned(), inner)].into(),
-        };
-    }
-    Message {
-        role: "user".into(),
-        parts: vec![Part {
-            part: Some(part::Part::Data(DataPart { data: Some(s) })),
-        }],
-    }
-}

@@ -132,3 +132,34 @@ pub async fn exec_code(
         }
     }
 }
+
+/// `message` with `token` as its bearer credential.
+pub fn authed<T>(message: T, token: &str) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+/// A user message whose one data part is a Struct nested `depth` levels
+/// (`{"a":{"a":…}}`): each level is two messages on the wire (Struct,
+/// Value), so 60 levels pass prost's limit of 100.
+pub fn nested_data(depth: usize) -> Message {
+    use agentsessions_proto::v1::DataPart;
+    use pbjson_types::{Struct, Value, value::Kind};
+    let mut s = Struct::default();
+    for _ in 0..depth {
+        let inner = Value {
+            kind: Some(Kind::StructValue(s)),
+        };
+        s = Struct {
+            fields: [("a".to_owned(), inner)].into(),
+        };
+    }
+    Message {
+        role: "user".into(),
+        parts: vec![Part {
+            part: Some(part::Part::Data(DataPart { data: Some(s) })),
+        }],
+    }
+}

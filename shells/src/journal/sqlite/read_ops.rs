@@ -2,6 +2,7 @@
 //! committed state and never block the writer).
 
 use agentsessions_machine::chain::ChainVerifier;
+use agentsessions_machine::host::PageFill;
 use agentsessions_proto::v1::{Event, LogRecord};
 use prost::Message as _;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
@@ -206,14 +207,11 @@ pub fn read_bounded(
         }
     }
     let mut out = Vec::new();
-    let mut total = 0usize;
+    let mut fill = PageFill::new(max_bytes);
     let scan = for_each_record::<Scan>(conn, session, from_seq, to_seq, |rec| {
-        total = total.saturating_add(prost::Message::encoded_len(&rec));
+        let full = fill.add(&rec);
         out.push(rec);
-        if total >= max_bytes {
-            return Err(Scan::Full);
-        }
-        Ok(())
+        if full { Err(Scan::Full) } else { Ok(()) }
     });
     match scan {
         Ok(()) | Err(Scan::Full) => Ok(out),
