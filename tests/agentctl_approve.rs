@@ -145,11 +145,15 @@ fn no_resume_commits_only_and_leaves_the_turn_to_resume() {
     let o = agentctl(d, &["exec", "--session", &sid, "--input", "next"]);
     assert_eq!(o.status.code(), Some(19), "{}", stderr(&o));
     assert!(stderr(&o).contains("FAILED_PRECONDITION"), "{}", stderr(&o));
-    // Deciding again finds nothing pending and points at resume.
+    // Deciding again finds the call decided and its turn unfinished, so
+    // it points at resume.
     let o = agentctl(d, &["approve", "--session", &sid]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("agentctl resume --session"),
+        stderr(&o).contains(&format!(
+            "session {sid} has no pending approval: call c1 was already decided at seq 6 \
+             (approved=true), but its turn has not finished: run `agentctl resume --session {sid}`"
+        )),
         "{}",
         stderr(&o)
     );
@@ -162,6 +166,82 @@ fn no_resume_commits_only_and_leaves_the_turn_to_resume() {
         )]
     );
     assert!(notes(d, &sid).is_some_and(|n| n.contains("remember tea")));
+}
+
+#[test]
+fn a_second_approve_on_a_finished_turn_says_it_was_decided_and_suggests_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = parked(d, "remember rice");
+    lines(&agentctl(d, &["deny", "--session", &sid]));
+    for again in ["approve", "deny"] {
+        let o = agentctl(d, &[again, "--session", &sid]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(
+            err.trim(),
+            format!(
+                "agentctl: session {sid} has no pending approval: call c1 was already decided \
+                 at seq 6 (approved=false) and its turn is over"
+            )
+        );
+        assert!(!err.contains("resume"), "resuming would do nothing: {err}");
+        assert!(stdout(&o).is_empty());
+    }
+    // Nothing was written by the refused attempts.
+    let get = lines(&agentctl(d, &["get", "--session", &sid]));
+    assert!(
+        get[0].ends_with("last_seq=10 compute=COMPUTE_LIVE"),
+        "{get:?}"
+    );
+    // A fork child inherits the decided gate: still nothing to do.
+    let child = stdout(&agentctl(d, &["fork", "--session", &sid]));
+    let child = child.split(' ').nth(1).unwrap();
+    let o = agentctl(d, &["approve", child]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "agentctl: session {child} has no pending approval: call c1 was already decided at \
+             seq 6 (approved=false), before the fork"
+        )
+    );
+}
+
+#[test]
+fn without_a_gate_approve_suggests_resume_only_for_an_interrupted_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let o = agentctl(d, &["exec", "--input", "hi"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let sid = stdout(&o)
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("session "))
+        .unwrap()
+        .to_owned();
+    let o = agentctl(d, &["approve", &sid]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "agentctl: session {sid} has no pending approval: none of its turns is waiting for a \
+             decision"
+        )
+    );
+    // A child forked inside the turn has it unfinished: resume re-drives it.
+    let o = agentctl(d, &["fork", "--session", &sid, "--at", "4"]);
+    let out = stdout(&o);
+    let child = out.split(' ').nth(1).unwrap();
+    let o = agentctl(d, &["approve", child]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "agentctl: session {child} has no pending approval: its last turn was interrupted: \
+             run `agentctl resume --session {child}` to finish it"
+        )
+    );
 }
 
 #[test]
@@ -377,10 +457,14 @@ fn cancel_resolves_a_parked_turn_and_a_later_approve_is_refused() {
     );
     // Nothing is pending any more; naming the canceled request is refused.
     let o = agentctl(d, &["approve", "--session", &sid]);
-    assert!(
-        stderr(&o).contains("has no pending approval"),
-        "{}",
-        stderr(&o)
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!(
+            "agentctl: session {sid} has no pending approval: the turn that asked about call c1 \
+             ended without a decision"
+        ),
+        "a canceled turn is not resumed, so resume is not suggested"
     );
     let o = agentctl(d, &["replay", "--session", &sid, "--json"]);
     let first: serde_json::Value =

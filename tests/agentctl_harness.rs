@@ -68,3 +68,35 @@ fn harness_commands_without_any_address_still_use_the_embedded_registry() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("approval\tstate=ACTIVE"));
     assert!(cwd.path().join("agentsessions.db").exists());
 }
+
+#[test]
+fn harness_help_offers_registry_and_not_the_refused_server_flag() {
+    let cwd = tempfile::tempdir().unwrap();
+    for args in [
+        &["harness", "--help"][..],
+        &["harness", "list", "--help"],
+        &["harness", "register", "--help"],
+    ] {
+        let o = agentctl(cwd.path(), args);
+        assert!(o.status.success(), "{args:?}");
+        let help = String::from_utf8_lossy(&o.stdout);
+        assert!(help.contains("--registry <HOST:PORT>"), "{args:?}: {help}");
+        assert!(
+            !help.contains("--server <"),
+            "{args:?} offers --server, which harness commands refuse: {help}"
+        );
+    }
+    // The other commands still document --server.
+    let o = agentctl(cwd.path(), &["list", "--help"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("--server <HOST:PORT>"));
+}
+
+#[test]
+fn a_server_flag_after_the_harness_subcommand_is_refused_too() {
+    let cwd = tempfile::tempdir().unwrap();
+    let o = agentctl(cwd.path(), &["harness", "list", "--server", "127.0.0.1:1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("pass --registry HOST:PORT"), "{err}");
+    assert_eq!(entries(cwd.path()), Vec::<String>::new());
+}

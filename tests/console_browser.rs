@@ -15,7 +15,7 @@
 #[path = "support/cli.rs"]
 mod cli;
 
-use std::io::{Read as _, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -72,9 +72,10 @@ fn browser() -> Option<(PathBuf, PathBuf)> {
     ))
 }
 
-/// chromedriver on a free loopback port, in a process group of its own
-/// with the chromium it starts; the group is killed when dropped, so a
-/// failed test leaves no browser behind.
+/// chromedriver on a loopback port it picks itself (`--port=0`; one picked
+/// here and released could be taken by another process first), in a
+/// process group of its own with the chromium it starts; the group is
+/// killed when dropped, so a failed test leaves no browser behind.
 struct Driver {
     child: Child,
     url: String,
@@ -82,22 +83,32 @@ struct Driver {
 
 impl Driver {
     fn start(bin: &Path) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new(bin)
+        let mut child = Command::new(bin)
             .process_group(0)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
+            .arg("--port=0")
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver");
-        let deadline = Instant::now() + WAIT;
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        // The port it got, from its own stdout ("ChromeDriver was started
+        // successfully on port N."); it keeps being read so the driver
+        // never writes into a closed pipe.
+        let out = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let port = line
+                    .strip_prefix("ChromeDriver was started successfully on port ")
+                    .and_then(|p| p.trim_end_matches('.').parse::<u16>().ok());
+                if let Some(port) = port {
+                    let _ = tx.send(port);
+                }
+            }
+        });
+        let port = rx
+            .recv_timeout(WAIT)
+            .expect("chromedriver reports the port it listens on");
+        assert_ne!(port, 0, "chromedriver reported port 0");
         Self {
             child,
             url: format!("http://127.0.0.1:{port}"),

@@ -125,6 +125,39 @@ fn chat_needs_a_model_before_any_listener() {
     assert!(!sock.exists() && !Path::new(&format!("{}.lock", sock.display())).exists());
 }
 
+/// The `[default: …]` that `--help` shows for `flag`.
+fn help_default(help: &str, flag: &str) -> String {
+    let at = help
+        .find(&format!("{flag} <"))
+        .unwrap_or_else(|| panic!("{flag} in --help:\n{help}"));
+    let rest = &help[at..];
+    let start = rest.find("[default: ").expect("a default") + "[default: ".len();
+    let len = rest[start..].find(']').expect("closing bracket");
+    rest[start..start + len].to_owned()
+}
+
+#[test]
+fn defaults_listen_on_loopback_and_unprivileged_ports() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--addr", "--readyz"] {
+        let default = help_default(&help, flag);
+        let addr: std::net::SocketAddr = default
+            .parse()
+            .unwrap_or_else(|e| panic!("{flag} default {default:?}: {e}"));
+        // An unflagged node must not be reachable from other hosts (its
+        // link is plaintext) nor need root to bind.
+        assert!(addr.ip().is_loopback(), "{flag} default {addr}");
+        assert!(addr.port() >= 1024, "{flag} default {addr}");
+    }
+    assert_ne!(
+        help_default(&help, "--addr"),
+        help_default(&help, "--readyz"),
+        "two listeners cannot share a port"
+    );
+}
+
 #[test]
 fn bad_addresses_are_fatal() {
     for addr in ["nonsense", "unix:"] {

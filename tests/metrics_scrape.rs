@@ -161,3 +161,41 @@ async fn the_child_daemon_counts_turns_and_approvals_exactly() {
         assert!(!text.contains(uid.as_str()), "a session id in the metrics");
     }
 }
+
+#[test]
+fn every_known_series_is_scraped_at_zero_before_any_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(DAEMON)
+        .current_dir(dir.path())
+        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+        .args(["--console-addr", "127.0.0.1:0", "--journal"])
+        .arg(dir.path().join("j.db"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _child = Killed(child);
+    let metrics = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find_map(|l| l.strip_prefix("metrics listening on ").map(str::to_owned))
+        .expect("a metrics line");
+    // Keep reading, so the console's line never meets a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let text = scrape::metrics(&metrics);
+    for series in [
+        "agentsessions_rpc_requests_total{method=\"Exec\",code=\"OK\"}",
+        "agentsessions_rpc_requests_total{method=\"RegisterHarness\",code=\"OK\"}",
+        "agentsessions_rpc_duration_seconds_count{method=\"Approve\"}",
+        "agentsessions_rpc_requests_total{method=\"console.approve\",code=\"OK\"}",
+        "agentsessions_rpc_duration_seconds_count{method=\"console.live\"}",
+        "agentsessions_limit_refusals_total{bound=\"principal_calls\"}",
+        "agentsessions_limit_refusals_total{bound=\"request_memory\"}",
+        "agentsessions_approvals_pending",
+        "agentsessions_operations_in_flight",
+    ] {
+        assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
+    }
+}

@@ -234,7 +234,9 @@ async fn a_host_paused_past_its_lease_is_taken_over_and_cannot_append() {
         url.as_ref(),
         &fb.iter().map(String::as_str).collect::<Vec<_>>(),
     );
-    let sid = ok(&d, &a.sessions, &["create"]).trim().to_owned();
+    let sid = ok(&d, &a.sessions, &["create", "--harness", "chat"])
+        .trim()
+        .to_owned();
 
     // A's turn goes as far as the model call and waits there.
     let hold = model.hold_next();

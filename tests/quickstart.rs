@@ -24,6 +24,9 @@ use std::process::{Command, Output};
 #[path = "support/cli.rs"]
 mod cli;
 use cli::{DAEMON, Daemon, agentctl, stderr, stdout};
+#[path = "support/expect.rs"]
+mod expect;
+use expect::{glob, missing};
 
 // ---- the document runner -------------------------------------------------
 
@@ -138,29 +141,6 @@ fn words(cmd: &str, vars: &HashMap<String, String>) -> Vec<String> {
     words
 }
 
-/// `…` matches any run of non-blank characters; the rest must be equal.
-fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('…') {
-        None => pattern == text,
-        Some((head, tail)) => {
-            let Some(rest) = text.strip_prefix(head) else {
-                return false;
-            };
-            if tail.is_empty() {
-                // A closing ellipsis stands for the rest of the line.
-                return true;
-            }
-            // Try every split of the non-blank run the ellipsis may cover.
-            let run = rest.find(char::is_whitespace).unwrap_or(rest.len());
-            (0..=run).any(|n| rest.is_char_boundary(n) && glob(tail, &rest[n..]))
-        }
-    }
-}
-
-fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Runs one document's blocks in a fresh directory.
 fn run_document(name: &str, blocks: &[String]) {
     let dir = tempfile::tempdir().unwrap();
@@ -201,15 +181,8 @@ fn run_document(name: &str, blocks: &[String]) {
         };
         let context = format!("{name}: `{line}`\n--- stdout\n{out}--- stderr\n{err}");
         assert_eq!(code, step.exit, "exit code of {context}");
-        let printed: Vec<String> = out.lines().chain(err.lines()).map(squash).collect();
-        let mut at = 0;
-        for want in &step.expect {
-            let want = squash(want);
-            let found = printed[at..].iter().position(|got| glob(&want, got));
-            let Some(i) = found else {
-                panic!("{context}\nmissing (in order) the line {want:?}");
-            };
-            at += i + 1;
+        if let Some(want) = missing(&step.expect, out.lines().chain(err.lines())) {
+            panic!("{context}\nmissing (in order) the line {want:?}");
         }
         if let Some(var) = capture {
             let value = match cut {
@@ -475,6 +448,12 @@ fn grpc_statuses_and_usage_errors_map_to_documented_exit_codes() {
         .unwrap();
     let o = agentctl(d, &["--server", &port.to_string(), "list"]);
     assert_eq!(o.status.code(), Some(24), "{}", stderr(&o));
+    // Each cause once: transport wrappers repeat their source's text.
+    let err = stderr(&o);
+    let causes: Vec<&str> = err.trim().split(": ").collect();
+    for (i, c) in causes.iter().enumerate() {
+        assert!(!causes[..i].contains(c), "{c:?} repeated in {err}");
+    }
     // A spec file that is not there is a local failure (1).
     let o = agentctl(
         d,

@@ -37,6 +37,11 @@ ECHO, APPROVAL, FAIL, DOC = "py-echo", "py-approval", "py-fail", "py-doc"
 
 _out = threading.Lock()
 
+# The provider model id conformance hosts serve (conformance/src/env.rs
+# MODEL): hosts route a call by the id it names, and the suite counts the
+# fake provider's requests.
+MODEL = "gpt-test"
+
 
 def say(line: str) -> None:
     with _out:
@@ -125,7 +130,7 @@ class SuiteHarness(harness_grpc.HarnessServicer):
         return harness.HarnessDescriptor(
             id=self.name,
             version="1",
-            models=["echo"],
+            models=[MODEL],
             tools=tools,
             capabilities=harness.Capabilities(
                 resumability=harness.RESUMABILITY_STATELESS_REPLAY,
@@ -183,7 +188,7 @@ class SuiteHarness(harness_grpc.HarnessServicer):
         prompt = common.Message(role="user", parts=[common.Part(text=common.TextPart(text=last))])
         yield stream.event(
             common.EVENT_MODEL_CALL,
-            model=common.ModelCall(model="echo", id=call_id, messages=[prompt]),
+            model=common.ModelCall(model=MODEL, id=call_id, messages=[prompt]),
         )
         if stream.expect("model").model.model_call_id != call_id:
             raise Failed("model result correlation mismatch")

@@ -14,11 +14,12 @@ use crate::host::{CommandHost, InProcess, Launcher};
 #[derive(Debug, Parser)]
 #[command(name = "conformance", about)]
 pub struct Args {
-    /// Command that starts the host under test. Placeholders: {addr},
-    /// {journal}, {model}, {model_url}, {dir}, {harness_addr} (conf-echo),
-    /// {echo_addr}, {nondet_addr}, {tool_addr}, {approval_addr},
-    /// {fail_addr}, {foreign_park_addr}, and {harnesses} (every
-    /// `--harness name=address` pair).
+    /// Command that starts the host under test; it must print a line
+    /// ending in `listening on HOST:PORT` for its Sessions address.
+    /// Placeholders: {addr} (127.0.0.1:0), {journal}, {model}, {model_url},
+    /// {dir}, {harness_addr} (conf-echo), {echo_addr}, {nondet_addr},
+    /// {tool_addr}, {approval_addr}, {fail_addr}, {foreign_park_addr}, and
+    /// {harnesses} (every `--harness name=address` pair).
     #[arg(long, value_name = "TEMPLATE", conflicts_with = "in_process")]
     pub host_cmd: Option<String>,
     /// The host writes `append_note` effects to

@@ -156,9 +156,12 @@ fn descriptor(id: &str, tools: Vec<ToolSpec>) -> HarnessDescriptor {
 
 /// The echo request: model "echo", the last input as one user message. The
 /// same shape as the reference echo harness, so input hashes agree.
+/// Asks the provider the hosts under test serve ([`crate::env::MODEL`]):
+/// hosts route a call by the id it names, and checks count the fake
+/// provider's requests.
 fn echo_request(start: &StartInfo) -> ModelRequest {
     ModelRequest::new(
-        "echo",
+        crate::env::MODEL,
         vec![events::text_message("user", &start.last_input_text())],
     )
 }

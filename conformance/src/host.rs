@@ -63,8 +63,10 @@ pub trait Running: Send + Sync {
     fn kill(self: Box<Self>) -> BoxFuture<'static, ()>;
 }
 
-/// Waits until `addr` answers a Sessions call (any status counts: the
-/// server is up).
+/// Waits until `addr` answers a Sessions call. Any status but
+/// UNIMPLEMENTED counts (the server is up); UNIMPLEMENTED is some other
+/// gRPC server, which fails at once rather than certify the wrong process
+/// (issue #41).
 async fn wait_ready(
     addr: SocketAddr,
     mut alive: impl FnMut() -> Result<(), String>,
@@ -82,11 +84,15 @@ async fn wait_ready(
             let probe = c.get_session(GetSessionRequest {
                 uid: "sess-000000000000000000000000".into(),
             });
-            if tokio::time::timeout(Duration::from_secs(2), probe)
-                .await
-                .is_ok()
-            {
-                return Ok(());
+            match tokio::time::timeout(Duration::from_secs(2), probe).await {
+                Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                    return Err(format!(
+                        "{addr} is not a Sessions server: GetSession is UNIMPLEMENTED ({:?})",
+                        status.message()
+                    ));
+                }
+                Ok(_) => return Ok(()),
+                Err(_) => {}
             }
         }
         if Instant::now() > deadline {
@@ -121,7 +127,10 @@ impl Launcher for InProcess {
                 registry_addr: None,
                 journal: spec.journal.clone(),
                 project: "default".into(),
-                model: spec.model.clone(),
+                models: [spec.model.clone()]
+                    .into_iter()
+                    .filter(|m| !m.is_empty())
+                    .collect(),
                 model_base_url: Some(spec.model_url.clone()),
                 model_path: None,
                 model_auth_header: "Authorization".into(),
@@ -239,7 +248,12 @@ impl InProcessHost {
 
 /// Any host, started as a child process from a command template.
 ///
-/// Placeholders: `{addr}` (a free loopback host:port), `{journal}`,
+/// The host is given `{addr}` = `127.0.0.1:0` and must print (stdout or
+/// stderr, flushed) a line ending in `listening on HOST:PORT` with the port
+/// it bound, its Sessions address first; the first such line is used.
+/// Picking a free port for it instead would race other processes for it.
+///
+/// Placeholders: `{addr}` (`127.0.0.1:0`), `{journal}`,
 /// `{model}` (the model id), `{model_url}`, `{dir}`, `{harness_addr}` (the
 /// echo harness), `{<name>_addr}` for every harness with `conf-` dropped and
 /// `-` as `_` (e.g. `{tool_addr}`), and `{harnesses}`, which expands to one
@@ -267,7 +281,8 @@ impl CommandHost {
     }
 
     /// The argv for one start.
-    pub fn argv(&self, spec: &HostSpec, addr: SocketAddr) -> Result<Vec<String>, String> {
+    pub fn argv(&self, spec: &HostSpec) -> Result<Vec<String>, String> {
+        let addr = SocketAddr::from(([127, 0, 0, 1], 0));
         let mut out = Vec::new();
         for word in split_words(&self.template)? {
             if word == "{harnesses}" {
@@ -344,12 +359,60 @@ pub fn split_words(s: &str) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
-/// A free loopback port (bound, then released for the child to take).
-fn free_addr() -> Result<SocketAddr, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("pick a port: {e}"))
+/// The address a `… listening on HOST:PORT` line reports (an `http://` or
+/// `https://` URL's host and port too), if `line` is one with a real port.
+/// An unspecified IP (`0.0.0.0`, `[::]`) is reached on loopback.
+pub fn listening_addr(line: &str) -> Option<SocketAddr> {
+    let (_, rest) = line.rsplit_once("listening on ")?;
+    let rest = rest.trim();
+    let rest = rest
+        .strip_prefix("http://")
+        .or_else(|| rest.strip_prefix("https://"))
+        .unwrap_or(rest);
+    let mut addr: SocketAddr = rest.trim_end_matches('/').parse().ok()?;
+    if addr.port() == 0 {
+        // The flag echoed back, not the port the host got.
+        return None;
+    }
+    if addr.ip().is_unspecified() {
+        addr.set_ip(match addr {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Some(addr)
 }
+
+/// Waits for the host's first `listening on` line in `log`, which only
+/// the child writes: so the address is the one the child itself bound.
+async fn wait_listening(
+    log: &std::path::Path,
+    mut alive: impl FnMut() -> Result<(), String>,
+) -> Result<SocketAddr, String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        // Whole lines only: a line still being written may end mid-port.
+        let found = text
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .find_map(listening_addr);
+        if let Some(addr) = found {
+            return Ok(addr);
+        }
+        alive()?;
+        if Instant::now() > deadline {
+            return Err(format!(
+                "host printed no `listening on HOST:PORT` line within {READY_TIMEOUT:?}; log: {}",
+                tail(log)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Numbers the host logs of this process (the port is not known yet).
+static STARTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 struct ChildHost {
     addr: SocketAddr,
@@ -359,9 +422,9 @@ struct ChildHost {
 impl Launcher for CommandHost {
     fn start<'a>(&'a self, spec: &'a HostSpec) -> BoxFuture<'a, Result<Box<dyn Running>, String>> {
         Box::pin(async move {
-            let addr = free_addr()?;
-            let argv = self.argv(spec, addr)?;
-            let log_path = spec.dir.join(format!("host-{}.log", addr.port()));
+            let argv = self.argv(spec)?;
+            let n = STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let log_path = spec.dir.join(format!("host-{n}.log"));
             let log = std::fs::File::create(&log_path)
                 .map_err(|e| format!("{}: {e}", log_path.display()))?;
             let err_log = log.try_clone().map_err(|e| e.to_string())?;
@@ -373,19 +436,25 @@ impl Launcher for CommandHost {
                 .kill_on_drop(true)
                 .spawn()
                 .map_err(|e| format!("spawn {:?}: {e}", argv[0]))?;
-            let ready = wait_ready(addr, || match child.try_wait() {
+            let mut alive = || match child.try_wait() {
                 Ok(Some(status)) => Err(format!(
                     "host exited with {status} before serving; log: {}",
                     tail(&log_path)
                 )),
                 Ok(None) => Ok(()),
                 Err(e) => Err(e.to_string()),
-            })
-            .await;
-            if let Err(e) = ready {
-                let _ = child.kill().await;
-                return Err(e);
-            }
+            };
+            let ready = match wait_listening(&log_path, &mut alive).await {
+                Ok(addr) => wait_ready(addr, &mut alive).await.map(|()| addr),
+                Err(e) => Err(e),
+            };
+            let addr = match ready {
+                Ok(addr) => addr,
+                Err(e) => {
+                    let _ = child.kill().await;
+                    return Err(e);
+                }
+            };
             Ok(Box::new(ChildHost { addr, child }) as Box<dyn Running>)
         })
     }
@@ -436,5 +505,107 @@ impl Running for ChildHost {
         Box::pin(async move {
             let _ = child.kill().await;
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(dir: &std::path::Path) -> HostSpec {
+        HostSpec {
+            journal: dir.join("journal.db"),
+            // Never called: no check runs.
+            model_url: "http://127.0.0.1:9/v1".into(),
+            model: String::new(),
+            harnesses: Vec::new(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// A "host" that only prints `line` and waits: whatever answers is
+    /// found through the printed address alone.
+    fn printing(line: &str) -> CommandHost {
+        CommandHost::new(format!("sh -c 'echo \"{line}\"; exec sleep 60'"))
+    }
+
+    #[test]
+    fn listening_lines_give_the_bound_address() {
+        let a = |s: &str| listening_addr(s).map(|a| a.to_string());
+        assert_eq!(
+            a("agentsessionsd listening on 127.0.0.1:4100\n").as_deref(),
+            Some("127.0.0.1:4100")
+        );
+        assert_eq!(
+            a("console listening on http://127.0.0.1:4101").as_deref(),
+            Some("127.0.0.1:4101")
+        );
+        assert_eq!(
+            a("listening on 0.0.0.0:4102").as_deref(),
+            Some("127.0.0.1:4102")
+        );
+        assert_eq!(a("listening on [::]:4103").as_deref(), Some("[::1]:4103"));
+        // The requested port 0 echoed back is not an address to reach.
+        assert_eq!(a("agentsessionsd listening on 127.0.0.1:0"), None);
+        assert_eq!(a("listening on 127.0.0.1:4104 (tls)"), None);
+        assert_eq!(a("ready"), None);
+    }
+
+    #[test]
+    fn the_addr_placeholder_asks_for_any_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = CommandHost::new("d --addr {addr} --journal {journal}");
+        let argv = host.argv(&spec(dir.path())).unwrap();
+        assert_eq!(argv[..3], ["d", "--addr", "127.0.0.1:0"]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_child_host_is_reached_at_the_address_it_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = spec(dir.path());
+        // A real Sessions server, which the child merely announces.
+        let real = InProcess.start(&spec).await.unwrap();
+        let addr = real.addr();
+        let child = printing(&format!("fake host listening on {addr}"))
+            .start(&spec)
+            .await
+            .unwrap();
+        assert_eq!(child.addr(), addr);
+        child.kill().await;
+        real.stop().await;
+    }
+
+    /// Issue #41: a client that reached some other gRPC server saw
+    /// UNIMPLEMENTED mid-suite; now such a server fails the start.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_printed_address_that_is_not_a_sessions_server_fails_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other = listener.local_addr().unwrap();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(crate::rawpark::ForeignPark::default().into_server())
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let err = printing(&format!("listening on {other}"))
+            .start(&spec(dir.path()))
+            .await
+            .err()
+            .expect("a start on a harness server fails");
+        assert!(err.contains("not a Sessions server"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_host_that_exits_without_listening_fails_with_its_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = CommandHost::new("sh -c 'echo no such flag >&2; exit 3'")
+            .start(&spec(dir.path()))
+            .await
+            .err()
+            .expect("the start fails");
+        assert!(
+            err.contains("exited") && err.contains("no such flag"),
+            "{err}"
+        );
     }
 }

@@ -152,6 +152,11 @@ pub enum TurnError {
     /// The model provider failed.
     #[error("model: {0}")]
     Model(String),
+    /// The model provider could not be reached or was overloaded; the
+    /// journaled text is the same as [`TurnError::Model`]'s, the status is
+    /// UNAVAILABLE.
+    #[error("model: {0}")]
+    ModelUnavailable(String),
     /// The park acknowledgement was missing or wrong.
     #[error("park acknowledgement: {0}")]
     ParkAck(String),

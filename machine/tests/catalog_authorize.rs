@@ -10,7 +10,7 @@ use agentsessions_machine::host::{
     Caller, Code, Effect, Principal, Request, Response, StoreEffect,
 };
 use agentsessions_proto::v1::{
-    CancelRequest, CreateSessionRequest, DeleteSessionRequest, EventKind, ForkRequest,
+    ApprovalRef, CancelRequest, CreateSessionRequest, DeleteSessionRequest, EventKind, ForkRequest,
     GetHarnessRequest, IdentityRef, ListHarnessesRequest, ListSessionsRequest, ResourceMetadata,
     Session,
 };
@@ -482,5 +482,105 @@ fn a_live_turns_cancel_records_and_a_parked_turns_name_the_canceller() {
     assert_eq!(
         actors(&world, &parked_sid),
         [Some("wes".into()), Some("wes".into())]
+    );
+}
+
+/// A session of `writer`'s parked on its approval gate, with the pending
+/// reference.
+fn parked_by(world: &mut World, writer: &Caller) -> (String, ApprovalRef) {
+    let created = create_in(world, writer.clone(), "", "approval");
+    let sid = uid(&created);
+    let parked = world.call_as(writer.clone(), exec(&sid, "", "go"));
+    let pending = parked
+        .session()
+        .and_then(|s| s.pending_approval)
+        .expect("parked on the gate");
+    (sid, pending)
+}
+
+#[test]
+fn an_approver_without_writer_resumes_the_execution_it_approved() {
+    let mut world = World::default();
+    let alice = who("alice", &["*:writer"]);
+    let bob = who("bob", &["*:approver"]);
+    let (sid, pending) = parked_by(&mut world, &alice);
+    let decided = |world: &mut World| match world
+        .call_as(
+            bob.clone(),
+            Request::Decided {
+                session: sid.clone(),
+            },
+        )
+        .reply
+    {
+        Ok(Response::Decided(d)) => d,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(decided(&mut world), None, "undecided yet");
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    assert_eq!(world.call_as(bob.clone(), decide).code(), Code::Ok);
+    assert_eq!(
+        decided(&mut world),
+        Some(pending.clone()),
+        "decided, not carried out: the wire says COMPLETED, the host knows better"
+    );
+    let resumed = world.call_as(bob.clone(), resume(&sid));
+    assert_eq!(resumed.code(), Code::Ok, "{:?}", resumed.reply);
+    let kinds: Vec<_> = world
+        .store
+        .records(&sid)
+        .iter()
+        .filter_map(|r| r.event.as_ref().map(events::kind_of))
+        .collect();
+    assert!(
+        kinds.contains(&EventKind::EventToolResult),
+        "the approved call ran: {kinds:?}"
+    );
+    assert_eq!(decided(&mut world), None, "carried out");
+}
+
+#[test]
+fn an_approver_without_writer_may_not_resume_anything_else() {
+    let mut world = World::default();
+    let alice = who("alice", &["*:writer"]);
+    let bob = who("bob", &["*:approver"]);
+    // Undecided: nothing to carry out yet.
+    let (sid, pending) = parked_by(&mut world, &alice);
+    let before = world.store.records(&sid).to_vec();
+    let early = world.call_as(bob.clone(), resume(&sid));
+    assert_eq!(early.code(), Code::PermissionDenied, "{:?}", early.reply);
+    assert_eq!(&*world.store.records(&sid), before, "nothing written");
+    // Decided and carried out: the gate is spent.
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    assert_eq!(world.call_as(bob.clone(), decide).code(), Code::Ok);
+    assert_eq!(world.call_as(bob.clone(), resume(&sid)).code(), Code::Ok);
+    let after = world.store.records(&sid).to_vec();
+    let again = world.call_as(bob.clone(), resume(&sid));
+    assert_eq!(again.code(), Code::PermissionDenied, "{:?}", again.reply);
+    assert_eq!(&*world.store.records(&sid), after, "nothing written");
+    // A session with no gate at all.
+    let plain = uid(&create_in(&mut world, alice.clone(), "", "echo"));
+    assert_eq!(
+        world.call_as(alice, exec(&plain, "", "hi")).code(),
+        Code::Ok
+    );
+    assert_eq!(
+        world.call_as(bob, resume(&plain)).code(),
+        Code::PermissionDenied
+    );
+}
+
+#[test]
+fn an_approver_of_another_project_may_not_resume_a_decided_gate() {
+    let mut world = World::default();
+    let alice = who("alice", &["*:writer"]);
+    let (sid, pending) = parked_by(&mut world, &alice);
+    let decide = approve(&sid, &pending.execution_id, "c1", pending.request_seq, true);
+    let bob = who("bob", &["*:approver"]);
+    assert_eq!(world.call_as(bob, decide).code(), Code::Ok);
+    let carol = who("carol", &["elsewhere:approver"]);
+    assert_eq!(
+        world.call_as(carol, resume(&sid)).code(),
+        Code::PermissionDenied
     );
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{AppendError, Code, Effect, Request, StoreEffect};
+use agentsessions_machine::host::{AppendError, Code, Effect, ModelFailure, Request, StoreEffect};
 use agentsessions_proto::v1::{CancelRequest, EventKind, ExecState, event::Body, lifecycle};
 use agentsessions_testkit::World;
 use common::*;
@@ -303,7 +303,7 @@ fn a_cancel_while_the_turn_is_still_starting_is_aborted_and_the_turn_goes_on() {
 fn cancel_of_a_resume_redriving_a_model_call_ends_both_calls() {
     let mut world = World::default();
     let sid = create(&mut world, "");
-    world.model_fail_next = Some("provider down".into());
+    world.model_fail_next = Some(ModelFailure::other("provider down"));
     assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Internal);
     world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
     let resuming = world.start(resume(&sid));

@@ -7,7 +7,7 @@ mod common;
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
     AppendError, Backend, Code, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
-    History, Request, Response, Route, StoreEffect, StreamItem,
+    History, ModelFailure, Request, Response, Route, StoreEffect, StreamItem,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, CreateSessionRequest, EventKind, ExecState, HarnessEnd, Mediation,
@@ -274,15 +274,30 @@ fn an_executor_failure_fails_the_turn_and_leaves_the_intent_unresolved() {
 #[test]
 fn a_model_failure_is_internal_and_journals_an_error() {
     let mut world = World::default();
-    world.model_fail_next = Some("UNAVAILABLE: provider down".into());
+    world.model_fail_next = Some(ModelFailure::other("invalid response body"));
     let sid = create(&mut world, "");
     let call = world.call(exec(&sid, "", "hi"));
-    assert_eq!(
-        call.code(),
-        Code::Internal,
-        "an UNAVAILABLE model stays INTERNAL"
-    );
+    assert_eq!(call.code(), Code::Internal);
     assert_eq!(kinds(&world, &sid).last(), Some(&EventKind::EventError));
+}
+
+#[test]
+fn an_unreachable_model_is_unavailable_and_journals_the_same_error() {
+    let mut world = World::default();
+    world.model_fail_next = Some(ModelFailure::unavailable("provider down"));
+    let sid = create(&mut world, "");
+    let call = world.call(exec(&sid, "", "hi"));
+    assert_eq!(call.code(), Code::Unavailable, "clients retry it");
+    let log = world.store.records(&sid);
+    let last = log
+        .last()
+        .and_then(|r| r.event.as_ref())
+        .expect("an error record");
+    assert_eq!(events::kind_of(last), EventKind::EventError);
+    assert!(
+        format!("{last:?}").contains("model: provider down"),
+        "the record says what failed: {last:?}"
+    );
 }
 
 #[test]
@@ -560,4 +575,61 @@ fn a_journal_read_back_with_a_broken_link_is_data_loss_and_nothing_is_written() 
     let call = world.call(exec(damaged, "", "two"));
     assert_eq!(call.code(), Code::DataLoss, "{call:?}");
     assert_eq!(&*world.store.records(damaged), records.as_slice());
+}
+
+/// A world serving only the echo model, whose echo harness names `model`.
+fn serving_echo_only(model: &str) -> World {
+    let mut config = world::config();
+    config.models = Some(["echo".to_owned()].into());
+    let mut world = World::new(config);
+    let mut d = harness::by_kind("echo").expect("echo script").descriptor();
+    d.models = vec![model.to_owned()];
+    world.descriptors.insert("echo".into(), d);
+    world
+}
+
+#[test]
+fn a_harness_naming_an_unserved_model_is_refused_before_its_turn_starts() {
+    let mut world = serving_echo_only("gpt-4o");
+    let sid = create(&mut world, "echo");
+    let call = world.call(exec(&sid, "", "hi"));
+    assert_eq!(call.code(), Code::FailedPrecondition);
+    let text = match &call.reply {
+        Err(s) => s.message.clone(),
+        Ok(_) => String::new(),
+    };
+    assert!(
+        text.contains("\"gpt-4o\"") && text.contains("--model"),
+        "names the model and the fix: {text}"
+    );
+    assert!(world.store.records(&sid).is_empty(), "nothing journaled");
+    assert_eq!(world.model_calls, 0);
+    assert!(world.runtime_calls.is_empty(), "no compute provisioned");
+}
+
+#[test]
+fn a_harness_naming_a_served_model_runs() {
+    let mut world = serving_echo_only("echo");
+    let sid = create(&mut world, "echo");
+    assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Ok);
+    assert_eq!(world.model_calls, 1);
+}
+
+#[test]
+fn fork_admits_a_harness_whatever_models_it_names() {
+    let mut config = world::config();
+    config.models = Some(std::collections::BTreeSet::new());
+    let mut world = World::new(config);
+    let sid = create(&mut world, "echo");
+    let fork = world.call(Request::Fork(agentsessions_proto::v1::ForkRequest {
+        session: sid.clone(),
+        count: 1,
+        ..Default::default()
+    }));
+    assert_eq!(fork.code(), Code::Ok, "{:?}", fork.reply);
+    assert_eq!(
+        world.call(exec(&sid, "", "hi")).code(),
+        Code::FailedPrecondition,
+        "a turn is refused: echo is not served here"
+    );
 }

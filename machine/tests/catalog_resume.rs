@@ -6,7 +6,7 @@ mod common;
 
 use agentsessions_machine::events::body;
 use agentsessions_machine::host::RuntimeCall;
-use agentsessions_machine::host::{AppendError, Code, Effect, Request, RuntimeOp};
+use agentsessions_machine::host::{AppendError, Code, Effect, ModelFailure, Request, RuntimeOp};
 use agentsessions_proto::v1::{
     ComputeState, EventKind, ModelCall, Resumability, controller_frame::Frame, event::Body,
 };
@@ -24,7 +24,7 @@ fn verify(world: &World, sid: &str) {
 fn resume_after_a_provider_error_calls_the_provider_once_more() {
     let mut world = World::default();
     let sid = create(&mut world, "");
-    world.model_fail_next = Some("provider down".into());
+    world.model_fail_next = Some(ModelFailure::other("provider down"));
     assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Internal);
     assert_eq!(
         kinds(&world, &sid),
@@ -49,7 +49,7 @@ fn each_failed_resume_at_a_model_call_calls_once_and_journals_an_error() {
     let sid = crashed_turn(&mut world, "", 3);
     let mark = world.trace.len();
     for _ in 0..2 {
-        world.model_fail_next = Some("provider down".into());
+        world.model_fail_next = Some(ModelFailure::other("provider down"));
         assert_eq!(world.call(resume(&sid)).code(), Code::Internal);
     }
     assert_eq!(world.call(resume(&sid)).code(), Code::Ok);

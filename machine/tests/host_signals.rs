@@ -5,7 +5,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{Code, Request, Signal, TurnOutcome};
+use agentsessions_machine::host::{Code, ModelFailure, Request, Signal, TurnOutcome};
 use agentsessions_proto::v1::{CancelRequest, DeleteSessionRequest};
 use agentsessions_testkit::World;
 use common::*;
@@ -54,7 +54,7 @@ fn a_completed_turn_is_told_once_with_its_harness() {
 #[test]
 fn a_failed_model_call_ends_the_turn_failed() {
     let mut world = World::default();
-    world.model_fail_next = Some("UNAVAILABLE: provider down".into());
+    world.model_fail_next = Some(ModelFailure::other("provider down"));
     let sid = create(&mut world, "echo");
     assert_eq!(world.call(exec(&sid, "", "hi")).code(), Code::Internal);
     let (turns, _) = told(&mut world);

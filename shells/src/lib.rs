@@ -1,6 +1,7 @@
 //! Shells: perform the machine's effects for real (journal, gRPC, harnesses, runtimes, model).
 
 pub mod auth;
+pub mod causes;
 // The web console (axum pages over the drive loop); not in the simulation.
 #[cfg(not(madsim))]
 pub mod console;

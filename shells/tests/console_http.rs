@@ -5,6 +5,8 @@
 
 #[path = "support/daemon.rs"]
 mod support;
+#[path = "support/web.rs"]
+mod web;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,7 @@ use agentsessions_shells::auth::{AuthFile, Authenticator};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig, StartError};
 use sha2::{Digest, Sha256};
 use support::{authed, client, create, exec_code, replay, text};
+use web::{first_cookie, hidden};
 
 fn config(dir: &std::path::Path) -> DaemonConfig {
     let mut c = support::config(dir);
@@ -52,21 +55,6 @@ async fn post(url: &str, cookie: Option<&str>, form: &str) -> reqwest::Response 
 async fn login_form(url: &str) -> (String, String) {
     let r = http().get(url).send().await.unwrap();
     (first_cookie(&r), r.text().await.unwrap())
-}
-
-/// `name=value` of the first cookie `r` sets.
-fn first_cookie(r: &reqwest::Response) -> String {
-    let set = r.headers()["set-cookie"].to_str().unwrap();
-    set.split(';').next().unwrap().to_owned()
-}
-
-/// The value of the hidden input `name` on a page.
-fn hidden(html: &str, name: &str) -> String {
-    let at = html
-        .find(&format!("name=\"{name}\" value=\""))
-        .unwrap_or_else(|| panic!("no {name} on the page"));
-    let rest = &html[at + name.len() + 15..];
-    rest[..rest.find('"').unwrap()].to_owned()
 }
 
 async fn exec(d: &Daemon, uid: &str, input: &str) {
@@ -511,9 +499,47 @@ async fn with_tls_the_console_serves_https_with_secure_cookies() {
     d.shutdown().await;
 }
 
+/// The page at `path` for the console session `cookie`.
+async fn get_as(base: &str, cookie: &str, path: &str) -> String {
+    http()
+        .get(format!("{base}{path}"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The records of `uid`, read as `key`.
+async fn kinds_of(
+    c: &mut agentsessions_proto::grpc::sessions_client::SessionsClient<tonic::transport::Channel>,
+    uid: &str,
+    key: &str,
+) -> Vec<agentsessions_proto::v1::LogRecord> {
+    use agentsessions_proto::v1::ReplayRequest;
+    let mut records = c
+        .replay(authed(
+            ReplayRequest {
+                session: uid.into(),
+                ..Default::default()
+            },
+            key,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while let Some(r) = records.message().await.unwrap() {
+        out.push(r);
+    }
+    out
+}
+
 #[tokio::test]
-async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_is_said() {
-    use agentsessions_proto::v1::{CreateSessionRequest, ReplayRequest, Session};
+async fn an_approver_without_writer_decides_and_resumes_and_is_attributed() {
+    use agentsessions_proto::v1::{ApproveRequest, EventKind as K};
     let dir = tempfile::tempdir().unwrap();
     let (writer, approver) = ("wanda-key-0123456789", "abe-key-0123456789");
     let mut toml = String::new();
@@ -532,35 +558,7 @@ async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_i
     cfg.security.auth = Arc::new(Authenticator::from_file(&file).unwrap());
     let d = Daemon::start(cfg).await.unwrap();
     let mut c = client(&d).await;
-    let uid = c
-        .create_session(authed(
-            CreateSessionRequest {
-                session: Some(Session {
-                    harness: "approval".into(),
-                    ..Default::default()
-                }),
-            },
-            writer,
-        ))
-        .await
-        .unwrap()
-        .into_inner()
-        .metadata
-        .unwrap()
-        .uid;
-    let mut turn = c
-        .exec(authed(
-            ExecRequest {
-                session: uid.clone(),
-                inputs: vec![text("remember milk")],
-                ..Default::default()
-            },
-            writer,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    while turn.message().await.unwrap().is_some() {}
+    let uid = support::parked_as(&mut c, writer).await;
 
     let b = base(&d);
     let (visitor, login) = login_form(&format!("{b}/login")).await;
@@ -571,15 +569,7 @@ async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_i
     )
     .await;
     let cookie = first_cookie(&r);
-    let html = http()
-        .get(format!("{b}/sessions/{uid}"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = get_as(&b, &cookie, &format!("/sessions/{uid}")).await;
     assert!(
         html.contains("id=\"approve\""),
         "an approver gets the buttons"
@@ -592,48 +582,82 @@ async fn a_decision_is_attributed_to_the_cookies_principal_and_a_failed_resume_i
     let r = post(&format!("{b}/sessions/{uid}/decide"), Some(&cookie), &form).await;
     assert_eq!(r.status(), 303);
     let to = r.headers()["location"].to_str().unwrap().to_owned();
-    assert_eq!(to, format!("/sessions/{uid}?receipt=6&resume=7#receipt"));
-    let html = http()
-        .get(format!("{b}{to}"))
-        .header("cookie", &cookie)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        html.contains("may approve but not resume"),
-        "the note says why"
+    assert_eq!(
+        to,
+        format!("/sessions/{uid}?receipt=6#receipt"),
+        "decided and resumed, under the approver's own authority"
     );
+    let html = get_as(&b, &cookie, &to).await;
     assert!(html.contains("call c1 approved (request seq 4): fine"));
     assert!(
         html.contains("<td class=\"actor\">abe (api-key)</td>"),
         "attributed"
     );
-
-    let mut records = c
-        .replay(authed(
-            ReplayRequest {
-                session: uid.clone(),
-                ..Default::default()
-            },
-            writer,
-        ))
-        .await
-        .unwrap()
-        .into_inner();
-    let mut decision = None;
-    while let Some(r) = records.message().await.unwrap() {
-        if r.seq == 6 {
-            decision = r.event;
-        }
-    }
-    let actor = decision.unwrap().actor.unwrap();
+    let records = kinds_of(&mut c, &uid, writer).await;
+    let actor = records[5].event.clone().unwrap().actor.unwrap();
     assert_eq!(
         (actor.principal.as_str(), actor.issuer.as_str()),
         ("abe", "api-key")
     );
+    assert!(
+        records
+            .iter()
+            .any(|r| r.event.as_ref().unwrap().kind == K::EventToolResult as i32),
+        "the approved call ran"
+    );
+
+    // Decided over the API without a resume: the console says DECIDED, not
+    // COMPLETED, keeps it under "waiting", and its Resume carries it out.
+    let other = support::parked_as(&mut c, writer).await;
+    let pending = c
+        .get_session(authed(GetSessionRequest { uid: other.clone() }, writer))
+        .await
+        .unwrap()
+        .into_inner()
+        .pending_approval
+        .unwrap();
+    c.approve(authed(
+        ApproveRequest {
+            session: other.clone(),
+            execution_id: pending.execution_id,
+            tool_call_id: pending.tool_call_id,
+            request_seq: pending.request_seq,
+            approved: Some(true),
+            ..Default::default()
+        },
+        approver,
+    ))
+    .await
+    .unwrap();
+    let html = get_as(&b, &cookie, &format!("/sessions/{other}")).await;
+    assert!(html.contains("id=\"exec-state\">DECIDED<"), "{html}");
+    assert!(html.contains("id=\"resume\""), "a Resume button");
+    let list = get_as(&b, &cookie, "/sessions?waiting=1").await;
+    assert!(list.contains(&other), "decided is still waiting: {list}");
+    assert!(!list.contains(&uid), "the resumed one is not");
+    let forged = post(
+        &format!("{b}/sessions/{other}/resume"),
+        Some(&cookie),
+        "csrf=00",
+    )
+    .await;
+    assert_eq!(forged.status(), 403);
+    let r = post(
+        &format!("{b}/sessions/{other}/resume"),
+        Some(&cookie),
+        &format!("csrf={}", hidden(&html, "csrf")),
+    )
+    .await;
+    assert_eq!(r.status(), 303);
+    let records = kinds_of(&mut c, &other, writer).await;
+    assert!(
+        records
+            .iter()
+            .any(|r| r.event.as_ref().unwrap().kind == K::EventToolResult as i32),
+        "the console's Resume ran the call"
+    );
+    let html = get_as(&b, &cookie, &format!("/sessions/{other}")).await;
+    assert!(!html.contains(">DECIDED<"), "carried out");
     d.shutdown().await;
 }
 

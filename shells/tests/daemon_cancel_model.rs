@@ -40,7 +40,7 @@ async fn a_cancel_drops_the_model_request_it_abandons() {
     });
     let dir = tempfile::tempdir().unwrap();
     let cfg = DaemonConfig {
-        model: "hangs".into(),
+        models: vec!["hangs".into()],
         model_base_url: Some(format!("http://{addr}")),
         model_api_key: Some("k".into()),
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
@@ -48,7 +48,7 @@ async fn a_cancel_drops_the_model_request_it_abandons() {
     };
     let daemon = Daemon::start(cfg).await.unwrap();
     let mut c = client(&daemon).await;
-    let sid = create(&mut c, "echo").await;
+    let sid = create(&mut c, "chat").await;
     let mut turn_client = c.clone();
     let turn = tokio::spawn({
         let sid = sid.clone();
@@ -96,7 +96,7 @@ async fn a_cancel_drops_the_model_request_it_abandons() {
         "an abandoned call is neither ok nor error: {text}"
     );
     assert!(
-        text.contains("agentsessions_turns_total{harness=\"echo\",outcome=\"canceled\"} 1"),
+        text.contains("agentsessions_turns_total{harness=\"chat\",outcome=\"canceled\"} 1"),
         "{text}"
     );
     daemon.shutdown().await;

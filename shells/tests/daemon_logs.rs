@@ -6,41 +6,14 @@
 //!
 //! This file installs the process-wide subscriber, so it holds one test.
 
+#[path = "support/capture.rs"]
+mod capture;
 #[path = "support/daemon.rs"]
 mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, GetSessionRequest, Session};
 use agentsessions_shells::daemon::app::Daemon;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn lines(&self) -> Vec<serde_json::Value> {
-        let bytes = self.0.lock().unwrap().clone();
-        String::from_utf8(bytes)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-    fn text(&self) -> String {
-        String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-    }
-}
+use capture::Capture;
 
 const SECRET_INPUT: &str = "sk-live-INPUT-7f3a9c1e5b2d4f60";
 const SECRET_CONFIG: &str = "sk-live-CONFIG-0e4b8a2c6d1f3579";

@@ -116,7 +116,7 @@ const PENDING: &str = "agentsessions_approvals_pending";
 /// Every label key a series may carry, and no value may be a session id.
 fn assert_bounded(text: &str, uids: &[String]) {
     let keys: BTreeSet<&str> = [
-        "method", "code", "harness", "outcome", "model", "kind", "tool", "reason", "le",
+        "method", "code", "harness", "outcome", "model", "kind", "tool", "reason", "bound", "le",
     ]
     .into();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -213,15 +213,15 @@ async fn a_workload_across_a_restart_reads_exactly_in_the_metrics() {
 
     // Second life, with a model provider that is gone and two remote
     // harnesses: the park is counted from the journal, decided and
-    // resumed; a turn reports usage, a harness cannot be reached, and an
-    // echo turn fails on the model.
+    // resumed; a turn reports usage, a harness cannot be reached, and a
+    // chat turn fails on the model (echo keeps its built-in model).
     let daemon = Daemon::start(DaemonConfig {
         metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
         harnesses: vec![
             ("counting".into(), format!("http://{peer}")),
             ("dead".into(), "http://127.0.0.1:1".into()),
         ],
-        model: "gone".into(),
+        models: vec!["gone".into()],
         model_base_url: Some("http://127.0.0.1:1".into()),
         ..support::config(dir.path())
     })
@@ -261,11 +261,16 @@ async fn a_workload_across_a_restart_reads_exactly_in_the_metrics() {
     })
     .await
     .unwrap();
-    assert_eq!(exec(&mut c, &echo).await, tonic::Code::Internal);
+    let chat = support::create(&mut c, "chat").await;
+    assert_eq!(
+        exec(&mut c, &chat).await,
+        tonic::Code::Unavailable,
+        "a provider that cannot be reached"
+    );
 
     let text = scrape(&daemon).await;
     assert_eq!(turns(&text, "approval", "completed"), 1.0, "{text}");
-    assert_eq!(turns(&text, "echo", "failed"), 1.0);
+    assert_eq!(turns(&text, "chat", "failed"), 1.0);
     assert_eq!(turns(&text, "counting", "completed"), 1.0);
     assert_eq!(sum(&text, "agentsessions_turns_total", &[]), 3.0);
     let tokens = |kind: &str| {
@@ -357,7 +362,11 @@ async fn a_scrape_counts_every_rpc_by_method_and_code_with_bounded_labels() {
     assert_eq!(count("CreateSession", "OK"), Some(3.0), "{text}");
     assert_eq!(count("Exec", "OK"), Some(2.0));
     assert_eq!(count("GetSession", "NOT_FOUND"), Some(1.0));
-    assert_eq!(count("GetSession", "OK"), None, "no such call was made");
+    assert_eq!(
+        count("GetSession", "OK"),
+        Some(0.0),
+        "no such call was made, and the series is there from the start"
+    );
     let durations = |method: &str| {
         sample(
             &text,

@@ -58,7 +58,7 @@ async fn one_exec_makes_a_span_tree_in_the_callers_trace() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(DaemonConfig {
         harnesses: vec![(HARNESS.into(), harness_url)],
-        model: otlp::MODEL.into(),
+        models: vec![otlp::MODEL.into()],
         model_base_url: Some(format!("{}/v1", model.base)),
         model_api_key: Some("k".into()),
         ..support::config(dir.path())

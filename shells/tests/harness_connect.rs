@@ -118,9 +118,6 @@ async fn start(peer: LatePeer) -> (Daemon, SessionsClient<Channel>, tempfile::Te
     );
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
-    // A remote harness needs a model configured; this peer never asks it.
-    cfg.model = "gpt-test".into();
-    cfg.model_base_url = Some("http://127.0.0.1:9".into());
     cfg.harnesses = vec![("late".into(), addr.to_string())];
     cfg.harness_timeouts = HarnessTimeouts {
         describe: BOUND,

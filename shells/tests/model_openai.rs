@@ -661,6 +661,10 @@ async fn transport_failure_names_no_url() {
         .await
         .unwrap_err();
     assert!(matches!(err, ModelError::Transport { .. }), "{err:?}");
+    assert!(
+        err.is_unavailable(),
+        "a provider that cannot be reached is retried"
+    );
     let text = err.to_outcome_string();
     assert!(
         !text.contains("query-secret") && !text.contains(&addr.to_string()),
@@ -689,6 +693,25 @@ async fn echo_model_answers_the_last_message() {
     assert_eq!(message_text(&r.unwrap().message.unwrap()), "echo:");
     assert!(matches!(
         model_outcome(Err(ModelError::NoChoices { model: "m".into() })),
-        agentsessions_machine::host::Outcome::Model(Err(s)) if s == "openai: m: no choices in response"
+        agentsessions_machine::host::Outcome::Model(Err(f))
+            if f.message == "openai: m: no choices in response" && !f.unavailable
     ));
+}
+
+#[test]
+fn overloaded_and_unreachable_providers_are_unavailable_and_refusals_are_not() {
+    let status = |status: u16| ModelError::Status {
+        model: "m".into(),
+        status,
+        detail: String::new(),
+    };
+    for code in [408, 429, 500, 502, 503, 504] {
+        assert!(status(code).is_unavailable(), "http {code}");
+    }
+    for code in [400, 401, 403, 404, 422] {
+        assert!(!status(code).is_unavailable(), "http {code}");
+    }
+    assert!(ModelError::StreamTruncated { model: "m".into() }.is_unavailable());
+    assert!(!ModelError::InvalidBody { model: "m".into() }.is_unavailable());
+    assert!(!ModelError::NotServed { model: "m".into() }.is_unavailable());
 }

@@ -31,10 +31,11 @@ use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
     CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest, ForkRequest,
     GetHarnessRequest, GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
-    ListSessionsRequest, ListSessionsResponse, RegisterHarnessRequest, ReplayRequest,
+    ListSessionsRequest, ListSessionsResponse, LogRecord, RegisterHarnessRequest, ReplayRequest,
     ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
     exec_update::Update,
 };
+use agentsessions_shells::causes;
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use anyhow::Context as _;
 use clap::Parser as _;
@@ -70,7 +71,7 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(err) if broken_pipe(&err) => ExitCode::from(exit::OK),
         Err(err) => {
-            eprintln!("agentctl: {err:#}");
+            eprintln!("agentctl: {}", causes::chain(err.as_ref()));
             ExitCode::from(exit_code(&err))
         }
     }
@@ -120,7 +121,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(exit::OK)
         }
         Command::Journal { command } => journal(command).await,
-        Command::Harness { registry, command } => {
+        Command::Harness {
+            registry, command, ..
+        } => {
             let registry = common.registry_target(registry)?;
             let link = Link::open(&common, Want::Registry(registry)).await?;
             let mut client = HarnessRegistryClient::with_interceptor(
@@ -177,7 +180,7 @@ impl Link {
             registry_addr: matches!(want, Want::Registry(_)).then_some(loopback),
             journal: common.journal.clone(),
             project: common.project.clone(),
-            model: String::new(),
+            models: Vec::new(),
             model_base_url: None,
             model_path: None,
             model_auth_header: "Authorization".to_owned(),
@@ -639,15 +642,7 @@ async fn verify(c: &mut SessionsClient<Conn>, json: bool, session: &str) -> anyh
             progress::wanted(json),
             "verify",
         );
-        let mut stream = c
-            .replay(ReplayRequest {
-                session: session.to_owned(),
-                from_seq: 1,
-                to_seq: last_seq,
-            })
-            .await
-            .map_err(rpc("Replay"))?
-            .into_inner();
+        let mut stream = replay_all(c, session, last_seq).await?;
         let mut result = Ok(());
         while let Some(r) = stream.message().await.map_err(rpc("Replay"))? {
             result = check.push(&r);
@@ -681,6 +676,39 @@ async fn verify(c: &mut SessionsClient<Conn>, json: bool, session: &str) -> anyh
     }
 }
 
+/// The session's records 1..=`last_seq`.
+async fn records(
+    c: &mut SessionsClient<Conn>,
+    session: &str,
+    last_seq: i64,
+) -> anyhow::Result<Vec<LogRecord>> {
+    let mut out = Vec::new();
+    if last_seq <= 0 {
+        return Ok(out);
+    }
+    let mut stream = replay_all(c, session, last_seq).await?;
+    while let Some(r) = stream.message().await.map_err(rpc("Replay"))? {
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// The Replay stream of records 1..=`last_seq`.
+async fn replay_all(
+    c: &mut SessionsClient<Conn>,
+    session: &str,
+    last_seq: i64,
+) -> anyhow::Result<tonic::Streaming<LogRecord>> {
+    Ok(c.replay(ReplayRequest {
+        session: session.to_owned(),
+        from_seq: 1,
+        to_seq: last_seq,
+    })
+    .await
+    .map_err(rpc("Replay"))?
+    .into_inner())
+}
+
 /// Commits the decision, then (unless `--no-resume`) resumes the session
 /// and prints the records the resume committed, as `exec` prints a turn's.
 async fn decide(
@@ -694,10 +722,18 @@ async fn decide(
         .to_owned();
     let target = match approve::explicit_target(&d) {
         Some(target) => target,
-        None => get(c, &session)
-            .await?
-            .pending_approval
-            .with_context(|| approve::nothing_pending(&session))?,
+        None => {
+            let now = get(c, &session).await?;
+            match now.pending_approval {
+                Some(pending) => pending,
+                None => {
+                    // The records say why and whether resume would help;
+                    // failing to read them only loses that advice.
+                    let records = records(c, &session, now.last_seq).await.ok();
+                    anyhow::bail!(approve::nothing_pending(&session, records.as_deref()));
+                }
+            }
+        }
     };
     let mut response = c
         .approve(approve::request(&session, target, approved, &d))

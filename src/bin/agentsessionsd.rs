@@ -48,11 +48,13 @@ struct Args {
     /// Project for sessions created without one.
     #[arg(long, default_value = "default")]
     project: String,
-    /// Model id for an OpenAI-compatible provider; empty uses the built-in
-    /// echo model.
-    #[arg(long, default_value = "")]
-    model: String,
-    /// Base URL of the OpenAI-compatible provider.
+    /// Serve a model id from an OpenAI-compatible provider: `ID` (at
+    /// --model-base-url) or `ID=BASE_URL`. Repeatable. Calls are routed by
+    /// the id the harness names; `echo` is always the built-in echo model.
+    /// The first id is the `chat` harness's.
+    #[arg(long = "model", value_name = "ID[=BASE_URL]")]
+    models: Vec<String>,
+    /// Base URL of the OpenAI-compatible provider for ids given without one.
     #[arg(long)]
     model_base_url: Option<String>,
     /// Request path under the base URL.
@@ -62,7 +64,7 @@ struct Args {
     #[arg(long, default_value = "Authorization")]
     model_auth_header: String,
     /// Attach a remote harness: NAME=ADDRESS (host:port, dns:///host:port,
-    /// unix:path). Repeatable; requires --model.
+    /// unix:path). Repeatable.
     #[arg(long = "harness", value_name = "NAME=ADDRESS")]
     harnesses: Vec<String>,
     /// Serve the HarnessRegistry admin API on this loopback address.
@@ -126,7 +128,8 @@ struct Args {
     retention_interval: Duration,
     /// This daemon's id as a session lease owner; keep it stable across
     /// restarts so a restarted daemon takes its own leases back at once.
-    /// Default: `<hostname>:<port of --addr>`.
+    /// Default: `<hostname>:<port of --addr>` (with `--addr` on port 0, one
+    /// unique to the process: set it to keep leases across restarts).
     #[arg(long, value_name = "ID")]
     host_id: Option<String>,
     /// How long a session lease lasts; another daemon on the same journal
@@ -195,7 +198,7 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     auth: Option<PathBuf>,
     /// Read flags from this TOML file: keys are the flags' long names,
-    /// e.g. `metrics-addr = "127.0.0.1:9464"`, `harness = ["a=host:1"]`.
+    /// e.g. `metrics-addr = "127.0.0.1:8083"`, `harness = ["a=host:1"]`.
     /// A flag or environment variable given as well wins over the file; an
     /// unknown key is an error.
     #[arg(long, value_name = "FILE")]
@@ -316,7 +319,10 @@ fn lease_settings(
             } else {
                 name
             };
-            format!("{name}:{}", args.addr.port())
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            default_host_id(&name, args.addr.port(), std::process::id(), nanos)
         }
     };
     Ok(Some(agentsessions_shells::daemon::app::LeaseSettings {
@@ -324,6 +330,17 @@ fn lease_settings(
         ttl,
         heartbeat: args.heartbeat.unwrap_or(ttl / 3),
     }))
+}
+
+/// `<hostname>:<port>`, stable across restarts so a restarted daemon takes
+/// its own leases back. On port 0 there is no stable id, and two such
+/// daemons must never share one: the process id and start time tell them
+/// apart.
+fn default_host_id(name: &str, port: u16, pid: u32, nanos: u32) -> String {
+    match port {
+        0 => format!("{name}:0-{pid}-{nanos:09}"),
+        port => format!("{name}:{port}"),
+    }
 }
 
 fn parse_harness(spec: &str) -> anyhow::Result<(String, String)> {
@@ -396,7 +413,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         ledger,
         project: args.project,
-        model: args.model,
+        models: args.models,
         model_base_url: args.model_base_url,
         model_path: args.model_path,
         model_auth_header: args.model_auth_header,
@@ -461,8 +478,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         println!("metrics listening on {m}");
     }
     if let Some(c) = daemon.console_addr {
-        println!("console listening on http://{c}");
+        // With --tls-cert the console serves HTTPS on the Sessions
+        // listener's certificate (Daemon::start); plain http gets nothing.
+        let scheme = if args.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        println!("console listening on {scheme}://{c}");
     }
+    // Launchers pass port 0 and read the bound ports from these lines.
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     shutdown_signal().await;
     eprintln!("agentsessionsd: draining in-flight calls");
     daemon.shutdown().await;
@@ -475,5 +501,21 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_host_id;
+
+    #[test]
+    fn a_fixed_port_gives_a_stable_lease_owner_and_port_0_a_unique_one() {
+        assert_eq!(default_host_id("h", 8080, 1, 2), "h:8080");
+        assert_eq!(default_host_id("h", 8080, 3, 4), "h:8080", "stable");
+        assert_ne!(
+            default_host_id("h", 0, 1, 2),
+            default_host_id("h", 0, 3, 2),
+            "two daemons on any port never share a lease owner"
+        );
     }
 }

@@ -44,10 +44,12 @@ struct Args {
     model: String,
     /// Harness listener: host:port, :port (every interface), or a unix
     /// socket as unix:///abs/path or unix:path (locked via <path>.lock).
-    #[arg(long, env = "HARNESS_ADDR", default_value = ":80")]
+    /// Loopback by default: without --tls-cert the link is plaintext and
+    /// unauthenticated.
+    #[arg(long, env = "HARNESS_ADDR", default_value = "127.0.0.1:9000")]
     addr: String,
     /// Readiness HTTP listener (host:port) answering "ok"; empty disables it.
-    #[arg(long, env = "HARNESS_READYZ", default_value = ":8081")]
+    #[arg(long, env = "HARNESS_READYZ", default_value = "127.0.0.1:9001")]
     readyz: String,
     /// Serve TLS with this PEM certificate chain (a TCP --addr only).
     #[arg(long, value_name = "FILE", requires = "tls_key")]

@@ -5,7 +5,8 @@
 //! the host runs (or refuses) the tool and the harness reports the receipt,
 //! as the reference CLI does; `--no-resume` stops after the commit.
 
-use agentsessions_proto::v1::{ApprovalRef, ApproveRequest, IdentityRef, Session};
+use agentsessions_machine::journal::{approval, executions};
+use agentsessions_proto::v1::{ApprovalRef, ApproveRequest, IdentityRef, LogRecord, Session};
 
 use crate::cli::args::Decide;
 use crate::cli::render;
@@ -28,12 +29,54 @@ pub fn explicit_target(d: &Decide) -> Option<ApprovalRef> {
     }
 }
 
-/// Why there is nothing to decide, and what to do instead.
-pub fn nothing_pending(session: &str) -> String {
-    format!(
-        "session {session} has no pending approval: run `agentctl resume --session {session}` to \
-         continue an interrupted turn, or name the call with --execution, --call and --request-seq"
-    )
+/// Why `session` has nothing to decide, read from its records (`None`
+/// when they could not be read). `resume` is suggested only when it would
+/// re-drive an unfinished turn of this session: on a finished one it
+/// changes nothing.
+pub fn nothing_pending(session: &str, records: Option<&[LogRecord]>) -> String {
+    let head = format!("session {session} has no pending approval");
+    let Some(records) = records else {
+        return head;
+    };
+    let resume = format!("run `agentctl resume --session {session}` to finish it");
+    // The turn recovery would continue; corrupt evidence means none.
+    let unfinished = executions::project(records)
+        .and_then(|p| executions::select_pending(records, &p))
+        .is_ok_and(|e| e.is_some());
+    let gate = approval::scan(records, 0)
+        .ok()
+        .and_then(|scan| scan.selected().cloned());
+    let why = match gate {
+        Some(g) => {
+            let call = &g.call.id;
+            let decided = g.decision_seq().zip(g.decision_body()).map(|(seq, d)| {
+                format!(
+                    "call {call} was already decided at seq {seq} (approved={})",
+                    d.approved
+                )
+            });
+            match decided {
+                // A gate copied by a fork belongs to the parent.
+                Some(what) if g.inherited => format!("{what}, before the fork"),
+                Some(what) if unfinished => {
+                    format!("{what}, but its turn has not finished: {resume}")
+                }
+                Some(what) => format!("{what} and its turn is over"),
+                None if g.inherited => {
+                    format!("call {call} was asked for before the fork; decide it in the parent")
+                }
+                None if unfinished => {
+                    format!(
+                        "its last turn stopped before call {call} was put to a decision: {resume}"
+                    )
+                }
+                None => format!("the turn that asked about call {call} ended without a decision"),
+            }
+        }
+        None if unfinished => format!("its last turn was interrupted: {resume}"),
+        None => "none of its turns is waiting for a decision".to_owned(),
+    };
+    format!("{head}: {why}")
 }
 
 /// The Approve request deciding `target`. The identity is sent only when

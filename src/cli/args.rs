@@ -176,11 +176,17 @@ pub enum Command {
     Deny(Decide),
     /// Administer the harness registry.
     Harness {
-        /// HarnessRegistry address (the daemon's --registry-addr). Without
-        /// it, and without --server, an embedded daemon serves the registry
-        /// from --journal.
+        /// HarnessRegistry address (the daemon's --registry-addr); the
+        /// Sessions address of --server does not serve it. Without it an
+        /// embedded daemon serves the registry from --journal.
         #[arg(long, global = true, value_name = "HOST:PORT")]
         registry: Option<String>,
+        // Harness commands refuse --server without --registry
+        // (`Common::registry_target`), so their help must not offer it. An
+        // arg of the same id here stops clap propagating the visible global
+        // one; being global too, its value still reaches `Common::server`.
+        #[arg(long, global = true, hide = true, value_name = "HOST:PORT")]
+        server: Option<String>,
         #[command(subcommand)]
         command: HarnessCommand,
     },

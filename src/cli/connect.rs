@@ -2,9 +2,12 @@
 //! optionally a client certificate), with the bearer credential attached
 //! to every call.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use agentsessions_shells::causes;
 use agentsessions_shells::daemon::security::ClientTlsFiles;
+use agentsessions_shells::daemon::security::peer_protocol::{self, Mismatch};
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
@@ -85,23 +88,44 @@ pub async fn connect(
             .tls_config(tls)
             .map_err(|e| UsageError(format!("TLS settings for {addr}: {e}")))?;
     }
-    endpoint.connect().await.map_err(|e| {
-        RpcError::new(
-            "connect",
-            tonic::Status::unavailable(format!("{addr}: {}", error_chain(&e))),
-        )
-        .into()
-    })
+    // The causes are kept: a TLS failure hides in a source. Each
+    // connection is sniffed so that a TLS/plaintext mismatch is named (see
+    // `mismatch_hint`).
+    endpoint
+        .connect_with_connector(peer_protocol::connector(|m| {
+            let _ = MISMATCH.set(m);
+        }))
+        .await
+        .map_err(|e| {
+            let hint = mismatch_hint(Some(&e))
+                .map(|h| format!("; {h}"))
+                .unwrap_or_default();
+            RpcError::new(
+                "connect",
+                tonic::Status::unavailable(format!("{addr}: {}{hint}", causes::chain(&e))),
+            )
+            .into()
+        })
 }
 
-/// A transport error with its causes (a TLS failure hides in a source).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
+/// The first TLS/plaintext mismatch a connection of this process met. A
+/// call waiting on that connection may fail with only "connection closed"
+/// (the mismatch went to the connection, not the call); agentctl makes one
+/// connection per run, so the process is the right scope.
+static MISMATCH: OnceLock<Mismatch> = OnceLock::new();
+
+/// What to do about a TLS/plaintext mismatch behind `err` or met by this
+/// process's connection: a plaintext client at a TLS port fails its first
+/// call (an h2 protocol error, a reset or a closed connection), a TLS
+/// client at a plaintext port fails its handshake.
+pub fn mismatch_hint(err: Option<&(dyn std::error::Error + 'static)>) -> Option<&'static str> {
+    let mismatch = err
+        .and_then(Mismatch::find)
+        .or_else(|| MISMATCH.get().copied())?;
+    Some(if mismatch.server_may_want_tls() {
+        "the server may be serving TLS: pass --tls-ca FILE or use an https:// server address"
+    } else {
+        "the server may be serving plaintext: drop --tls-ca/--tls-cert and use a host:port \
+         or http:// server address"
+    })
 }

@@ -1,6 +1,6 @@
 //! Helpers the CLI tests share: running the built `agentctl` in a
-//! directory, reading its output, and a real `agentsessionsd` child on free
-//! loopback ports.
+//! directory, reading its output, and a real `agentsessionsd` child on
+//! loopback ports it picks itself (port 0) and reports.
 
 #![allow(dead_code)]
 
@@ -87,27 +87,45 @@ impl Daemon {
             .stderr(log)
             .spawn()
             .expect("start agentsessionsd");
+        // Every listener binds port 0 and the daemon prints the port it
+        // got: a port picked here and released could be taken by another
+        // process before the daemon binds it. The lines come from the
+        // child's own stdout, so each address is one the child bound.
+        let mut wanted = vec![
+            "agentsessionsd listening on ",
+            "harness registry listening on ",
+        ];
+        if extra.contains(&"--metrics-addr") {
+            wanted.push("metrics listening on ");
+        }
+        if extra.contains(&"--console-addr") {
+            wanted.push("console listening on ");
+        }
         let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
-        let mut addr_of = |prefix: &str| {
-            let line = lines.next().expect("daemon line").expect("utf-8 line");
-            line.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("{line:?}"))
-                .to_owned()
-        };
-        let sessions = addr_of("agentsessionsd listening on ");
-        let registry = addr_of("harness registry listening on ");
-        let metrics = extra
-            .contains(&"--metrics-addr")
-            .then(|| addr_of("metrics listening on "));
-        let console = extra
-            .contains(&"--console-addr")
-            .then(|| addr_of("console listening on "));
+        let mut found = std::collections::HashMap::new();
+        while found.len() < wanted.len() {
+            let line = match lines.next() {
+                Some(Ok(line)) => line,
+                end => panic!("daemon stdout ended ({end:?}) before {wanted:?}; got {found:?}"),
+            };
+            // In any order, other lines skipped: only the addresses matter.
+            if let Some((prefix, addr)) = wanted
+                .iter()
+                .find_map(|p| line.strip_prefix(p).map(|a| (*p, a.to_owned())))
+            {
+                assert!(!addr.ends_with(":0"), "{line:?}: not the bound port");
+                found.insert(prefix, addr);
+            }
+        }
+        // Keep reading, so a later line cannot fail on a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let mut take = |prefix: &str| found.remove(prefix);
         Self {
+            sessions: take("agentsessionsd listening on ").expect("sessions line"),
+            registry: take("harness registry listening on ").expect("registry line"),
+            metrics: take("metrics listening on "),
+            console: take("console listening on "),
             child,
-            sessions,
-            registry,
-            metrics,
-            console,
         }
     }
 }

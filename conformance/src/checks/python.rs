@@ -500,6 +500,9 @@ async fn doc_harness(env: &mut Env) -> CheckResult {
         "the turn did not complete: {}",
         kind_names(&live)
     );
+    // The documented harness names model "echo", which a host may answer
+    // itself or send to its provider: what counts is that nothing asks again.
+    let calls = env.model_requests();
     env.restart().await?;
     ensure!(
         log(env, &sid).await? == live,
@@ -507,7 +510,7 @@ async fn doc_harness(env: &mut Env) -> CheckResult {
     );
     resume_ok(env, &sid).await?;
     ensure!(
-        env.model_requests() == 1,
+        env.model_requests() == calls,
         "replay or resume asked the model"
     );
     ensure!(

@@ -37,7 +37,7 @@ use agentsessions_proto::v1::{
 use crate::error::{LogError, TurnError};
 use crate::events;
 use crate::journal::approval::ApprovalState;
-use crate::vocab::{AppendError, Committed, HarnessInput, IdSource, ModelReply};
+use crate::vocab::{AppendError, Committed, HarnessInput, IdSource, ModelFailure, ModelReply};
 
 /// How recorded effects are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -475,7 +475,7 @@ impl Invocation {
     /// Completion of an [`Action::InvokeModel`].
     pub fn on_model(
         &mut self,
-        result: Result<ModelReply, String>,
+        result: Result<ModelReply, ModelFailure>,
         ids: &mut dyn IdSource,
         out: &mut Vec<Action>,
     ) {
@@ -490,7 +490,8 @@ impl Invocation {
             return;
         }
         match result {
-            Err(e) => self.fail(TurnError::Model(e), out),
+            Err(e) if e.unavailable => self.fail(TurnError::ModelUnavailable(e.message), out),
+            Err(e) => self.fail(TurnError::Model(e.message), out),
             Ok(reply) => {
                 let message = reply.message.clone().unwrap_or_default();
                 self.note_output(reply.message.as_ref());

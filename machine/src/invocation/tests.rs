@@ -109,7 +109,7 @@ impl Rig {
         out
     }
 
-    fn model(&mut self, reply: Result<ModelReply, String>) -> Vec<Action> {
+    fn model(&mut self, reply: Result<ModelReply, ModelFailure>) -> Vec<Action> {
         let mut out = Vec::new();
         self.inv.on_model(reply, &mut self.ids, &mut out);
         out
@@ -869,7 +869,7 @@ fn events_after_an_abort_closed_the_connection_are_dropped() {
         Body::Message(events::assistant_text("late")),
     );
     assert!(late.is_empty(), "{late:?}");
-    let out = rig.model(Err("gone".into()));
+    let out = rig.model(Err(ModelFailure::other("gone")));
     let [Action::Append { events, .. }] = &out[..] else {
         panic!("{out:?}")
     };

@@ -58,7 +58,9 @@ fn need<'a>(call: &'a Request, default_project: &str) -> Need<'a> {
         Request::ListSessions(r) => Need::InProject(Role::Reader, project(&r.project)),
         Request::GetSession(r) => Need::OnSession(Role::Reader, &r.uid),
         Request::Replay(r) => Need::OnSession(Role::Reader, &r.session),
-        Request::ReplayHarness { session } => Need::OnSession(Role::Reader, session),
+        Request::ReplayHarness { session } | Request::Decided { session } => {
+            Need::OnSession(Role::Reader, session)
+        }
         Request::DeleteSession(r) => Need::OnSession(Role::Writer, &r.uid),
         Request::Exec(r) => Need::OnSession(Role::Writer, &r.session),
         Request::Fork(r) => Need::OnSession(Role::Writer, &r.session),
@@ -71,6 +73,20 @@ fn need<'a>(call: &'a Request, default_project: &str) -> Need<'a> {
         | Request::ListHarnesses(_)
         | Request::RetireHarness(_) => Need::Everywhere(Role::Admin),
         Request::Boot | Request::Retain { .. } => Need::HostOnly,
+    }
+}
+
+/// The roles any one of which admits `call` where `role` is needed. An
+/// approver may Resume: the resume that carries out a decision it made
+/// possible. What such a resume may do is narrowed by the operation
+/// (`ResumeOp`: exactly a decided gate's execution, nothing else).
+fn admitting(role: Role, call: &Request) -> &'static [Role] {
+    match (role, call) {
+        (Role::Writer, Request::Resume(_)) => &[Role::Writer, Role::Approver],
+        (Role::Reader, _) => &[Role::Reader],
+        (Role::Writer, _) => &[Role::Writer],
+        (Role::Approver, _) => &[Role::Approver],
+        (Role::Admin, _) => &[Role::Admin],
     }
 }
 
@@ -106,8 +122,10 @@ pub(crate) fn gate(caller: &Caller, call: &Request, default_project: &str) -> Ga
             role.name(),
             shown(&project)
         )),
-        Need::OnSession(role, _) if p.may_everywhere(role) => Gate::Open,
-        Need::OnSession(role, _) if !p.may_somewhere(role) => {
+        Need::OnSession(role, _) if admitting(role, call).iter().any(|&r| p.may_everywhere(r)) => {
+            Gate::Open
+        }
+        Need::OnSession(role, _) if !admitting(role, call).iter().any(|&r| p.may_somewhere(r)) => {
             Gate::Refused(denied_on_session(p, role))
         }
         Need::OnSession(role, session) => Gate::ByProject {
@@ -171,11 +189,14 @@ impl GateOp {
         let Outcome::Store(StoreOutcome::Session(row)) = outcome else {
             unexpected("authorize", &outcome)
         };
+        let call = self.call.as_ref().expect("checked above");
+        let admits = |project: &str| {
+            admitting(self.role, call)
+                .iter()
+                .any(|&r| self.principal.may(r, project))
+        };
         match row {
-            Ok(Some(row))
-                if self.principal.may(self.role, &row.project)
-                    || crate::planted!(SkipProjectCheck) =>
-            {
+            Ok(Some(row)) if admits(&row.project) || crate::planted!(SkipProjectCheck) => {
                 self.admitted = true;
                 Flow::Continue
             }

@@ -10,6 +10,7 @@ pub(crate) mod authorize;
 mod boot;
 mod cancel;
 pub(crate) mod cx;
+mod decided;
 mod delete;
 mod exec;
 mod fork;
@@ -57,6 +58,7 @@ pub(crate) enum Op {
     Cancel(cancel::CancelOp),
     Delete(delete::DeleteOp),
     Retain(delete::RetainOp),
+    Decided(decided::DecidedOp),
     /// A call waiting for its session's project (see `authorize`).
     Gate(authorize::GateOp),
 }
@@ -71,7 +73,9 @@ impl Op {
             Request::ListSessions(r) => Self::List(session::ListOp::new(request, r)),
             Request::Replay(r) => Self::Replay(replay::ReplayOp::new(request, r)),
             Request::Exec(r) => Self::Exec(exec::ExecOp::new(request, r, actor)),
-            Request::Resume(r) => Self::Resume(resume::ResumeOp::unary(request, r.session, actor)),
+            Request::Resume(r) => {
+                Self::Resume(resume::ResumeOp::unary(request, r.session, &caller))
+            }
             Request::Suspend(r) => {
                 Self::Suspend(suspend::SuspendOp::new(request, r.session, actor))
             }
@@ -96,6 +100,9 @@ impl Op {
                 ))
             }
             Request::Retain { after } => Self::Retain(delete::RetainOp::new(request, after)),
+            Request::Decided { session } => {
+                Self::Decided(decided::DecidedOp::new(request, session))
+            }
             Request::Cancel(r) => Self::Cancel(cancel::CancelOp::new(request, r, actor)),
         }
     }
@@ -117,6 +124,7 @@ impl Op {
             Self::Cancel(op) => op.start(cx),
             Self::Delete(op) => op.start(cx),
             Self::Retain(op) => op.start(cx),
+            Self::Decided(op) => op.start(cx),
             Self::Gate(_) => unreachable!("a gate starts when it is made"),
         }
     }
@@ -138,6 +146,7 @@ impl Op {
             Self::Cancel(op) => op.on_outcome(cx, id, outcome),
             Self::Delete(op) => op.on_outcome(cx, id, outcome),
             Self::Retain(op) => op.on_outcome(cx, id, outcome),
+            Self::Decided(op) => op.on_outcome(cx, id, outcome),
             Self::Gate(op) => op.on_outcome(cx, id, outcome),
         }
     }

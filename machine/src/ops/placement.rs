@@ -7,6 +7,8 @@
 //! and gate again; mint a fence. A refusal at any step provisions nothing
 //! further and journals nothing; a failure after the dial closes it.
 
+use std::collections::BTreeSet;
+
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use super::unexpected;
@@ -99,6 +101,42 @@ pub(crate) fn gate(harness: &str, route: &Route, d: &HarnessDescriptor) -> Resul
     Ok(())
 }
 
+/// The model gate: every model the descriptor names is one this host
+/// serves (`served` None: all are).
+pub(crate) fn models_gate(
+    harness: &str,
+    d: &HarnessDescriptor,
+    served: Option<&BTreeSet<String>>,
+) -> Result<(), Status> {
+    let Some(served) = served else {
+        return Ok(());
+    };
+    match d.models.iter().find(|m| !served.contains(m.as_str())) {
+        None => Ok(()),
+        Some(missing) => Err(Status::failed_precondition(format!(
+            "harness {:?} uses model {:?}, which this host does not serve (serves {}); start the daemon with --model {:?}",
+            shown(harness),
+            shown(missing),
+            served_list(served),
+            shown(missing),
+        ))),
+    }
+}
+
+/// The served ids for a message, bounded so a long list stays short.
+fn served_list(served: &BTreeSet<String>) -> String {
+    const SHOWN: usize = 8;
+    let mut out: Vec<String> = served
+        .iter()
+        .take(SHOWN)
+        .map(|m| format!("{:?}", shown(m)))
+        .collect();
+    if served.len() > SHOWN {
+        out.push(format!("and {} more", served.len() - SHOWN));
+    }
+    out.join(", ")
+}
+
 /// True for a harness that must be resumed from a memory snapshot.
 pub(crate) fn needs_memory(d: &HarnessDescriptor) -> bool {
     d.capabilities
@@ -169,6 +207,11 @@ impl Placement {
             (Step::Describe(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
+                // Only a turn calls models: Fork and Replay admit a harness
+                // whatever models it names.
+                if self.provision != Provision::AdmitOnly {
+                    models_gate(&self.harness, &d, cx.config().models.as_ref())?;
+                }
                 self.descriptor = Some(d);
                 let op = match &self.provision {
                     Provision::AdmitOnly => {
@@ -239,6 +282,7 @@ impl Placement {
             (Step::Recheck(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
+                models_gate(&self.harness, &d, cx.config().models.as_ref())?;
                 self.descriptor = Some(d);
                 self.fence_or_ready(cx);
             }

@@ -34,6 +34,7 @@ use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
 use crate::ops::cx::Cx;
 use crate::ops::render;
+use crate::vocab::caller::{Caller, Principal, Role};
 use crate::vocab::shown;
 use crate::vocab::{
     Code, Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
@@ -96,6 +97,10 @@ pub(crate) struct ResumeOp {
     cancels: CancelCalls,
     /// The verified caller, recorded on the RESUME marker.
     actor: Option<IdentityRef>,
+    /// A caller admitted as an approver (see `authorize::admitting`): it
+    /// is refused unless it is writer on the session's project or the
+    /// resume carries out a decided gate.
+    approver: Option<Principal>,
 }
 
 /// The session's own latest snapshot; a ref copied from a fork parent names
@@ -118,8 +123,12 @@ pub(crate) fn last_suspend_ref(log: &[LogRecord], uid: &str) -> SnapshotRef {
 }
 
 impl ResumeOp {
-    pub(crate) fn unary(request: RequestId, session: String, actor: Option<IdentityRef>) -> Self {
-        Self::new(request, session, Style::Unary, actor)
+    pub(crate) fn unary(request: RequestId, session: String, caller: &Caller) -> Self {
+        let mut op = Self::new(request, session, Style::Unary, caller.actor());
+        if let Caller::Verified(p) = caller {
+            op.approver = Some(p.clone());
+        }
+        op
     }
 
     pub(crate) fn exec_recovery(
@@ -145,6 +154,7 @@ impl ResumeOp {
             stage: Stage::Over,
             deadline: None,
             cancels: CancelCalls::default(),
+            approver: None,
         }
     }
 
@@ -313,6 +323,9 @@ impl ResumeOp {
             .filter(|s| !s.has_receipt() && !s.completed)
             .cloned();
         self.scan = scan;
+        if let Some(status) = self.approver_refusal(&row, gate.as_ref()) {
+            return self.fail(cx, status);
+        }
         if gate.as_ref().is_some_and(|g| g.inherited) {
             return self.fail_turn(cx, &LogError::InheritedToolIntent(String::new()).into());
         }
@@ -353,6 +366,29 @@ impl ResumeOp {
             return Flow::Continue;
         }
         self.recover(cx, gate)
+    }
+
+    /// Why this caller may not resume: it holds no writer role on the
+    /// session's project, only the approver role the gate admitted it by,
+    /// and there is no decided, owned gate whose execution it would carry
+    /// out. Decided before anything is provisioned or written.
+    fn approver_refusal(&self, row: &SessionRow, gate: Option<&ApprovalState>) -> Option<Status> {
+        let p = self.approver.as_ref()?;
+        if p.may(Role::Writer, &row.project) {
+            return None;
+        }
+        let decided =
+            gate.is_some_and(|g| !g.inherited && g.request.is_some() && g.decision.is_some());
+        if decided && p.may(Role::Approver, &row.project) {
+            return None;
+        }
+        Some(Status::new(
+            Code::PermissionDenied,
+            format!(
+                "permission denied: {:?} holds no writer role on this session's project; an approver may resume only an execution whose approval was decided and not yet carried out",
+                shown(&p.name)
+            ),
+        ))
     }
 
     /// The journal allows recovery: repair or report the gate, or place the

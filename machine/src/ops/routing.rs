@@ -145,7 +145,9 @@ pub(crate) mod mapping {
             TurnError::DeadlineExceeded => {
                 Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }
-            TurnError::HarnessUnavailable(_) => Status::unavailable(e.to_string()),
+            TurnError::HarnessUnavailable(_) | TurnError::ModelUnavailable(_) => {
+                Status::unavailable(e.to_string())
+            }
             _ if precondition(e) => Status::failed_precondition(e.to_string()),
             _ => Status::internal(e.to_string()),
         }
@@ -159,7 +161,9 @@ pub(crate) mod mapping {
             TurnError::DeadlineExceeded => {
                 Status::new(crate::vocab::Code::DeadlineExceeded, e.to_string())
             }
-            TurnError::HarnessUnavailable(_) => Status::unavailable(format!("resume: {e}")),
+            TurnError::HarnessUnavailable(_) | TurnError::ModelUnavailable(_) => {
+                Status::unavailable(format!("resume: {e}"))
+            }
             TurnError::Log(LogError::InheritedToolIntent(_)) => Status::failed_precondition(
                 format!("resume: {e}; fork at or after the TOOL_RESULT, or Exec a new turn"),
             ),

@@ -9,7 +9,7 @@
 
 use super::ids::Nanos;
 use super::lease::LeaseConfig;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_proto::v1::HarnessSpec;
 
@@ -91,6 +91,11 @@ pub struct HostConfig {
     /// Session leases, for hosts sharing a journal (`None`: this host is
     /// the journal's only writer and takes none).
     pub lease: Option<LeaseConfig>,
+    /// The model ids this host serves. A harness whose descriptor names
+    /// another is refused before a turn starts (FAILED_PRECONDITION), so
+    /// it fails at admission rather than mid-turn. `None`: every id is
+    /// taken as served (worlds whose model answers anything).
+    pub models: Option<BTreeSet<String>>,
 }
 
 impl Default for HostConfig {
@@ -118,6 +123,7 @@ impl Default for HostConfig {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             retain_completed: None,
             lease: None,
+            models: None,
         }
     }
 }

@@ -33,8 +33,8 @@ pub use history::History;
 pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use lease::{DEFAULT_LEASE, LeaseClaim, LeaseConfig};
 pub use outcome::{
-    DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelReply, Outcome, ParkRef,
-    PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
+    DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelFailure, ModelReply, Outcome,
+    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

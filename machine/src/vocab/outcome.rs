@@ -73,6 +73,35 @@ pub struct ModelReply {
     pub usage: Option<Usage>,
 }
 
+/// Why a model call failed, as the shell that made it saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFailure {
+    /// The provider could not be reached or was overloaded (connect,
+    /// timeout, 429, 5xx): the turn ends UNAVAILABLE so its client retries,
+    /// where any other failure is INTERNAL.
+    pub unavailable: bool,
+    /// What went wrong; journaled, so never message content or keys.
+    pub message: String,
+}
+
+impl ModelFailure {
+    /// A failure worth retrying later.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            unavailable: true,
+            message: message.into(),
+        }
+    }
+
+    /// A failure a retry would repeat.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self {
+            unavailable: false,
+            message: message.into(),
+        }
+    }
+}
+
 /// The answer to an effect, keyed by its [`EffectId`](super::EffectId).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -84,7 +113,7 @@ pub enum Outcome {
     /// (Create, Restore, Fork), a snapshot (Snapshot) or nothing (Stop).
     Runtime(Result<RuntimeReply, String>),
     /// For an [`Effect::Model`](super::Effect::Model).
-    Model(Result<ModelReply, String>),
+    Model(Result<ModelReply, ModelFailure>),
     /// For an [`Effect::Tool`](super::Effect::Tool).
     Tool(Result<ToolResult, String>),
 }

@@ -46,6 +46,13 @@ pub enum Request {
         /// Where this step starts ("" = the first row).
         after: String,
     },
+    /// The session's approval that is decided but not yet carried out by
+    /// a resume, if any (the wire shows that state as EXEC_COMPLETED). Not
+    /// a wire RPC; the console asks it.
+    Decided {
+        /// The session.
+        session: String,
+    },
     /// Boot the host before it serves: reserve the static and configured
     /// names, then load every stored registration. Not a wire RPC; the
     /// daemon and the test world send it once, first.
@@ -85,6 +92,8 @@ pub enum Response {
     Booted(BootReport),
     /// A retention step ran.
     Retained(RetentionReport),
+    /// The answer to [`Request::Decided`].
+    Decided(Option<agentsessions_proto::v1::ApprovalRef>),
 }
 
 /// What one retention step did.

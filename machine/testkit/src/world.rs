@@ -148,7 +148,7 @@ pub struct World {
     /// Live model invocations.
     pub model_calls: usize,
     /// When set, the next model call fails with this text.
-    pub model_fail_next: Option<String>,
+    pub model_fail_next: Option<agentsessions_machine::host::ModelFailure>,
     /// The executor.
     pub executor: Executor,
     /// Describe answers to fail, by route name.

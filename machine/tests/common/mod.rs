@@ -376,6 +376,7 @@ fn response_name(r: &Response) -> &'static str {
         Response::Harnesses(_) => "Harnesses",
         Response::Booted(_) => "Booted",
         Response::Retained(_) => "Retained",
+        Response::Decided(_) => "Decided",
     }
 }
 

@@ -109,6 +109,16 @@ impl Viewer {
             Caller::Verified(p) => p.may(Role::Approver, project),
         }
     }
+
+    /// Whether to offer Resume for a decided approval on `project`: a
+    /// writer may, and so may an approver (the machine lets it carry out
+    /// exactly a decided gate). Only a hint, as [`Viewer::may_decide`].
+    pub fn may_resume(&self, project: &str) -> bool {
+        match &self.caller {
+            Caller::Open => true,
+            Caller::Verified(p) => p.may(Role::Writer, project) || p.may(Role::Approver, project),
+        }
+    }
 }
 
 /// Why a request has no viewer.
@@ -160,7 +170,9 @@ pub fn verify(auth: &Authenticator, token: &str) -> Result<Caller, AuthError> {
         .parse()
         .map_err(|_| AuthError::Malformed)?;
     metadata.insert("authorization", value);
-    auth.authenticate(&metadata, None)
+    let caller = auth.authenticate(&metadata, None)?;
+    super::access::note_caller(&caller);
+    Ok(caller)
 }
 
 /// When a console session opened at `now` for a verified `token` must end

@@ -10,6 +10,7 @@ use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response as HttpResponse};
 
+use super::access::{self, RESUME_AFTER_DECISION};
 use super::pages::urlencode;
 use super::{Console, Failure};
 
@@ -35,6 +36,30 @@ fn refused(status: StatusCode, title: &str, why: &str) -> HttpResponse {
     Failure::new(status, title, format!("{why}; nothing was changed")).into_response()
 }
 
+/// The verified viewer of a form post that carries its console session's
+/// CSRF token; else the refusal to send (nothing is submitted).
+fn submitter(
+    console: &Console,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<super::auth::Viewer, Box<HttpResponse>> {
+    let viewer = console.viewer(headers).map_err(|no| {
+        Box::new(refused(
+            StatusCode::UNAUTHORIZED,
+            "Not signed in",
+            no.reason(),
+        ))
+    })?;
+    if !console.csrf().check(&viewer.session, csrf) {
+        return Err(Box::new(refused(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            "the form's CSRF token is missing or wrong",
+        )));
+    }
+    Ok(viewer)
+}
+
 /// Commits the decision and resumes the session, then shows the session
 /// with the receipt; a decision that lost to another shows the winner.
 pub async fn decide(
@@ -43,17 +68,10 @@ pub async fn decide(
     Path(uid): Path<String>,
     Form(f): Form<DecideForm>,
 ) -> HttpResponse {
-    let viewer = match console.viewer(&headers) {
+    let viewer = match submitter(&console, &headers, &f.csrf) {
         Ok(v) => v,
-        Err(no) => return refused(StatusCode::UNAUTHORIZED, "Not signed in", no.reason()),
+        Err(r) => return *r,
     };
-    if !console.csrf().check(&viewer.session, &f.csrf) {
-        return refused(
-            StatusCode::FORBIDDEN,
-            "Forbidden",
-            "the form's CSRF token is missing or wrong",
-        );
-    }
     let approved = match f.decision.as_str() {
         "approve" => true,
         "deny" => false,
@@ -89,7 +107,7 @@ pub async fn decide(
                 f.request_seq,
                 urlencode(&f.tool_call_id),
             );
-            return Redirect::to(&to).into_response();
+            return access::with_code(Redirect::to(&to).into_response(), s.code);
         }
         Err(s) => return Failure::from(s).into_response(),
     };
@@ -99,7 +117,14 @@ pub async fn decide(
         ..Default::default()
     });
     let mut to = format!("{base}?receipt={seq}");
-    if let Err(s) = console.unary(&viewer.caller, resume).await {
+    // The Resume is an action of its own in the access log and metrics.
+    let mut log = access::within(&console, RESUME_AFTER_DECISION);
+    let resumed = console.unary(&viewer.caller, resume).await;
+    log.finish(resumed.as_ref().map_or_else(
+        |s| tonic::Code::from_i32(s.code as i32),
+        |_| tonic::Code::Ok,
+    ));
+    if let Err(s) = resumed {
         // The page says so (the decision stands); the log has the cause.
         tracing::warn!(session = %uid, code = ?s.code, message = %s.message,
             "console: resume after a decision failed");
@@ -107,4 +132,39 @@ pub async fn decide(
     }
     to.push_str("#receipt");
     Redirect::to(&to).into_response()
+}
+
+/// The resume form: only its CSRF token.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ResumeForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// POST /sessions/{uid}/resume: carries out a decided approval, as
+/// `agentctl resume` does, then shows the session.
+pub async fn resume(
+    State(console): State<Console>,
+    headers: HeaderMap,
+    Path(uid): Path<String>,
+    Form(f): Form<ResumeForm>,
+) -> HttpResponse {
+    let viewer = match submitter(&console, &headers, &f.csrf) {
+        Ok(v) => v,
+        Err(r) => return *r,
+    };
+    let request = Request::Resume(ResumeRequest {
+        session: uid.clone(),
+        ..Default::default()
+    });
+    let mut to = format!("/sessions/{}", urlencode(&uid));
+    match console.unary(&viewer.caller, request).await {
+        Ok(_) => Redirect::to(&to).into_response(),
+        Err(s) => {
+            tracing::warn!(session = %uid, code = ?s.code, message = %s.message,
+                "console: resume failed");
+            to.push_str(&format!("?resume={}", s.code as i32));
+            access::with_code(Redirect::to(&to).into_response(), s.code)
+        }
+    }
 }

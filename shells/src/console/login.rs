@@ -237,6 +237,8 @@ pub async fn logout(
         )
         .into_response();
     }
+    // Resolved only so the access log names who logged out.
+    let _ = auth::resolve(console.auth(), console.sessions(), &id);
     console.sessions().revoke(&id);
     (
         [(

@@ -14,8 +14,10 @@
 //! that escape HTML; every request, and every tick of a live stream, acts
 //! only for a console session whose credential verifies now
 //! ([`auth::resolve`]); every POST carries the CSRF token of its cookie
-//! ([`auth::CsrfKey`]); every live stream ends when the daemon stops.
+//! ([`auth::CsrfKey`]); every live stream ends when the daemon stops;
+//! every action is access-logged and counted as an RPC is ([`access`]).
 
+mod access;
 mod auth;
 mod decide;
 mod live;
@@ -39,6 +41,7 @@ use axum::routing::{get, post};
 
 use crate::auth::Authenticator;
 use crate::daemon::driver::DriverHandle;
+use crate::metrics::Metrics;
 
 pub use auth::CsrfKey;
 pub use session::MAX_SESSIONS;
@@ -51,6 +54,8 @@ pub const MAX_LIVE_STREAMS: usize = 64;
 #[derive(Clone)]
 pub struct Console {
     inner: Arc<Inner>,
+    /// Where actions are counted, if metrics are on.
+    metrics: Option<Arc<Metrics>>,
 }
 
 struct Inner {
@@ -86,7 +91,21 @@ impl Console {
                 stop,
                 secure,
             }),
+            metrics: None,
         }
+    }
+
+    /// Counts every action in `metrics` (its series exist from now on).
+    pub fn with_metrics(mut self, metrics: Option<Arc<Metrics>>) -> Self {
+        if let Some(m) = &metrics {
+            m.expect_methods(&access::METHODS);
+        }
+        self.metrics = metrics;
+        self
+    }
+
+    fn metrics(&self) -> Option<Arc<Metrics>> {
+        self.metrics.clone()
     }
 
     fn is_secure(&self) -> bool {
@@ -95,15 +114,33 @@ impl Console {
 
     /// The console's routes.
     pub fn router(self) -> Router {
+        use access::{APPROVE, LIST, LIVE, LOGIN, LOGIN_FORM, LOGOUT, RESUME, VERIFY, VIEW};
+        // Each action's route, access-logged as that action.
+        let logged =
+            |action| axum::middleware::from_fn_with_state((self.clone(), action), access::access);
         Router::new()
             .route("/", get(|| async { Redirect::to("/sessions") }))
-            .route("/sessions", get(pages::list))
-            .route("/sessions/{uid}", get(pages::session))
-            .route("/sessions/{uid}/verify", get(pages::verify))
-            .route("/sessions/{uid}/decide", post(decide::decide))
-            .route("/sessions/{uid}/events", get(live::events))
-            .route("/login", get(login::login_form).post(login::login))
-            .route("/logout", post(login::logout))
+            .route("/sessions", get(pages::list).layer(logged(LIST)))
+            .route("/sessions/{uid}", get(pages::session).layer(logged(VIEW)))
+            .route(
+                "/sessions/{uid}/verify",
+                get(pages::verify).layer(logged(VERIFY)),
+            )
+            .route(
+                "/sessions/{uid}/decide",
+                post(decide::decide).layer(logged(APPROVE)),
+            )
+            .route(
+                "/sessions/{uid}/resume",
+                post(decide::resume).layer(logged(RESUME)),
+            )
+            .route(
+                "/sessions/{uid}/events",
+                get(live::events).layer(logged(LIVE)),
+            )
+            .route("/login", get(login::login_form).layer(logged(LOGIN_FORM)))
+            .route("/login", post(login::login).layer(logged(LOGIN)))
+            .route("/logout", post(login::logout).layer(logged(LOGOUT)))
             .route("/static/console.css", get(css))
             .route("/static/console.js", get(js))
             .fallback(|| async { Failure::new(StatusCode::NOT_FOUND, "Not found", "no such page") })
@@ -135,6 +172,32 @@ impl Console {
 
     async fn unary(&self, caller: &Caller, request: Request) -> Result<Response, Status> {
         self.inner.driver.unary(caller.clone(), request).await
+    }
+
+    /// The session's approval that is decided but not carried out yet: the
+    /// wire shows it as EXEC_COMPLETED, the console as DECIDED.
+    async fn decided(
+        &self,
+        caller: &Caller,
+        uid: &str,
+    ) -> Result<Option<agentsessions_proto::v1::ApprovalRef>, Status> {
+        let request = Request::Decided {
+            session: uid.to_owned(),
+        };
+        match self.unary(caller, request).await? {
+            Response::Decided(d) => Ok(d),
+            other => Err(unexpected("Decided", &other)),
+        }
+    }
+
+    /// Whether `s`'s approval is decided but not carried out; asked only
+    /// when the wire state leaves it open (COMPLETED).
+    async fn is_decided(&self, caller: &Caller, s: &Session) -> Result<bool, Status> {
+        if s.exec_state != agentsessions_proto::v1::ExecState::ExecCompleted as i32 {
+            return Ok(false);
+        }
+        let uid = s.metadata.as_ref().map_or("", |m| m.uid.as_str());
+        Ok(self.decided(caller, uid).await?.is_some())
     }
 
     async fn get_session(&self, caller: &Caller, uid: &str) -> Result<Session, Status> {
@@ -269,6 +332,8 @@ fn page<T: Template>(status: StatusCode, template: &T) -> axum::response::Respon
 #[template(path = "console/error.html")]
 pub struct Failure {
     status: StatusCode,
+    /// The machine's code behind the page, if a call failed.
+    code: Option<Code>,
     title: String,
     message: String,
     viewer: String,
@@ -279,6 +344,7 @@ impl Failure {
     fn new(status: StatusCode, title: &str, message: impl Into<String>) -> Self {
         Self {
             status,
+            code: None,
             title: title.to_owned(),
             message: message.into(),
             viewer: String::new(),
@@ -301,7 +367,9 @@ impl Failure {
             }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "Error"),
         };
-        Self::new(status, title, format!("{:?}: {}", s.code, s.message))
+        let mut page = Self::new(status, title, format!("{:?}: {}", s.code, s.message));
+        page.code = Some(s.code);
+        page
     }
 }
 
@@ -313,7 +381,10 @@ impl From<Status> for Failure {
 
 impl IntoResponse for Failure {
     fn into_response(self) -> axum::response::Response {
-        page(self.status, &self)
+        match self.code {
+            Some(code) => access::with_code(page(self.status, &self), code),
+            None => page(self.status, &self),
+        }
     }
 }
 

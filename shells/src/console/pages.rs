@@ -54,14 +54,16 @@ pub struct ToLogin(String, bool);
 
 impl IntoResponse for ToLogin {
     fn into_response(self) -> HttpResponse {
-        (
+        let to_login = (
             [(
                 header::SET_COOKIE,
                 auth::set_cookie(auth::COOKIE, "", "/", 0, self.1),
             )],
             Redirect::to(&self.0),
         )
-            .into_response()
+            .into_response();
+        // A redirect, but the action was refused for want of a viewer.
+        super::access::with_code(to_login, agentsessions_machine::host::Code::Unauthenticated)
     }
 }
 
@@ -98,10 +100,10 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    fn keeps(&self, s: &Session) -> bool {
+    fn keeps(&self, s: &Session, decided: bool) -> bool {
         (self.harness.is_empty() || s.harness == self.harness)
-            && (self.state.is_empty() || view::exec_state(s) == self.state)
-            && (self.waiting.is_empty() || s.pending_approval.is_some())
+            && (self.state.is_empty() || view::shown_state(s, decided) == self.state)
+            && (self.waiting.is_empty() || s.pending_approval.is_some() || decided)
     }
 
     /// The query string of this filter from `token` on.
@@ -144,6 +146,7 @@ const STATES: &[&str] = &[
     "PENDING",
     "RUNNING",
     "AWAITING",
+    view::DECIDED,
     "COMPLETED",
     "FAILED",
     "CANCELED",
@@ -178,12 +181,17 @@ pub async fn list(
             Err(s) => return with_viewer(Failure::from(s), &console, &viewer).into_response(),
         };
         scanned += page.sessions.len();
-        rows.extend(
-            page.sessions
-                .iter()
-                .filter(|s| q.keeps(s))
-                .map(SessionRow::of),
-        );
+        for s in &page.sessions {
+            let decided = match console.is_decided(&viewer.caller, s).await {
+                Ok(d) => d,
+                Err(st) => {
+                    return with_viewer(Failure::from(st), &console, &viewer).into_response();
+                }
+            };
+            if q.keeps(s, decided) {
+                rows.push(SessionRow::of(s, decided));
+            }
+        }
         token = page.next_page_token;
         if token.is_empty() || rows.len() >= LIST_PAGE {
             break;
@@ -275,6 +283,10 @@ struct SessionPage {
     latest: bool,
     pending: Option<PendingCard>,
     may_decide: bool,
+    /// The session's approval is decided and its tool has not run yet.
+    decided: bool,
+    /// Whether to offer Resume for a decided approval.
+    may_resume: bool,
     receipt: Vec<RecordRow>,
     receipt_seq: i64,
     stale: Option<RecordRow>,
@@ -332,6 +344,7 @@ async fn session_page(
         Some(p) => Some(pending_card(console, caller, uid, p).await?),
         None => None,
     };
+    let decided = console.is_decided(caller, &s).await?;
     let (receipt, receipt_seq) = match q.receipt {
         Some(seq) if seq > 0 && seq <= last => {
             let end = (seq + RECEIPT_RECORDS - 1).min(last);
@@ -358,7 +371,7 @@ async fn session_page(
         project: meta.project.clone(),
         harness: s.harness.clone(),
         model: s.model.clone(),
-        exec: view::exec_state(&s),
+        exec: view::shown_state(&s, decided),
         compute: view::compute(&s),
         last_seq: last,
         created: meta
@@ -385,6 +398,8 @@ async fn session_page(
         newer: (to < last).then_some(to + 1),
         latest: to >= last,
         may_decide: viewer.may_decide(&meta.project),
+        decided,
+        may_resume: viewer.may_resume(&meta.project),
         pending,
         receipt,
         receipt_seq,
@@ -398,14 +413,14 @@ async fn session_page(
 /// status `code`: fixed texts only (the URL carries just the code).
 fn resume_note(code: i32) -> String {
     let why = match code {
-        7 => "this principal may approve but not resume (a writer can)",
+        7 => "this principal may not resume this session",
         9 | 10 => "the session was busy or changed meanwhile",
         14 => "the host was unavailable",
         _ => "the resume failed",
     };
     format!(
         "The decision was committed, but the session was not resumed: {why}. A writer can \
-         resume it (`agentctl resume`)."
+         resume it (`agentctl resume`), and so can an approver of its project."
     )
 }
 

@@ -19,7 +19,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 
 use crate::daemon::app::StartError;
-use crate::daemon::security::TlsFiles;
+use crate::daemon::security::{TlsFiles, cert_check};
 
 /// Handshakes in progress at most.
 pub const MAX_HANDSHAKES: usize = 64;
@@ -38,6 +38,13 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, Star
         .map_err(|e| config_error("--tls-cert", &files.cert, e))?;
     let key = PrivateKeyDer::from_pem_file(&files.key)
         .map_err(|e| config_error("--tls-key", &files.key, e))?;
+    // The Sessions listener checked these files already; a caller serving
+    // only the console gets the same named refusal.
+    cert_check::check_serving(&certs, &key, cert_check::now_unix()).map_err(|problem| {
+        StartError::Config(
+            cert_check::ServingCertError::new("tls", &files.cert, &files.key, problem).to_string(),
+        )
+    })?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -23,7 +23,8 @@ pub struct SessionRow {
 }
 
 impl SessionRow {
-    pub fn of(s: &Session) -> Self {
+    /// `decided`: the session's approval is decided but not carried out.
+    pub fn of(s: &Session, decided: bool) -> Self {
         let meta = s.metadata.clone().unwrap_or_default();
         Self {
             uid: meta.uid,
@@ -31,12 +32,22 @@ impl SessionRow {
             harness: s.harness.clone(),
             last_seq: s.last_seq,
             compute: compute(s),
-            exec: exec_state(s),
+            exec: shown_state(s, decided),
             updated: meta.update_time.as_ref().map(time).unwrap_or_default(),
-            waiting: s.pending_approval.is_some(),
+            waiting: s.pending_approval.is_some() || decided,
         }
     }
 }
+
+/// The state the console shows: the wire's, except DECIDED for an approval
+/// that is decided but whose tool has not run (the wire's COMPLETED there
+/// is a compatibility fallback, not an end).
+pub fn shown_state(s: &Session, decided: bool) -> &'static str {
+    if decided { DECIDED } else { exec_state(s) }
+}
+
+/// See [`shown_state`].
+pub const DECIDED: &str = "DECIDED";
 
 /// The compute state without its prefix (`COLD`).
 pub fn compute(s: &Session) -> &'static str {

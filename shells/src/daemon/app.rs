@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentsessions_machine::host::{
-    Backend, Caller, Host, HostConfig, IdSource, LeaseConfig, Request, Response, Route,
+    Backend, Caller, Host, HostConfig, IdSource, LeaseConfig, ModelFailure, Request, Response,
+    Route,
 };
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
@@ -24,7 +25,7 @@ use crate::journal::reopen::{Backoff, Opener, Reopening};
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, StoreError};
 
-use crate::model::{EchoModel, ModelClient};
+use crate::model::{ModelClient, ModelRouter};
 use crate::tools::{LedgerExecutor, LedgerStore, ToolExecutor, ToolRegistry, ledger::ToolLedger};
 
 /// Everything a daemon is configured with.
@@ -41,9 +42,12 @@ pub struct DaemonConfig {
     pub ledger: Option<PathBuf>,
     /// Default project.
     pub project: String,
-    /// Model id; empty selects the built-in echo model.
-    pub model: String,
-    /// OpenAI-compatible base URL.
+    /// Provider models, each `ID` (served at `model_base_url`) or
+    /// `ID=BASE_URL`. The built-in `echo` model is always served besides;
+    /// the first id is the `chat` harness's and the default for a call
+    /// that names no model.
+    pub models: Vec<String>,
+    /// OpenAI-compatible base URL for ids given without one.
     pub model_base_url: Option<String>,
     /// Path under the base URL.
     pub model_path: Option<String>,
@@ -222,7 +226,9 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
             ..local("counter")
         },
     );
-    if !config.model.is_empty() {
+    let router = model_router(config)?;
+    host.models = Some(router.ids().map(str::to_owned).collect());
+    if !config.models.is_empty() {
         host.harnesses.insert("chat".into(), local("chat"));
     }
     // Built-in names stay reserved even when not served here, so no other
@@ -240,9 +246,6 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
             )));
         }
         parse_address(address).map_err(|e| StartError::Config(format!("--harness {name}: {e}")))?;
-        if config.model.is_empty() {
-            return Err(StartError::Config("--harness requires --model".into()));
-        }
         host.harnesses.insert(
             name.clone(),
             Route {
@@ -292,7 +295,7 @@ impl ModelPort for Model {
         &self,
         request: agentsessions_proto::v1::ModelCall,
         chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<agentsessions_machine::host::ModelReply, String>> {
+    ) -> PortFuture<'_, Result<agentsessions_machine::host::ModelReply, ModelFailure>> {
         Box::pin(async move {
             let mut forward = move |chunk: String| {
                 let _ = chunks.send(chunk);
@@ -300,7 +303,7 @@ impl ModelPort for Model {
             self.0
                 .invoke(&request, &mut forward)
                 .await
-                .map_err(|e| e.to_outcome_string())
+                .map_err(|e| e.to_failure())
         })
     }
 }
@@ -331,25 +334,47 @@ impl ToolPort for Tools {
     }
 }
 
-fn model_client(config: &DaemonConfig) -> Result<Arc<dyn ModelClient>, StartError> {
-    if config.model.is_empty() {
-        return Ok(Arc::new(EchoModel));
+/// The chat harness's model: the first provider id ("" when none).
+fn chat_model(config: &DaemonConfig) -> String {
+    config
+        .models
+        .first()
+        .map(|spec| model_spec(spec).0.to_owned())
+        .unwrap_or_default()
+}
+
+/// `ID` or `ID=BASE_URL`.
+fn model_spec(spec: &str) -> (&str, Option<&str>) {
+    match spec.split_once('=') {
+        Some((id, url)) => (id, Some(url)),
+        None => (spec, None),
     }
-    let mut c = crate::model::openai::OpenAiConfig::new(config.model.clone())
-        .with_auth_header(config.model_auth_header.clone())
-        .with_stream(true);
-    if let Some(url) = &config.model_base_url {
-        c = c.with_base_url(url.clone());
+}
+
+/// Every model this daemon serves, by id: `echo` and each `--model`.
+pub fn model_router(config: &DaemonConfig) -> Result<ModelRouter, StartError> {
+    let mut router = ModelRouter::new();
+    for spec in &config.models {
+        let (id, url) = model_spec(spec);
+        let mut c = crate::model::openai::OpenAiConfig::new(id.to_owned())
+            .with_auth_header(config.model_auth_header.clone())
+            .with_stream(true);
+        if let Some(url) = url.or(config.model_base_url.as_deref()) {
+            c = c.with_base_url(url.to_owned());
+        }
+        if let Some(path) = &config.model_path {
+            c = c.with_path(path.clone());
+        }
+        if let Some(key) = &config.model_api_key {
+            c = c.with_api_key(key.clone());
+        }
+        let client = crate::model::openai::OpenAiClient::new(c)
+            .map_err(|e| StartError::Config(format!("--model {id:?}: {e}")))?;
+        router
+            .serve(id, Arc::new(client))
+            .map_err(|e| StartError::Config(e.to_string()))?;
     }
-    if let Some(path) = &config.model_path {
-        c = c.with_path(path.clone());
-    }
-    if let Some(key) = &config.model_api_key {
-        c = c.with_api_key(key.clone());
-    }
-    crate::model::openai::OpenAiClient::new(c)
-        .map(|c| Arc::new(c) as Arc<dyn ModelClient>)
-        .map_err(|e| StartError::Config(format!("model: {e}")))
+    Ok(router)
 }
 
 /// A running daemon.
@@ -484,8 +509,8 @@ impl Daemon {
                     files => Some(files.client_config("harness")?),
                 }),
             )),
-            runtime: Arc::new(Runtimes::new(local, config.model.clone())),
-            model: Arc::new(Model(model_client(&config)?)),
+            runtime: Arc::new(Runtimes::new(local, chat_model(&config))),
+            model: Arc::new(Model(Arc::new(model_router(&config)?))),
             tools: Arc::new(Tools(Arc::new(executor))),
         };
         let metrics = config
@@ -610,7 +635,8 @@ impl Daemon {
                 csrf,
                 stop.subscribe(),
                 tls.is_some(),
-            );
+            )
+            .with_metrics(metrics.clone());
             servers.push(
                 crate::console::serve(listener, tls, console, stop.subscribe()).map_err(|e| {
                     StartError::Listen {

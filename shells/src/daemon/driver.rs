@@ -23,8 +23,8 @@ use std::time::Duration;
 use crate::harness::Outbound;
 use agentsessions_machine::host::{
     ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
-    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelReply, Nanos, Outcome, RequestId,
-    RuntimeCall, Status, StoreEffect, StoreOutcome,
+    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelFailure, ModelReply, Nanos, Outcome,
+    RequestId, RuntimeCall, Status, StoreEffect, StoreOutcome,
 };
 use agentsessions_machine::journal::Journal;
 use futures_util::stream::FuturesUnordered;
@@ -520,7 +520,8 @@ impl<S: JournalStore + 'static> Driver<S> {
             // this refusal (a call that already finished answered itself).
             Effect::AbandonModel { id } => {
                 if self.models.remove(&id) {
-                    let abandoned = Outcome::Model(Err("abandoned by a cancel".into()));
+                    let abandoned =
+                        Outcome::Model(Err(ModelFailure::other("abandoned by a cancel")));
                     self.start(std::future::ready(Input::Outcome(id, abandoned)));
                 }
             }
@@ -792,13 +793,13 @@ impl<S: JournalStore + 'static> Driver<S> {
 /// A model call as loop inputs: its chunks in order, then its outcome.
 fn model_inputs(
     id: EffectId,
-    call: PortFuture<'static, Result<ModelReply, String>>,
+    call: PortFuture<'static, Result<ModelReply, ModelFailure>>,
     chunks: mpsc::UnboundedReceiver<String>,
 ) -> impl tokio_stream::Stream<Item = Input> + Send + 'static {
     enum State {
-        Calling(PortFuture<'static, Result<ModelReply, String>>),
+        Calling(PortFuture<'static, Result<ModelReply, ModelFailure>>),
         /// The call finished; chunks it sent in its last poll still wait.
-        Done(Result<ModelReply, String>),
+        Done(Result<ModelReply, ModelFailure>),
     }
     let start = Some((State::Calling(call), chunks));
     futures_util::stream::unfold(start, move |state| async move {
@@ -832,11 +833,11 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         // Chunks sent in the same poll that completes the call are the
         // case a plain select would drop.
-        let call: PortFuture<'static, Result<ModelReply, String>> = Box::pin(async move {
+        let call: PortFuture<'static, Result<ModelReply, ModelFailure>> = Box::pin(async move {
             for c in ["a", "b", "c"] {
                 tx.send(c.to_owned()).unwrap();
             }
-            Err("done".to_owned())
+            Err(ModelFailure::other("done"))
         });
         let inputs: Vec<Input> = model_inputs(EffectId(7), call, rx).collect().await;
         let mut chunks = Vec::new();
@@ -845,7 +846,7 @@ mod tests {
                 Input::Chunk(EffectId(7), c) => chunks.push(c.as_str()),
                 Input::Outcome(EffectId(7), Outcome::Model(Err(e))) => {
                     assert_eq!(i, inputs.len() - 1, "the outcome comes last");
-                    assert_eq!(e, "done");
+                    assert_eq!(e.message, "done");
                 }
                 _ => panic!("unexpected input"),
             }

@@ -151,7 +151,7 @@ impl DriverHandle {
             Request::Suspend(r) => &r.session,
             Request::Resume(r) => &r.session,
             Request::Fork(r) => &r.session,
-            Request::ReplayHarness { session } => session,
+            Request::ReplayHarness { session } | Request::Decided { session } => session,
             Request::CreateSession(_)
             | Request::ListSessions(_)
             | Request::Retain { .. }

@@ -21,6 +21,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::driver::{Connection, HarnessPort, PortFuture};
+use crate::causes;
 use crate::harness::Outbound;
 
 /// Where a harness address points.
@@ -146,23 +147,24 @@ fn from_transport(status: &tonic::Status) -> bool {
 /// handshake reaches here as CANCELLED or as UNKNOWN "transport error";
 /// the host never cancels a call it still awaits).
 fn failure(status: tonic::Status) -> HarnessFailure {
+    // A transport-made status keeps the cause (refused, reset, a TLS
+    // alert) in its source; the message alone says only "tcp connect error".
+    let message = causes::status(&status);
     match status.code() {
         tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => {
-            HarnessFailure::Unavailable(status.message().to_owned())
+            HarnessFailure::Unavailable(message)
         }
-        tonic::Code::Unknown if from_transport(&status) => {
-            HarnessFailure::Unavailable(status.message().to_owned())
-        }
+        tonic::Code::Unknown if from_transport(&status) => HarnessFailure::Unavailable(message),
         code => HarnessFailure::Other {
             code: code as i32,
-            message: status.message().to_owned(),
+            message,
         },
     }
 }
 
 /// How a broken Connect stream is reported to the machine.
 pub(crate) fn stream_failure(status: tonic::Status) -> String {
-    format!("harness stream failed: {}", status.message())
+    format!("harness stream failed: {}", causes::status(&status))
 }
 
 /// A harness client with one cached channel per address.
@@ -268,9 +270,9 @@ async fn connect_call(
 ) -> Result<tonic::Response<tonic::Streaming<Event>>, tonic::Status> {
     use tonic::codegen::{GrpcMethod, http};
     let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("harness channel not ready: {e}")))?;
+    grpc.ready().await.map_err(|e| {
+        tonic::Status::unavailable(format!("harness channel not ready: {}", causes::chain(&e)))
+    })?;
     let mut request = request;
     request
         .extensions_mut()

@@ -2,7 +2,9 @@
 //!
 //! Every RPC logs one `start` and one `finish` event (target
 //! `agentsessions::grpc`) with the stable fields listed in
-//! docs/observability.md. The request id comes from the caller's
+//! docs/observability.md; every web console action logs the same two
+//! events with the same fields (target `agentsessions::console`, see
+//! `console::access`). The request id comes from the caller's
 //! `x-request-id` metadata when it is well formed, else it is generated,
 //! and it is echoed in the response metadata (headers on success, the
 //! status's metadata on failure) so a client can quote it.
@@ -104,11 +106,44 @@ impl RpcKind {
     }
 }
 
+/// Where a call arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Surface {
+    /// A gRPC service, e.g. `Sessions`.
+    Grpc(&'static str),
+    /// A web console route, e.g. `GET /sessions/{uid}`.
+    Console(&'static str),
+}
+
+/// One access event, on the target and with the `component` and
+/// `rpc_method` of its surface; `[…]` are fields only the console's has.
+macro_rules! access_event {
+    ($level:ident, $log:expr, $method:expr, [$($console:tt)*], $($fields:tt)*) => {
+        match $log.surface {
+            Surface::Grpc(service) => tracing::$level!(
+                target: "agentsessions::grpc",
+                component = "grpc",
+                operation = $method,
+                rpc_method = %format_args!("/agentsessions.v1.{service}/{}", $method),
+                $($fields)*
+            ),
+            Surface::Console(route) => tracing::$level!(
+                target: "agentsessions::console",
+                component = "console",
+                operation = $method,
+                rpc_method = route,
+                $($console)*
+                $($fields)*
+            ),
+        }
+    };
+}
+
 /// One RPC being logged: created (and its start event written) when the
 /// call arrives, finished exactly once.
 #[derive(Debug)]
 pub struct RpcLog {
-    service: &'static str,
+    surface: Surface,
     method: &'static str,
     kind: RpcKind,
     request_id: String,
@@ -120,6 +155,8 @@ pub struct RpcLog {
     started: Instant,
     /// Frames sent (streams only).
     frames: u64,
+    /// The HTTP status a console action answered (0 for RPCs).
+    http_status: u16,
     finished: bool,
     /// The RPC's trace span: the parent of the work it causes.
     span: tracing::Span,
@@ -135,26 +172,8 @@ impl RpcLog {
         metadata: &tonic::metadata::MetadataMap,
         session_uid: &str,
     ) -> Self {
-        // The uid is the caller's text: escaped and bounded once here, so
-        // neither event nor the span can carry a forged line or megabytes.
-        let session_uid = &shown(session_uid).to_string();
-        let request_id = metadata
-            .get(REQUEST_ID)
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| valid_request_id(v))
-            .map(str::to_owned)
-            .unwrap_or_else(new_request_id);
-        tracing::info!(
-            target: "agentsessions::grpc",
-            component = "grpc",
-            operation = method,
-            rpc_method = %format_args!("/agentsessions.v1.{service}/{method}"),
-            rpc_kind = kind.as_str(),
-            phase = "start",
-            request_id = %request_id,
-            session_uid = session_uid.as_str(),
-            "rpc start"
-        );
+        let asked = metadata.get(REQUEST_ID).and_then(|v| v.to_str().ok());
+        let mut log = Self::begin(Surface::Grpc(service), method, kind, asked, session_uid);
         let span = tracing::info_span!(
             target: super::trace::TARGET,
             "rpc",
@@ -163,25 +182,70 @@ impl RpcLog {
             rpc.system = "grpc",
             rpc.service = %format_args!("agentsessions.v1.{service}"),
             rpc.method = method,
-            request_id = %request_id,
-            session.uid = session_uid.as_str(),
+            request_id = %log.request_id,
+            session.uid = log.session_uid.as_str(),
             rpc.grpc.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
         super::trace::adopt_parent(&span, metadata);
-        Self {
-            span,
-            service,
+        log.span = span;
+        log
+    }
+
+    /// Logs the start of web console action `method` (`console.view`) on
+    /// `route` (`GET /sessions/{uid}`); `asked` is the request's
+    /// `x-request-id` header, adopted when well formed. It has no trace
+    /// span.
+    pub fn console(
+        method: &'static str,
+        route: &'static str,
+        kind: RpcKind,
+        asked: Option<&str>,
+        session_uid: &str,
+    ) -> Self {
+        Self::begin(Surface::Console(route), method, kind, asked, session_uid)
+    }
+
+    fn begin(
+        surface: Surface,
+        method: &'static str,
+        kind: RpcKind,
+        asked: Option<&str>,
+        session_uid: &str,
+    ) -> Self {
+        // The uid is the caller's text: escaped and bounded once here, so
+        // neither event nor the span can carry a forged line or megabytes.
+        let session_uid = shown(session_uid).to_string();
+        let request_id = asked
+            .filter(|v| valid_request_id(v))
+            .map(str::to_owned)
+            .unwrap_or_else(new_request_id);
+        let log = Self {
+            span: tracing::Span::none(),
+            surface,
             method,
             kind,
             request_id,
-            session_uid: session_uid.to_owned(),
+            session_uid,
             principal: String::new(),
             metrics: None,
             started: Instant::now(),
             frames: 0,
+            http_status: 0,
             finished: false,
-        }
+        };
+        access_event!(
+            info,
+            log,
+            method,
+            [],
+            rpc_kind = kind.as_str(),
+            phase = "start",
+            request_id = %log.request_id,
+            session_uid = log.session_uid.as_str(),
+            "rpc start"
+        );
+        log
     }
 
     /// The RPC's trace span.
@@ -205,6 +269,16 @@ impl RpcLog {
     /// Counts the finish in `metrics` too.
     pub fn count_in(&mut self, metrics: Option<std::sync::Arc<crate::metrics::Metrics>>) {
         self.metrics = metrics;
+    }
+
+    /// One more frame sent on a stream.
+    pub fn sent_frame(&mut self) {
+        self.frames += 1;
+    }
+
+    /// The HTTP status a console action answered.
+    pub fn set_http_status(&mut self, status: u16) {
+        self.http_status = status;
     }
 
     /// Names the verified caller (never its credential).
@@ -237,11 +311,11 @@ impl RpcLog {
         };
         macro_rules! finish_event {
             ($level:ident) => {
-                tracing::$level!(
-                    target: "agentsessions::grpc",
-                    component = "grpc",
-                    operation = self.method,
-                    rpc_method = %format_args!("/agentsessions.v1.{}/{}", self.service, self.method),
+                access_event!(
+                    $level,
+                    self,
+                    self.method,
+                    [http_status = self.http_status,],
                     rpc_kind = self.kind.as_str(),
                     phase = "finish",
                     outcome,
@@ -372,29 +446,122 @@ impl<T> Stream for LoggedStream<T> {
 /// existing one is kept).
 #[cfg(not(madsim))]
 pub fn init_logging(otlp: Option<&super::otlp::Otlp>) -> bool {
-    use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
+    let json = std::env::var("AGENTSESSIONS_LOG_FORMAT").is_ok_and(|f| f == "json");
+    // Colour codes only for a terminal: redirected logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    subscriber(json, ansi, std::io::stderr, otlp)
+        .try_init()
+        .is_ok()
+}
+
+/// The subscriber [`init_logging`] installs, writing its lines to `writer`.
+#[cfg(not(madsim))]
+fn subscriber<W>(
+    json: bool,
+    ansi: bool,
+    writer: W,
+    otlp: Option<&super::otlp::Otlp>,
+) -> impl tracing::Subscriber + Send + Sync + 'static
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{EnvFilter, Layer, Registry};
     let trace_off = format!("{}=off", super::trace::TARGET);
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive(trace_off.parse().expect("a valid directive"));
-    let json = std::env::var("AGENTSESSIONS_LOG_FORMAT").is_ok_and(|f| f == "json");
-    // Colour codes only for a terminal: redirected logs stay plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(writer);
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {
         fmt.json().flatten_event(true).boxed()
     } else {
         fmt.compact().boxed()
     };
     tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(fmt.with_filter(AskEachTime(filter)))
         .with(otlp.map(|o| o.layer()))
-        .try_init()
-        .is_ok()
+}
+
+/// A per-layer filter asked on every event and span, never answering a
+/// callsite with "always".
+///
+/// A per-layer filter hands its verdict to its layer through a
+/// thread-local, set by `enabled` and consumed by the event. A callsite
+/// cached as "always" skips `enabled`, so it reads whatever the last
+/// `enabled` query on that thread left: a bare query (`tracing::enabled!`,
+/// as the drive loop's tracer makes at start, or the `log` crate's
+/// `log_enabled!` through tracing-log) leaves "disabled" behind and the
+/// next such event is dropped — the first `rpc start` after a start was
+/// (tokio-rs/tracing#2519). Asking each time overwrites that state first.
+#[cfg(not(madsim))]
+struct AskEachTime<F>(F);
+
+#[cfg(not(madsim))]
+impl<S, F: tracing_subscriber::layer::Filter<S>> tracing_subscriber::layer::Filter<S>
+    for AskEachTime<F>
+{
+    fn enabled(
+        &self,
+        meta: &tracing::Metadata<'_>,
+        cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        self.0.enabled(meta, cx)
+    }
+
+    fn callsite_enabled(
+        &self,
+        meta: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        match self.0.callsite_enabled(meta) {
+            i if i.is_always() => tracing::subscriber::Interest::sometimes(),
+            i => i,
+        }
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        cx: &tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        self.0.event_enabled(event, cx)
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_new_span(attrs, id, ctx)
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_record(id, values, ctx)
+    }
+
+    fn on_enter(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.on_enter(id, ctx)
+    }
+
+    fn on_exit(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.on_exit(id, ctx)
+    }
+
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.on_close(id, ctx)
+    }
 }
 
 #[cfg(test)]
@@ -412,6 +579,40 @@ mod tests {
         let id = new_request_id();
         assert_eq!(id.len(), 24);
         assert!(valid_request_id(&id));
+    }
+
+    /// Lines written to a shared buffer.
+    #[cfg(not(madsim))]
+    #[derive(Clone, Default)]
+    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    #[cfg(not(madsim))]
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[cfg(not(madsim))]
+    #[test]
+    fn an_enabled_query_does_not_swallow_the_next_event() {
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = subscriber(false, false, move || writer.clone(), None);
+        tracing::subscriber::with_default(subscriber, || {
+            // What the drive loop's tracer asks at start, on the thread
+            // that then serves the first RPC.
+            let _ = tracing::enabled!(target: super::super::trace::TARGET, tracing::Level::INFO);
+            let log = RpcLog::console("console.list", "GET /sessions", RpcKind::Unary, None, "");
+            drop(log);
+        });
+        let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("rpc start"), "no start line in:\n{text}");
+        assert!(text.contains("rpc finish"), "no finish line in:\n{text}");
     }
 
     #[test]

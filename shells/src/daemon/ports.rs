@@ -6,7 +6,8 @@
 //! outcome; it decides nothing (the machine has decided already).
 
 use agentsessions_machine::host::{
-    Backend, HarnessFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status, StreamItem,
+    Backend, HarnessFailure, ModelFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status,
+    StreamItem,
 };
 use agentsessions_proto::v1::{
     Event, ExecUpdate, HarnessDescriptor, ModelCall, ToolCall, ToolResult,
@@ -64,7 +65,7 @@ pub trait ModelPort: Send + Sync + 'static {
         &self,
         request: ModelCall,
         chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<ModelReply, String>>;
+    ) -> PortFuture<'_, Result<ModelReply, ModelFailure>>;
 }
 
 /// The tool executor (deduplicates by session and idempotency key).

@@ -11,6 +11,9 @@ use std::sync::Arc;
 use super::app::StartError;
 use crate::auth::Authenticator;
 
+pub mod cert_check;
+pub mod peer_protocol;
+
 /// TLS and authentication settings of a daemon.
 #[derive(Debug, Clone, Default)]
 pub struct Security {
@@ -103,6 +106,8 @@ impl TlsFiles {
             "CERTIFICATE",
         )?;
         check_pem(&format!("--{prefix}-key"), &self.key, &key, "PRIVATE KEY")?;
+        cert_check::check_serving_pem(prefix, (&self.cert, &cert), (&self.key, &key))
+            .map_err(|e| StartError::Config(e.to_string()))?;
         let mut config = tonic::transport::ServerTlsConfig::new()
             .identity(tonic::transport::Identity::from_pem(cert, key));
         if let Some(ca) = &self.client_ca {

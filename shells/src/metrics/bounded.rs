@@ -14,11 +14,23 @@ pub const OTHER: &str = "other";
 /// Longest value kept; longer names are cut (at a char boundary).
 const MAX_LEN: usize = 64;
 
+/// The value standing for an empty name.
+const UNKNOWN: &str = "unknown";
+
 /// A bounded set of label values.
 #[derive(Debug)]
 pub struct Bounded {
     cap: usize,
-    seen: Mutex<BTreeSet<String>>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// Names handed out as themselves (at most `cap`).
+    names: BTreeSet<String>,
+    /// Whether [`OTHER`] and [`UNKNOWN`] were handed out yet.
+    other: bool,
+    unknown: bool,
 }
 
 impl Bounded {
@@ -27,31 +39,39 @@ impl Bounded {
         assert!(cap > 0, "a label needs room for one value");
         Self {
             cap,
-            seen: Mutex::new(BTreeSet::new()),
+            seen: Mutex::new(Seen::default()),
         }
     }
 
     /// `value` itself while there is room (or it was seen), else
     /// [`OTHER`]. An empty value is `"unknown"`.
     pub fn label(&self, value: &str) -> String {
+        self.label_new(value).0
+    }
+
+    /// [`Bounded::label`], and whether this is the first time that label
+    /// is handed out (so its series can be created together).
+    pub fn label_new(&self, value: &str) -> (String, bool) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if value.is_empty() {
-            return "unknown".to_owned();
+            let new = !std::mem::replace(&mut seen.unknown, true);
+            return (UNKNOWN.to_owned(), new);
         }
         let mut end = value.len().min(MAX_LEN);
         while !value.is_char_boundary(end) {
             end -= 1;
         }
         let value = &value[..end];
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.contains(value) {
-            return value.to_owned();
+        if seen.names.contains(value) {
+            return (value.to_owned(), false);
         }
-        if seen.len() >= self.cap {
-            return OTHER.to_owned();
+        if seen.names.len() >= self.cap {
+            let new = !std::mem::replace(&mut seen.other, true);
+            return (OTHER.to_owned(), new);
         }
-        seen.insert(value.to_owned());
-        debug_assert!(seen.len() <= self.cap);
-        value.to_owned()
+        seen.names.insert(value.to_owned());
+        debug_assert!(seen.names.len() <= self.cap);
+        (value.to_owned(), true)
     }
 }
 
@@ -67,6 +87,17 @@ mod tests {
         assert_eq!(b.label("c"), OTHER);
         assert_eq!(b.label("a"), "a");
         assert_eq!(b.label(""), "unknown");
+    }
+
+    #[test]
+    fn each_label_is_new_exactly_once() {
+        let b = Bounded::new(1);
+        assert_eq!(b.label_new("a"), ("a".to_owned(), true));
+        assert_eq!(b.label_new("a"), ("a".to_owned(), false));
+        assert_eq!(b.label_new("b"), (OTHER.to_owned(), true));
+        assert_eq!(b.label_new("c"), (OTHER.to_owned(), false));
+        assert_eq!(b.label_new(""), (UNKNOWN.to_owned(), true));
+        assert_eq!(b.label_new(""), (UNKNOWN.to_owned(), false));
     }
 
     #[test]

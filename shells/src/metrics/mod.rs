@@ -6,6 +6,12 @@
 //! model, tool) passed through [`Bounded`] — so the number of series is
 //! bounded whatever the traffic. Session ids, principals, content and
 //! arguments are never labels (`tests/daemon_metrics` checks the exposition).
+//!
+//! Every series whose labels are known in advance exists from the start
+//! at zero — each RPC method (and, with the console, each console action)
+//! with code `OK`, each limit bound — and a name (harness, model, tool)
+//! brings all its outcome, kind and reason series at once when first seen,
+//! so a rate or a ratio reads 0 instead of "no data".
 
 mod bounded;
 mod journal;
@@ -24,6 +30,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
+
+use crate::daemon::limits::Bound;
+use agentsessions_machine::host::TurnOutcome;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -53,6 +62,65 @@ impl EncodeMetric for SpansDropped {
 
 /// Distinct names kept per peer-chosen label (harness, model, tool).
 const NAMES_PER_LABEL: usize = 128;
+
+/// Every gRPC method of the Sessions and HarnessRegistry services (a test
+/// checks this against the contract).
+pub const RPC_METHODS: [&str; 15] = [
+    "CreateSession",
+    "GetSession",
+    "ListSessions",
+    "DeleteSession",
+    "Exec",
+    "Replay",
+    "Approve",
+    "Cancel",
+    "Suspend",
+    "Resume",
+    "Fork",
+    "RegisterHarness",
+    "GetHarness",
+    "ListHarnesses",
+    "RetireHarness",
+];
+
+/// Every limit bound, as [`Metrics::limit_refused`] is told it.
+const BOUNDS: [Bound; 6] = [
+    Bound::PartsPerMessage,
+    Bound::RequestElements,
+    Bound::PrincipalStreams,
+    Bound::PrincipalCalls,
+    Bound::ConnectionCalls,
+    Bound::RequestMemory,
+];
+
+/// Fails to compile when a bound is added without listing it in [`BOUNDS`].
+const _: fn(Bound) = |b| match b {
+    Bound::PartsPerMessage
+    | Bound::RequestElements
+    | Bound::PrincipalStreams
+    | Bound::PrincipalCalls
+    | Bound::ConnectionCalls
+    | Bound::RequestMemory => {}
+};
+
+/// Every turn outcome, as [`Metrics::turn_ended`] is told it.
+const TURN_OUTCOMES: [TurnOutcome; 4] = [
+    TurnOutcome::Completed,
+    TurnOutcome::Parked,
+    TurnOutcome::Failed,
+    TurnOutcome::Canceled,
+];
+
+/// Fails to compile when an outcome is added without listing it above.
+const _: fn(TurnOutcome) = |o| match o {
+    TurnOutcome::Completed | TurnOutcome::Parked | TurnOutcome::Failed | TurnOutcome::Canceled => {}
+};
+
+/// Every reason [`Metrics::dial_failed`] is told.
+const DIAL_REASONS: [&str; 3] = ["unavailable", "timeout", "error"];
+const MODEL_OUTCOMES: [&str; 2] = ["ok", "error"];
+const TOKEN_KINDS: [&str; 3] = ["input", "output", "reasoning"];
+const TOOL_OUTCOMES: [&str; 3] = ["ok", "error", "failed"];
 
 /// One RPC's method and outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -231,7 +299,7 @@ impl Default for Metrics {
             "Trace spans dropped because the exporter could not keep up or reach its collector",
             SpansDropped,
         );
-        Self {
+        let m = Self {
             registry: r,
             rpc_requests,
             rpc_duration,
@@ -251,7 +319,17 @@ impl Default for Metrics {
             harnesses: Bounded::new(NAMES_PER_LABEL),
             models: Bounded::new(NAMES_PER_LABEL),
             tools: Bounded::new(NAMES_PER_LABEL),
+        };
+        m.expect_methods(&RPC_METHODS);
+        for bound in BOUNDS {
+            zero(
+                &m.limit_refusals,
+                &LimitLabels {
+                    bound: bound.name().0,
+                },
+            );
         }
+        m
     }
 }
 
@@ -276,6 +354,92 @@ pub enum ToolOutcome {
 }
 
 impl Metrics {
+    /// Creates the series of `methods` (each with code `OK`) at zero, so
+    /// they are scraped before the first call.
+    pub fn expect_methods(&self, methods: &[&'static str]) {
+        for &method in methods {
+            zero(&self.rpc_requests, &RpcLabels { method, code: "OK" });
+            zero(&self.rpc_duration, &MethodLabels { method });
+        }
+    }
+
+    /// The label of harness `name`; its first time, with every series a
+    /// harness has, at zero.
+    fn harness(&self, name: &str) -> String {
+        let (harness, new) = self.harnesses.label_new(name);
+        if new {
+            for outcome in TURN_OUTCOMES {
+                zero(
+                    &self.turns,
+                    &TurnLabels {
+                        harness: harness.clone(),
+                        outcome: outcome.as_str(),
+                    },
+                );
+            }
+            zero(
+                &self.turn_duration,
+                &HarnessLabels {
+                    harness: harness.clone(),
+                },
+            );
+            for reason in DIAL_REASONS {
+                zero(
+                    &self.dial_failures,
+                    &DialLabels {
+                        harness: harness.clone(),
+                        reason,
+                    },
+                );
+            }
+        }
+        harness
+    }
+
+    /// The label of model `name`; its first time, with every series a
+    /// model has, at zero.
+    fn model(&self, name: &str) -> String {
+        let (model, new) = self.models.label_new(name);
+        if new {
+            for outcome in MODEL_OUTCOMES {
+                zero(
+                    &self.model_duration,
+                    &ModelLabels {
+                        model: model.clone(),
+                        outcome,
+                    },
+                );
+            }
+            for kind in TOKEN_KINDS {
+                zero(
+                    &self.model_tokens,
+                    &TokenLabels {
+                        model: model.clone(),
+                        kind,
+                    },
+                );
+            }
+        }
+        model
+    }
+
+    /// The label of tool `name`; its first time, with every outcome at zero.
+    fn tool(&self, name: &str) -> String {
+        let (tool, new) = self.tools.label_new(name);
+        if new {
+            for outcome in TOOL_OUTCOMES {
+                zero(
+                    &self.tool_executions,
+                    &ToolLabels {
+                        tool: tool.clone(),
+                        outcome,
+                    },
+                );
+            }
+        }
+        tool
+    }
+
     /// Counts one call refused by `bound`.
     pub fn limit_refused(&self, bound: &'static str) {
         self.limit_refusals
@@ -301,7 +465,11 @@ impl Metrics {
 
     /// Counts one ended turn.
     pub fn turn_ended(&self, harness: &str, outcome: &'static str, took: Duration) {
-        let harness = self.harnesses.label(harness);
+        debug_assert!(
+            TURN_OUTCOMES.iter().any(|o| o.as_str() == outcome),
+            "unlisted turn outcome {outcome}"
+        );
+        let harness = self.harness(harness);
         self.turns
             .get_or_create(&TurnLabels {
                 harness: harness.clone(),
@@ -356,7 +524,7 @@ impl Metrics {
         let outcome = if ok { "ok" } else { "error" };
         self.model_duration
             .get_or_create(&ModelLabels {
-                model: self.models.label(model),
+                model: self.model(model),
                 outcome,
             })
             .observe(took.as_secs_f64());
@@ -364,7 +532,7 @@ impl Metrics {
 
     /// Tokens of one committed USAGE record.
     pub fn tokens(&self, model: &str, input: i64, output: i64, reasoning: i64) {
-        let model = self.models.label(model);
+        let model = self.model(model);
         for (kind, n) in [
             ("input", input),
             ("output", output),
@@ -393,7 +561,7 @@ impl Metrics {
         };
         self.tool_executions
             .get_or_create(&ToolLabels {
-                tool: self.tools.label(tool),
+                tool: self.tool(tool),
                 outcome,
             })
             .inc();
@@ -401,9 +569,13 @@ impl Metrics {
 
     /// One failed dial or Describe of `harness`.
     pub fn dial_failed(&self, harness: &str, reason: &'static str) {
+        debug_assert!(
+            DIAL_REASONS.contains(&reason),
+            "unlisted dial reason {reason}"
+        );
         self.dial_failures
             .get_or_create(&DialLabels {
-                harness: self.harnesses.label(harness),
+                harness: self.harness(harness),
                 reason,
             })
             .inc();
@@ -433,6 +605,15 @@ impl Metrics {
     }
 }
 
+/// Creates the series of `labels` in `family`, at zero.
+fn zero<L, M, C>(family: &Family<L, M, C>, labels: &L)
+where
+    L: Clone + std::hash::Hash + Eq,
+    C: prometheus_client::metrics::family::MetricConstructor<M>,
+{
+    drop(family.get_or_create(labels));
+}
+
 fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -456,6 +637,69 @@ mod tests {
             "agentsessions_rpc_requests_total{method=\"GetSession\",code=\"NOT_FOUND\"} 1\n"
         ));
         assert!(text.contains("agentsessions_rpc_duration_seconds_count{method=\"Exec\"} 2\n"));
+    }
+
+    #[test]
+    fn known_series_are_scraped_at_zero_before_any_call() {
+        let m = Metrics::default();
+        m.expect_methods(&["console.view"]);
+        let text = m.encode();
+        for method in RPC_METHODS.iter().chain(&["console.view"]) {
+            let ok =
+                format!("agentsessions_rpc_requests_total{{method=\"{method}\",code=\"OK\"}} 0\n");
+            assert!(text.contains(&ok), "no {ok:?} in\n{text}");
+            let count =
+                format!("agentsessions_rpc_duration_seconds_count{{method=\"{method}\"}} 0\n");
+            assert!(text.contains(&count), "no {count:?}");
+        }
+        for bound in BOUNDS {
+            let zero = format!(
+                "agentsessions_limit_refusals_total{{bound=\"{}\"}} 0\n",
+                bound.name().0
+            );
+            assert!(text.contains(&zero), "no {zero:?}");
+        }
+    }
+
+    #[test]
+    fn a_name_brings_all_its_outcome_series_at_zero() {
+        let m = Metrics::default();
+        m.turn_ended("echo", "completed", Duration::from_millis(1));
+        m.model_call("gpt", true, Duration::from_millis(1));
+        m.tool_executed("append_note", ToolOutcome::Ok);
+        let text = m.encode();
+        for zero in [
+            "agentsessions_turns_total{harness=\"echo\",outcome=\"failed\"} 0\n",
+            "agentsessions_turns_total{harness=\"echo\",outcome=\"canceled\"} 0\n",
+            "agentsessions_harness_dial_failures_total{harness=\"echo\",reason=\"timeout\"} 0\n",
+            "agentsessions_model_call_duration_seconds_count{model=\"gpt\",outcome=\"error\"} 0\n",
+            "agentsessions_model_tokens_total{model=\"gpt\",kind=\"reasoning\"} 0\n",
+            "agentsessions_tool_executions_total{tool=\"append_note\",outcome=\"failed\"} 0\n",
+        ] {
+            assert!(text.contains(zero), "no {zero:?} in\n{text}");
+        }
+        assert!(
+            text.contains("agentsessions_turns_total{harness=\"echo\",outcome=\"completed\"} 1\n")
+        );
+    }
+
+    #[test]
+    fn the_method_list_is_every_method_of_the_contract() {
+        use prost::Message as _;
+        let set = prost_types::FileDescriptorSet::decode(agentsessions_proto::FILE_DESCRIPTOR_SET)
+            .unwrap();
+        let mut contract: Vec<String> = set
+            .file
+            .iter()
+            .flat_map(|f| &f.service)
+            .filter(|s| matches!(s.name(), "Sessions" | "HarnessRegistry"))
+            .flat_map(|s| &s.method)
+            .map(|m| m.name().to_owned())
+            .collect();
+        contract.sort();
+        let mut listed: Vec<String> = RPC_METHODS.iter().map(|m| m.to_string()).collect();
+        listed.sort();
+        assert_eq!(listed, contract);
     }
 
     #[test]
@@ -509,6 +753,7 @@ mod tests {
         let series = text
             .lines()
             .filter(|l| l.starts_with("agentsessions_model_call_duration_seconds_count"))
+            .filter(|l| l.contains("outcome=\"ok\""))
             .count();
         assert_eq!(series, NAMES_PER_LABEL + 1, "the cap plus \"other\"");
         assert!(text.contains(

@@ -17,15 +17,17 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use agentsessions_machine::host::{ModelReply, Outcome};
+use agentsessions_machine::host::{ModelFailure, ModelReply, Outcome};
 use agentsessions_proto::v1::{Message, ModelCall, Part, TextPart, part};
 
 // HTTP over real sockets: not available in the madsim simulation.
 #[cfg(not(madsim))]
 pub mod openai;
+pub mod router;
 
 #[cfg(not(madsim))]
 pub use openai::{OpenAiClient, OpenAiConfig};
+pub use router::ModelRouter;
 
 /// A boxed, sendable future borrowed for `'a`.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -145,6 +147,12 @@ pub enum ModelError {
         /// The model sent.
         model: String,
     },
+    /// No provider serves this model id.
+    #[error("model {model:?} is not served by this host")]
+    NotServed {
+        /// The id the harness asked for.
+        model: String,
+    },
 }
 
 fn status_text(detail: &str, status: u16) -> String {
@@ -162,11 +170,30 @@ impl ModelError {
     pub fn to_outcome_string(&self) -> String {
         self.to_string()
     }
+
+    /// True when the provider could not be reached or was overloaded, so
+    /// the same call may succeed later: the turn is then UNAVAILABLE and
+    /// clients retry it. A refusal of the request itself is not.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Self::Transport { .. } | Self::StreamTruncated { .. } => true,
+            Self::Status { status, .. } => matches!(status, 408 | 429 | 500 | 502 | 503 | 504),
+            _ => false,
+        }
+    }
+
+    /// The machine's view of this failure.
+    pub fn to_failure(&self) -> ModelFailure {
+        ModelFailure {
+            unavailable: self.is_unavailable(),
+            message: self.to_outcome_string(),
+        }
+    }
 }
 
 /// Converts a client result into the machine's outcome.
 pub fn model_outcome(result: Result<ModelReply, ModelError>) -> Outcome {
-    Outcome::Model(result.map_err(|e| e.to_outcome_string()))
+    Outcome::Model(result.map_err(|e| e.to_failure()))
 }
 
 /// Concatenation of a message's text parts; every other kind is skipped.

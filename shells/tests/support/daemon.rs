@@ -16,7 +16,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         registry_addr: None,
         journal: dir.join("journal.db"),
         project: "default".into(),
-        model: String::new(),
+        models: Vec::new(),
         model_base_url: None,
         model_path: None,
         model_auth_header: "Authorization".into(),
@@ -162,4 +162,40 @@ pub fn nested_data(depth: usize) -> Message {
             part: Some(part::Part::Data(DataPart { data: Some(s) })),
         }],
     }
+}
+
+/// A session of the approval harness, created and run by `key` until it
+/// parks on its gate; its uid.
+pub async fn parked_as(c: &mut SessionsClient<Channel>, key: &str) -> String {
+    use agentsessions_proto::v1::ExecRequest;
+    let uid = c
+        .create_session(authed(
+            CreateSessionRequest {
+                session: Some(Session {
+                    harness: "approval".into(),
+                    ..Default::default()
+                }),
+            },
+            key,
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .metadata
+        .unwrap()
+        .uid;
+    let mut turn = c
+        .exec(authed(
+            ExecRequest {
+                session: uid.clone(),
+                inputs: vec![text("remember milk")],
+                ..Default::default()
+            },
+            key,
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    while turn.message().await.unwrap().is_some() {}
+    uid
 }

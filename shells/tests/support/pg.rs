@@ -26,6 +26,9 @@ fn script() -> std::path::PathBuf {
         .expect("scripts/pg-cluster.sh in the repository")
 }
 
+/// A port nobody listens on now. PostgreSQL cannot bind port 0 and report
+/// it, so a port is picked here and released; another process may take
+/// it before the server binds it, which [`launch_with`] retries.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -42,7 +45,29 @@ fn launch_with(
     tag: &str,
     tls: Option<&std::path::Path>,
 ) -> Result<(std::path::PathBuf, u16, String), String> {
-    let port = free_port();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match launch_on(tag, tls, free_port()) {
+            // The port was taken between the pick and the bind: pick again.
+            // (The server never started, so nobody was reached on it.)
+            Err(LaunchError::PortTaken(_)) if attempt < 5 => {}
+            Err(LaunchError::PortTaken(why) | LaunchError::Other(why)) => return Err(why),
+            Ok(up) => return Ok(up),
+        }
+    }
+}
+
+enum LaunchError {
+    PortTaken(String),
+    Other(String),
+}
+
+fn launch_on(
+    tag: &str,
+    tls: Option<&std::path::Path>,
+    port: u16,
+) -> Result<(std::path::PathBuf, u16, String), LaunchError> {
     let dir = std::env::temp_dir().join(format!(
         "agentsessions-pg-{tag}{}-{port}",
         std::process::id()
@@ -63,11 +88,21 @@ fn launch_with(
         let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
         return Ok((dir, port, url));
     }
-    Err(format!(
-        "{}{}",
+    let server_log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+    let why = format!(
+        "{}{}{server_log}",
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(dir.join("initdb.log")).unwrap_or_default()
-    ))
+    );
+    if server_log.contains("Address already in use") {
+        // The failed cluster's directory goes; the next try makes its own.
+        let _ = std::process::Command::new("bash")
+            .arg(script())
+            .args(["stop", dir.to_str().unwrap()])
+            .output();
+        return Err(LaunchError::PortTaken(why));
+    }
+    Err(LaunchError::Other(why))
 }
 
 fn skipped(why: &str) {
@@ -149,7 +184,8 @@ impl Cluster {
         self.run(&["halt", self.dir.to_str().unwrap()]);
     }
 
-    /// Starts the halted server again on the same port.
+    /// Starts the halted server again on the same port (its URL's), which
+    /// another process could take while it is down: then this fails.
     pub fn resume(&self) {
         let port = self.port.to_string();
         self.run(&["resume", self.dir.to_str().unwrap(), &port]);

@@ -390,7 +390,7 @@ impl ModelPort for SimModel {
         &self,
         request: ModelCall,
         _chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<ModelReply, String>> {
+    ) -> PortFuture<'_, Result<ModelReply, agentsessions_machine::host::ModelFailure>> {
         Box::pin(async move {
             let inc = self.inc;
             self.shared.check(|o, view| invoked(o, view, inc, &request));

@@ -17,7 +17,7 @@
 //! approving decision for the same tuple, and the executed call is the
 //! committed intent.
 
-use agentsessions_machine::host::ExecuteTool;
+use agentsessions_machine::host::{ExecuteTool, ModelFailure};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -461,7 +461,7 @@ impl Rig {
             Fault::Provision => faults.provision = Some("provision".into()),
             Fault::Dial => faults.dial = Some(HarnessFailure::Unavailable("dial".into())),
             Fault::Recheck => faults.recheck = Some(HarnessFailure::Timeout),
-            Fault::Model => self.world.model_fail_next = Some("model".into()),
+            Fault::Model => self.world.model_fail_next = Some(ModelFailure::other("model")),
             Fault::Tool => self.world.executor.fail_next = Some("tool".into()),
             Fault::ToolLost => self.world.executor.lose_next = Some("lost".into()),
         }

@@ -34,7 +34,9 @@ use crate::MemStore;
 use agentsessions_machine::chain;
 use agentsessions_machine::error::TurnError;
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{AppendError, CountingIds, HarnessInput, ModelReply};
+use agentsessions_machine::host::{
+    AppendError, CountingIds, HarnessInput, ModelFailure, ModelReply,
+};
 use agentsessions_machine::inputhash;
 use agentsessions_machine::invocation::{Action, Ending, Invocation, Mode, Setup};
 use agentsessions_machine::journal::{approval, executions};
@@ -361,8 +363,11 @@ impl Rig {
                 self.inv.on_appended(result, &mut self.ids, out);
             }
             Owed::Model => {
-                let result = if u.arbitrary::<u8>()? % 8 == 7 {
-                    Err("provider down".to_owned())
+                let roll = u.arbitrary::<u8>()? % 8;
+                let result = if roll == 7 {
+                    Err(ModelFailure::unavailable("provider down"))
+                } else if roll == 6 {
+                    Err(ModelFailure::other("invalid response body"))
                 } else {
                     Ok(ModelReply {
                         message: Some(events::assistant_text("echo")),
