@@ -5,11 +5,12 @@
 
 use std::path::PathBuf;
 
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     "proto/common.proto",
     "proto/session.proto",
     "proto/harness.proto",
     "proto/harness_registry.proto",
+    "proto/tools.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -131,7 +131,7 @@ async fn the_child_daemon_counts_turns_and_approvals_exactly() {
     assert_eq!(
         sample(
             &text,
-            "agentsessions_tool_executions_total{tool=\"append_note\",outcome=\"ok\"}"
+            "agentsessions_tool_calls_total{server=\"host\",tool=\"append_note\",outcome=\"ok\"}"
         ),
         Some(1.0)
     );

@@ -148,6 +148,9 @@ impl Launcher for InProcess {
                 drive_loops: 2,
                 console_addr: None,
                 limits: Default::default(),
+                tool_rules: Vec::new(),
+                mcp: Vec::new(),
+                session_token_budget: None,
                 journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };
             let (ready_tx, ready_rx) = oneshot::channel();

@@ -149,6 +149,15 @@ pub enum TurnError {
     /// fails once it is going).
     #[error("harness unavailable: {0}")]
     HarnessUnavailable(String),
+    /// The session's committed usage reached its token budget; no more
+    /// model calls (RESOURCE_EXHAUSTED).
+    #[error("token budget: the session used {used} of its {limit} tokens")]
+    TokenBudget {
+        /// Tokens committed in USAGE records (input + output).
+        used: i64,
+        /// The session's budget.
+        limit: i64,
+    },
     /// The model provider failed.
     #[error("model: {0}")]
     Model(String),

@@ -43,11 +43,14 @@ pub enum Fault {
     /// A journal's summary stops following the gate records appended to
     /// it, so the host decides from a stale approval state.
     StaleSummary,
+    /// The host's tool policy no longer raises a call's mediation: a tool
+    /// the operator gates runs when the harness asks to run it at once.
+    SkipPolicyFloor,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -62,6 +65,7 @@ impl Fault {
         Fault::IgnoreTombstone,
         Fault::SkipProjectCheck,
         Fault::StaleSummary,
+        Fault::SkipPolicyFloor,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -81,6 +85,7 @@ impl Fault {
             Fault::IgnoreTombstone => "ignore-tombstone",
             Fault::SkipProjectCheck => "skip-project-check",
             Fault::StaleSummary => "stale-summary",
+            Fault::SkipPolicyFloor => "skip-policy-floor",
         }
     }
 

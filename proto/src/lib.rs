@@ -18,7 +18,8 @@ pub mod v1 {
     include!(concat!(env!("OUT_DIR"), "/agentsessions.v1.serde.rs"));
 }
 
-/// tonic service stubs for `Sessions`, `Harness` and `HarnessRegistry`.
+/// tonic service stubs for `Sessions`, `Harness`, `HarnessRegistry` and
+/// `Tools`.
 #[cfg(feature = "grpc")]
 pub mod grpc {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
@@ -52,6 +53,12 @@ pub mod grpc {
             for super::harness_registry_server::HarnessRegistryServer<T, F>
         {
             const NAME: &'static str = "agentsessions.v1.HarnessRegistry";
+        }
+
+        impl<T: super::tools_server::Tools, F: Interceptor> NamedService
+            for super::tools_server::ToolsServer<T, F>
+        {
+            const NAME: &'static str = "agentsessions.v1.Tools";
         }
     }
 }

@@ -8,6 +8,9 @@ pub mod console;
 pub mod daemon;
 pub mod harness;
 pub mod journal;
+// The MCP client (rmcp, child processes, HTTP); not in the simulation.
+#[cfg(not(madsim))]
+pub mod mcp;
 pub mod metrics;
 pub mod model;
 pub mod tools;

@@ -116,7 +116,8 @@ const PENDING: &str = "agentsessions_approvals_pending";
 /// Every label key a series may carry, and no value may be a session id.
 fn assert_bounded(text: &str, uids: &[String]) {
     let keys: BTreeSet<&str> = [
-        "method", "code", "harness", "outcome", "model", "kind", "tool", "reason", "bound", "le",
+        "method", "code", "harness", "outcome", "model", "kind", "tool", "server", "reason",
+        "bound", "le",
     ]
     .into();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -293,7 +294,7 @@ async fn a_workload_across_a_restart_reads_exactly_in_the_metrics() {
     assert_eq!(
         sample(
             &text,
-            "agentsessions_tool_executions_total{tool=\"append_note\",outcome=\"ok\"}"
+            "agentsessions_tool_calls_total{server=\"host\",tool=\"append_note\",outcome=\"ok\"}"
         ),
         Some(1.0)
     );

@@ -68,6 +68,8 @@ async fn run_turn(
         head,
         head_hash: None,
         has_executor: true,
+        tools: Default::default(),
+        budget: None,
     });
     let (tx, rx) = mpsc::channel(8);
     let mut tx = Some(tx);

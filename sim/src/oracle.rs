@@ -408,7 +408,12 @@ impl Oracle {
         if intent.fence < view.fence(session) {
             self.note("tool intent re-driven by a later incarnation");
         }
-        if call.mediation != Mediation::RequiresApproval as i32 {
+        // The operator's policy gates a call whatever mediation it carries.
+        let policed = crate::world::config().tools.verdict(&call.tool)
+            == agentsessions_machine::host::Verdict::Policy(
+                agentsessions_machine::host::Policy::Approval,
+            );
+        if call.mediation != Mediation::RequiresApproval as i32 && !policed {
             return Ok(());
         }
         self.note("approved gate executed");

@@ -310,12 +310,17 @@ fn park(text: &'static str) -> Step {
 }
 
 fn approval_flow(name: &'static str, approved: bool, fail: bool) -> Scenario {
+    gated_flow(name, "approval", approved, fail)
+}
+
+/// An approval flow on `harness`, whose one tool call the host gates.
+fn gated_flow(name: &'static str, harness: &'static str, approved: bool, fail: bool) -> Scenario {
     let mut program = Vec::new();
     if fail {
         program.push(FailTool { key: "k1" });
     }
     program.extend([
-        create("approval"),
+        create(harness),
         park("t1"),
         Approve { slot: 0, approved },
         Resume { slot: 0 },
@@ -368,6 +373,14 @@ pub fn crash_scenarios() -> Vec<Scenario> {
         approval_flow("approval-approved", true, false),
         approval_flow("approval-denied", false, false),
         approval_flow("approval-executor-error", true, true),
+        // The harness asks to run a tool at once; the policy gates it.
+        gated_flow(
+            "policy-floor-approved",
+            crate::scripts::POLICED,
+            true,
+            false,
+        ),
+        gated_flow("policy-floor-denied", crate::scripts::POLICED, false, false),
         s(
             "approval-dup-conflict",
             "approval duplicate/conflicting decisions",

@@ -6,6 +6,8 @@
 //! - `drift` is the echo harness whose prompt changes once it has been
 //!   started before for the same session (as a harness that reads a clock
 //!   would): recovery and replay must refuse to serve its recorded answers.
+//! - `policed` asks to run `guarded` at once, a tool the hosts' policy
+//!   gates: the machine must park it anyway (the policy floor).
 //! - `chatter` writes its own OUTPUT (no model call), and its text changes
 //!   once it has been started before for the same session, as a foreign
 //!   harness that is nondeterministic in its text: replay must diverge on
@@ -23,8 +25,12 @@ pub const REPORTER: &str = "reporter";
 pub const DRIFT: &str = "drift";
 /// The harness whose own output text drifts.
 pub const CHATTER: &str = "chatter";
+/// The harness that asks to run, at once, a tool the host's policy gates.
+pub const POLICED: &str = "policed";
+/// The tool it calls; `world::config` gates it (`guarded=approval`).
+pub const GUARDED: &str = "guarded";
 /// Kinds defined here (the testkit defines the rest).
-pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER];
+pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER, POLICED];
 
 /// A fresh script for a connection to `kind`.
 pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
@@ -32,6 +38,10 @@ pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
         REPORTER => Some(Box::new(FnScript::new(REPORTER, reporter()))),
         DRIFT => harness::by_kind("echo"),
         CHATTER => Some(Box::new(FnScript::new(CHATTER, chatter()))),
+        POLICED => Some(Box::new(harness::ToolUser::calling(
+            GUARDED,
+            agentsessions_proto::v1::Mediation::ControllerMediated,
+        ))),
         other => harness::by_kind(other),
     }
 }

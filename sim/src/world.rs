@@ -156,6 +156,14 @@ pub struct Sim {
 /// routes plus the simulator's own harness kinds.
 pub fn config() -> HostConfig {
     let mut config = testworld::config();
+    // The operator gates `guarded`, whatever mediation a harness asks for.
+    config
+        .tools
+        .rules
+        .push(agentsessions_machine::host::ToolRule {
+            pattern: scripts::GUARDED.into(),
+            policy: agentsessions_machine::host::Policy::Approval,
+        });
     for kind in scripts::KINDS {
         config.harnesses.entry((*kind).into()).or_insert(Route {
             backend: Backend::Local {

@@ -26,6 +26,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::IgnoreTombstone => &[Rule::Deleted],
         Fault::SkipProjectCheck => &[Rule::Authorization],
         Fault::StaleSummary => &[Rule::Summary],
+        Fault::SkipPolicyFloor => &[Rule::Approval, Rule::Denial, Rule::Expectation],
     }
 }
 
@@ -158,4 +159,9 @@ fn skip_project_check() {
 #[test]
 fn stale_summary() {
     caught(Fault::StaleSummary);
+}
+
+#[test]
+fn skip_policy_floor() {
+    caught(Fault::SkipPolicyFloor);
 }

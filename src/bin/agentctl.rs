@@ -28,6 +28,7 @@ use agentsessions::cli::{approve, json_line, progress, render};
 use agentsessions_machine::events::text_message;
 use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::grpc::tools_client::ToolsClient;
 use agentsessions_proto::v1::{
     CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest, ForkRequest,
     GetHarnessRequest, GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
@@ -121,6 +122,15 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(exit::OK)
         }
         Command::Journal { command } => journal(command).await,
+        Command::Tools => {
+            let link = Link::open(&common, Want::Sessions).await?;
+            let mut client =
+                ToolsClient::with_interceptor(link.channel.clone(), Bearer::from_common(&common)?);
+            let result = tools(&mut client, common.json).await;
+            drop(client);
+            link.close().await;
+            result.map(|()| exit::OK)
+        }
         Command::Harness {
             registry, command, ..
         } => {
@@ -199,6 +209,9 @@ impl Link {
             drive_loops: 1,
             console_addr: None,
             limits: Default::default(),
+            tool_rules: Vec::new(),
+            mcp: Vec::new(),
+            session_token_budget: None,
             journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };
         let daemon = Daemon::start(config)
@@ -373,11 +386,28 @@ async fn sessions(
         Command::Approve(d) => decide(c, json, d, true).await?,
         Command::Deny(d) => decide(c, json, d, false).await?,
         // `run` handles these before opening a Sessions link.
-        Command::Harness { .. } | Command::Journal { .. } | Command::Version => {
+        Command::Harness { .. } | Command::Journal { .. } | Command::Tools | Command::Version => {
             anyhow::bail!("internal: command dispatched to the Sessions client")
         }
     }
     Ok(exit::OK)
+}
+
+/// `agentctl tools`: the catalog, one tool per line (or one JSON line).
+async fn tools(c: &mut ToolsClient<Conn>, json: bool) -> anyhow::Result<()> {
+    let listing = c
+        .list_tools(agentsessions_proto::v1::ListToolsRequest {})
+        .await
+        .map_err(rpc("ListTools"))?
+        .into_inner();
+    if json {
+        out!("{}", json_line(&listing));
+        return Ok(());
+    }
+    for t in &listing.tools {
+        out!("{}", render::tool_row(t));
+    }
+    Ok(())
 }
 
 /// `agentctl journal`: straight on the store, no daemon involved.

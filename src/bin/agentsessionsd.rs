@@ -67,6 +67,23 @@ struct Args {
     /// unix:path). Repeatable.
     #[arg(long = "harness", value_name = "NAME=ADDRESS")]
     harnesses: Vec<String>,
+    /// Serve an MCP server's tools as `NAME__TOOL`: `NAME=COMMAND [ARGS…]`
+    /// (split as a POSIX shell would; a child process on stdio) or
+    /// `NAME=http://HOST:PORT/PATH` (streamable HTTP). NAME is
+    /// `[a-z0-9-]{1,32}`. Repeatable.
+    #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
+    mcp: Vec<String>,
+    /// How the host treats calls to a tool: `PATTERN=auto|approval|deny`,
+    /// `*` matching any run of characters; the most specific pattern wins.
+    /// Without a rule an MCP tool that says it is read-only runs at once
+    /// and any other waits for approval. Repeatable.
+    #[arg(long = "tool-policy", value_name = "PATTERN=POLICY")]
+    tool_policy: Vec<agentsessions_machine::host::ToolRule>,
+    /// Tokens (input + output, as reported in USAGE records) a session may
+    /// use; past it model calls are refused with RESOURCE_EXHAUSTED and a
+    /// durable ERROR. A session's `token-budget` label overrides it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    session_token_budget: Option<i64>,
     /// Serve the HarnessRegistry admin API on this loopback address.
     #[arg(long)]
     registry_addr: Option<SocketAddr>,
@@ -444,6 +461,9 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             max_calls_per_connection: args.max_calls_per_connection,
             request_memory: args.request_memory_bytes,
         },
+        tool_rules: args.tool_policy.clone(),
+        mcp: args.mcp.clone(),
+        session_token_budget: args.session_token_budget,
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

@@ -195,6 +195,10 @@ pub enum Command {
         #[command(subcommand)]
         command: JournalCommand,
     },
+    /// List the host's tools (built-ins and MCP servers' tools), each with
+    /// its server, the policy its calls meet, its hints and whether its
+    /// server is up.
+    Tools,
     /// Print the version.
     Version,
 }

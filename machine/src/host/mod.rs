@@ -107,6 +107,17 @@ impl Host {
         Ok(())
     }
 
+    /// The tools the shell can run now (MCP servers listed or changed
+    /// theirs, went up or down). Turns placed from now on are gated by it;
+    /// one already running keeps the catalog it started with.
+    pub fn set_catalog(&mut self, catalog: crate::vocab::Catalog) {
+        assert!(
+            catalog.iter().all(|t| !t.name.is_empty()),
+            "catalog tools are named"
+        );
+        self.core.config.tools.catalog = Some(std::sync::Arc::new(catalog));
+    }
+
     /// Starts the operation of a permitted call.
     fn admit(&mut self, request: RequestId, caller: Caller, call: Request) {
         // A Cancel goes to the operation holding its session, if any: only

@@ -78,6 +78,20 @@ pub struct Setup {
     pub head_hash: Option<String>,
     /// Whether this host can execute host-mediated tools.
     pub has_executor: bool,
+    /// The tool policy and catalog live calls are gated by.
+    pub tools: crate::vocab::ToolGate,
+    /// The session's token budget and the tokens its journal had used
+    /// when the run started; `None`: no budget.
+    pub budget: Option<TokenBudget>,
+}
+
+/// A session's token budget as a run sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBudget {
+    /// The most tokens the session may use.
+    pub limit: i64,
+    /// Tokens committed in its USAGE records.
+    pub used: i64,
 }
 
 /// What the invocation asks its host to do.
@@ -247,6 +261,9 @@ pub struct Invocation {
     aborting: Option<TurnError>,
     /// The reason of a Cancel being carried out.
     canceling: Option<(String, Option<agentsessions_proto::v1::IdentityRef>)>,
+    /// Tokens the session has used, this run's USAGE records included
+    /// (counted only when it has a budget).
+    tokens_used: i64,
 }
 
 /// Most harness events the inbox holds before the run is failed; a harness
@@ -263,7 +280,9 @@ impl Invocation {
         let head = setup.head;
         assert!(head >= 0, "a journal head is never negative");
         let head_hash = setup.head_hash.clone();
+        let tokens_used = setup.budget.map_or(0, |b| b.used);
         Self {
+            tokens_used,
             setup,
             cursor: 0,
             head,

@@ -182,7 +182,21 @@ impl Invocation {
             return Err(LogError::diverged(format!("{who} a recorded tool call")).into());
         };
         let recorded = intent.event.as_ref().and_then(body::tool).cloned();
-        let recorded = match_tool_call(&tc, recorded.as_ref())?;
+        // A policy refusal records its call as ordinary whatever the
+        // harness asked, with the error receipt right after it.
+        let refused = self
+            .peek()
+            .and_then(|r| r.event.as_ref())
+            .and_then(body::result)
+            .is_some_and(|r| {
+                Some(&r.id) == recorded.as_ref().map(|c| &c.id)
+                    && r.is_error
+                    && r.code == agentsessions_proto::v1::tool_result::Code::ExecutorError as i32
+            });
+        // A host that gates by policy may have raised the call's mediation;
+        // one that leaves it to the harness checks it strictly.
+        let policed = self.setup.tools.verdict(&tc.tool) != crate::vocab::Verdict::Harness;
+        let recorded = match_tool_call(&tc, recorded.as_ref(), refused, policed)?;
         let gated = mediation_of(&recorded) == Mediation::RequiresApproval;
         let kind = if gated {
             CallKind::Gated
@@ -319,11 +333,22 @@ impl Invocation {
     }
 }
 
+/// True when the recorded call is the emitted one gated by the host's
+/// policy floor: the harness asked to run it at once, the host made it
+/// wait for a decision (see `sink::Invocation::tool_call`). A floor only
+/// raises, so the reverse is a divergence.
+fn floor_raised(emitted: &ToolCall, recorded: &ToolCall) -> bool {
+    mediation_of(emitted) == Mediation::ControllerMediated
+        && mediation_of(recorded) == Mediation::RequiresApproval
+}
+
 /// Checks a re-emitted call against the recorded one (tool identity).
 /// The recorded call must itself be a valid host-mediated call.
 pub(super) fn match_tool_call(
     emitted: &ToolCall,
     recorded: Option<&ToolCall>,
+    refused: bool,
+    policed: bool,
 ) -> Result<ToolCall, LogError> {
     let Some(recorded) = recorded else {
         return Err(LogError::diverged("recorded tool call has no payload"));
@@ -348,7 +373,10 @@ pub(super) fn match_tool_call(
         Some("id")
     } else if emitted.tool != recorded.tool {
         Some("tool")
-    } else if emitted.mediation != recorded.mediation {
+    } else if emitted.mediation != recorded.mediation
+        && !(policed && floor_raised(emitted, recorded))
+        && !(refused && mediation_of(recorded) == Mediation::ControllerMediated)
+    {
         Some("mediation")
     } else if emitted.idempotency_key != recorded.idempotency_key {
         Some("idempotency key")

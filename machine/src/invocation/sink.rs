@@ -13,7 +13,8 @@ use agentsessions_proto::v1::{
 use super::{AfterAppend, CallKind, Fault, Invocation, Mode, input_hash};
 use crate::error::{LogError, TurnError};
 use crate::events;
-use crate::vocab::IdSource;
+use crate::vocab::shown;
+use crate::vocab::{IdSource, Policy, Verdict};
 
 /// The mediation of a call, unknown numbers read as unspecified.
 pub(super) fn mediation_of(tc: &ToolCall) -> Mediation {
@@ -56,6 +57,17 @@ impl Invocation {
         }
         if self.setup.mode == Mode::Replay {
             return Err(self.exhausted("model call"));
+        }
+        // Refused before its intent: nothing reaches the provider once the
+        // session's committed usage has reached its budget.
+        if let Some(b) = self.setup.budget
+            && self.tokens_used >= b.limit
+        {
+            return Err(TurnError::TokenBudget {
+                used: self.tokens_used,
+                limit: b.limit,
+            }
+            .into());
         }
         let recorded = ModelCall {
             model: mc.model.clone(),
@@ -116,6 +128,9 @@ impl Invocation {
             }
             return Err(self.exhausted("usage"));
         }
+        self.tokens_used = self
+            .tokens_used
+            .saturating_add(crate::journal::usage_tokens(&u));
         let ev = events::event(
             &self.setup.execution_id,
             EventKind::EventUsage,
@@ -184,6 +199,28 @@ impl Invocation {
             }
             return Err(self.exhausted("tool call"));
         }
+        // The host's policy, never the harness's mediation, decides last.
+        let (tc, mediation) = match self.setup.tools.verdict(&tc.tool) {
+            Verdict::Policy(Policy::Deny) => {
+                let why = format!("tool {:?} is denied by the host's policy", shown(&tc.tool));
+                return self.refuse_tool(tc, why, out);
+            }
+            Verdict::Unknown => {
+                let why = format!("unknown tool {:?}", shown(&tc.tool));
+                return self.refuse_tool(tc, why, out);
+            }
+            Verdict::Policy(Policy::Approval)
+                if mediation == Mediation::ControllerMediated
+                    && !crate::planted!(SkipPolicyFloor) =>
+            {
+                let gated = ToolCall {
+                    mediation: Mediation::RequiresApproval as i32,
+                    ..tc
+                };
+                (gated, Mediation::RequiresApproval)
+            }
+            _ => (tc, mediation),
+        };
         if mediation == Mediation::RequiresApproval {
             return self.park_tool(tc, out);
         }
@@ -217,6 +254,55 @@ impl Invocation {
             return Ok(());
         }
         self.append(vec![ev], AfterAppend::ExecuteTool { call: tc }, out);
+        Ok(())
+    }
+
+    /// A call the policy will not run (denied, or no such tool): its intent
+    /// and an error receipt commit together, nothing is executed, and the
+    /// receipt is the harness's answer, so a model can be told and go on.
+    fn refuse_tool(
+        &mut self,
+        tc: ToolCall,
+        why: String,
+        out: &mut Vec<super::Action>,
+    ) -> Result<(), Fault> {
+        if tc.idempotency_key.is_empty() {
+            return Err(LogError::MissingIdempotencyKey.into());
+        }
+        if self.calls.contains_key(&tc.id) {
+            return Err(TurnError::InvalidApprovalCall(format!(
+                "call id {:?} was already used in this invocation",
+                tc.id
+            ))
+            .into());
+        }
+        self.calls.insert(tc.id.clone(), CallKind::Ordinary);
+        let receipt = ToolResult {
+            id: tc.id.clone(),
+            is_error: true,
+            error: why.clone(),
+            content: events::text_message("tool", &why).parts,
+            code: Code::ExecutorError as i32,
+            ..ToolResult::default()
+        };
+        // An ordinary call's intent: the refusal is its receipt.
+        let intent = ToolCall {
+            mediation: Mediation::ControllerMediated as i32,
+            ..tc
+        };
+        let exec = &self.setup.execution_id;
+        let events = vec![
+            events::event(exec, EventKind::EventToolCall, Body::Tool(intent)),
+            events::event(
+                exec,
+                EventKind::EventToolResult,
+                Body::Result(receipt.clone()),
+            ),
+        ];
+        let frame = self.frame(agentsessions_proto::v1::controller_frame::Frame::Tool(
+            receipt,
+        ));
+        self.append(events, AfterAppend::Send(vec![frame]), out);
         Ok(())
     }
 

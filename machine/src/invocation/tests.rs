@@ -43,6 +43,8 @@ fn setup(mode: Mode, stream: Vec<LogRecord>, head: i64) -> Setup {
         head,
         head_hash: None,
         has_executor: true,
+        tools: crate::vocab::ToolGate::default(),
+        budget: None,
     }
 }
 

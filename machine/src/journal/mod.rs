@@ -16,6 +16,7 @@ pub mod legacy;
 pub mod projection;
 mod shared;
 mod summary;
+pub use summary::{tokens_in, usage_tokens};
 
 pub use shared::Journal;
 pub use summary::Summary;

@@ -34,6 +34,23 @@ pub struct Summary {
     /// The latest execution ended with a Cancel's END.
     canceled: bool,
     gates: GateFold,
+    /// Tokens of every USAGE record (see [`usage_tokens`]).
+    tokens: i64,
+}
+
+/// What a USAGE record counts against a token budget.
+pub fn usage_tokens(u: &agentsessions_proto::v1::Usage) -> i64 {
+    u.input_tokens.max(0).saturating_add(u.output_tokens.max(0))
+}
+
+/// The tokens of every USAGE record in `records`.
+pub fn tokens_in(records: &[LogRecord]) -> i64 {
+    records
+        .iter()
+        .filter_map(|r| r.event.as_ref())
+        .filter_map(crate::events::body::usage)
+        .map(usage_tokens)
+        .fold(0, i64::saturating_add)
 }
 
 impl Summary {
@@ -50,6 +67,14 @@ impl Summary {
         }
         self.legacy.push(r);
         self.canceled = canceled_after(self.canceled, r);
+        if let Some(u) = r.event.as_ref().and_then(crate::events::body::usage) {
+            self.tokens = self.tokens.saturating_add(usage_tokens(u));
+        }
+    }
+
+    /// Tokens committed in USAGE records so far.
+    pub fn tokens(&self) -> i64 {
+        self.tokens
     }
 
     /// Seq of the last record (0: empty).

@@ -34,6 +34,9 @@ enum Need<'a> {
     OnSession(Role, &'a str),
     /// `role` on every project (the registry is host-wide).
     Everywhere(Role),
+    /// `role` on at least one project (what is host-wide but harmless to
+    /// read, like the tool catalog).
+    Somewhere(Role),
     /// Only the host itself sends it.
     HostOnly,
 }
@@ -72,6 +75,7 @@ fn need<'a>(call: &'a Request, default_project: &str) -> Need<'a> {
         | Request::GetHarness(_)
         | Request::ListHarnesses(_)
         | Request::RetireHarness(_) => Need::Everywhere(Role::Admin),
+        Request::ListTools => Need::Somewhere(Role::Reader),
         Request::Boot | Request::Retain { .. } => Need::HostOnly,
     }
 }
@@ -132,6 +136,12 @@ pub(crate) fn gate(caller: &Caller, call: &Request, default_project: &str) -> Ga
             session: session.to_owned(),
             role,
         },
+        Need::Somewhere(role) if p.may_somewhere(role) => Gate::Open,
+        Need::Somewhere(role) => denied(format!(
+            "{:?} holds no {} role on any project",
+            shown(&p.name),
+            role.name()
+        )),
         Need::Everywhere(role) if p.may_everywhere(role) => Gate::Open,
         Need::Everywhere(role) => denied(format!(
             "{:?} holds no {} role on every project (\"*:{}\")",

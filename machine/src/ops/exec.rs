@@ -25,7 +25,7 @@ use super::session::{Render, Rendered, new_row, put_error};
 use super::{Flow, unexpected};
 use crate::error::TurnError;
 use crate::events;
-use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::invocation::{Ending, Invocation, Mode, Setup, TokenBudget};
 use crate::journal::Journal;
 use crate::ops::cx::Cx;
 use crate::ops::render;
@@ -412,6 +412,13 @@ impl ExecOp {
 
     /// The header and inputs are durable: send Start and serve the harness.
     fn run_turn(&mut self, cx: &mut Cx<'_>, placement: Placement, records: Vec<LogRecord>) -> Flow {
+        let labels = self.row.as_ref().map(|r| &r.labels);
+        let budget = labels
+            .and_then(|l| cx.config().token_budget(l))
+            .map(|limit| TokenBudget {
+                limit,
+                used: self.log.summary().tokens(),
+            });
         // The loaded journal is not read again in this turn (a stateless
         // harness gets the whole history every turn).
         let history = std::mem::take(&mut self.log).history();
@@ -434,6 +441,8 @@ impl ExecOp {
             head,
             head_hash,
             has_executor: cx.config().has_executor,
+            tools: cx.config().tools.clone(),
+            budget,
         };
         let start = ControllerFrame {
             session: self.session.clone(),

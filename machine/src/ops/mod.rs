@@ -59,6 +59,8 @@ pub(crate) enum Op {
     Delete(delete::DeleteOp),
     Retain(delete::RetainOp),
     Decided(decided::DecidedOp),
+    /// ListTools: answered from the config at once.
+    Tools(RequestId),
     /// A call waiting for its session's project (see `authorize`).
     Gate(authorize::GateOp),
 }
@@ -100,6 +102,7 @@ impl Op {
                 ))
             }
             Request::Retain { after } => Self::Retain(delete::RetainOp::new(request, after)),
+            Request::ListTools => Self::Tools(request),
             Request::Decided { session } => {
                 Self::Decided(decided::DecidedOp::new(request, session))
             }
@@ -125,6 +128,11 @@ impl Op {
             Self::Delete(op) => op.start(cx),
             Self::Retain(op) => op.start(cx),
             Self::Decided(op) => op.start(cx),
+            Self::Tools(request) => {
+                let listing = cx.config().tools.listing();
+                cx.reply(*request, Ok(crate::vocab::Response::Tools(listing)));
+                Flow::Done
+            }
             Self::Gate(_) => unreachable!("a gate starts when it is made"),
         }
     }
@@ -147,6 +155,7 @@ impl Op {
             Self::Delete(op) => op.on_outcome(cx, id, outcome),
             Self::Retain(op) => op.on_outcome(cx, id, outcome),
             Self::Decided(op) => op.on_outcome(cx, id, outcome),
+            Self::Tools(_) => unexpected("list tools", &outcome),
             Self::Gate(op) => op.on_outcome(cx, id, outcome),
         }
     }

@@ -439,6 +439,9 @@ impl ReplayHarnessOp {
             head: self.log.last().map_or(0, |r| r.seq),
             head_hash: self.log.last().map(|r| r.content_hash.clone()),
             has_executor: cx.config().has_executor,
+            tools: cx.config().tools.clone(),
+            // Replay serves recorded calls; it never asks a model.
+            budget: None,
         };
         let start = ControllerFrame {
             session: self.session.clone(),

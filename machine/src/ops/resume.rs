@@ -28,7 +28,7 @@ use super::session::{Render, Rendered};
 use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
 use crate::events::{self, body};
-use crate::invocation::{Ending, Invocation, Mode, Setup};
+use crate::invocation::{Ending, Invocation, Mode, Setup, TokenBudget};
 use crate::journal::approval::{self, ApprovalScan, ApprovalState};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
@@ -624,6 +624,15 @@ impl ResumeOp {
             head: self.head(),
             head_hash: self.log.last().map(|r| r.content_hash.clone()),
             has_executor: cx.config().has_executor,
+            tools: cx.config().tools.clone(),
+            budget: self
+                .row
+                .as_ref()
+                .and_then(|r| cx.config().token_budget(&r.labels))
+                .map(|limit| TokenBudget {
+                    limit,
+                    used: crate::journal::tokens_in(&self.log),
+                }),
         };
         let start = ControllerFrame {
             session: self.session.clone(),

@@ -148,6 +148,9 @@ pub(crate) mod mapping {
             TurnError::HarnessUnavailable(_) | TurnError::ModelUnavailable(_) => {
                 Status::unavailable(e.to_string())
             }
+            TurnError::TokenBudget { .. } => {
+                Status::new(crate::vocab::Code::ResourceExhausted, e.to_string())
+            }
             _ if precondition(e) => Status::failed_precondition(e.to_string()),
             _ => Status::internal(e.to_string()),
         }
@@ -164,6 +167,10 @@ pub(crate) mod mapping {
             TurnError::HarnessUnavailable(_) | TurnError::ModelUnavailable(_) => {
                 Status::unavailable(format!("resume: {e}"))
             }
+            TurnError::TokenBudget { .. } => Status::new(
+                crate::vocab::Code::ResourceExhausted,
+                format!("resume: {e}"),
+            ),
             TurnError::Log(LogError::InheritedToolIntent(_)) => Status::failed_precondition(
                 format!("resume: {e}; fork at or after the TOOL_RESULT, or Exec a new turn"),
             ),

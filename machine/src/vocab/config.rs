@@ -96,6 +96,30 @@ pub struct HostConfig {
     /// it fails at admission rather than mid-turn. `None`: every id is
     /// taken as served (worlds whose model answers anything).
     pub models: Option<BTreeSet<String>>,
+    /// The tool policy and catalog every turn is gated by (see
+    /// [`ToolGate`](super::tools::ToolGate)); the catalog changes at run
+    /// time through `Host::set_catalog`.
+    pub tools: super::tools::ToolGate,
+    /// Tokens (input + output, as committed in USAGE records) a session
+    /// may use; once reached, model calls are refused. A session's
+    /// [`TOKEN_BUDGET_LABEL`] overrides it. `None`: no budget.
+    pub session_token_budget: Option<i64>,
+}
+
+/// The session label that sets its own token budget (a positive integer),
+/// overriding [`HostConfig::session_token_budget`].
+pub const TOKEN_BUDGET_LABEL: &str = "token-budget";
+
+impl HostConfig {
+    /// The token budget of a session with `labels`: its label when that is
+    /// a positive integer, else the host's.
+    pub fn token_budget(&self, labels: &BTreeMap<String, String>) -> Option<i64> {
+        labels
+            .get(TOKEN_BUDGET_LABEL)
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|&n| n > 0)
+            .or(self.session_token_budget)
+    }
 }
 
 impl Default for HostConfig {
@@ -124,6 +148,8 @@ impl Default for HostConfig {
             retain_completed: None,
             lease: None,
             models: None,
+            tools: super::tools::ToolGate::default(),
+            session_token_budget: None,
         }
     }
 }

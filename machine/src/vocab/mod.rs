@@ -20,6 +20,7 @@ pub mod rows;
 pub mod shown;
 pub mod signal;
 pub mod status;
+pub mod tools;
 
 pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
 pub use committed::Committed;
@@ -41,3 +42,4 @@ pub use rows::{HarnessCheck, HarnessRow, SessionRow};
 pub use shown::{SHOWN_MAX, Shown, shown};
 pub use signal::{SIGNAL_QUEUE, Signal, TurnOutcome};
 pub use status::{Code, Status};
+pub use tools::{Catalog, CatalogTool, Policy, ToolGate, ToolRule, Verdict};

@@ -53,6 +53,8 @@ pub enum Request {
         /// The session.
         session: String,
     },
+    /// Tools.ListTools: the catalog with each tool's policy.
+    ListTools,
     /// Boot the host before it serves: reserve the static and configured
     /// names, then load every stored registration. Not a wire RPC; the
     /// daemon and the test world send it once, first.
@@ -92,6 +94,8 @@ pub enum Response {
     Booted(BootReport),
     /// A retention step ran.
     Retained(RetentionReport),
+    /// The catalog (Tools.ListTools).
+    Tools(agentsessions_proto::v1::ListToolsResponse),
     /// The answer to [`Request::Decided`].
     Decided(Option<agentsessions_proto::v1::ApprovalRef>),
 }

@@ -126,14 +126,21 @@ impl Script for Echo {
 pub struct ToolUser {
     exec: String,
     mediation: Mediation,
+    tool: &'static str,
 }
 
 impl ToolUser {
     /// A harness whose tool calls use `mediation`.
     pub fn new(mediation: Mediation) -> Self {
+        Self::calling("write", mediation)
+    }
+
+    /// A harness calling `tool` with `mediation`.
+    pub fn calling(tool: &'static str, mediation: Mediation) -> Self {
         Self {
             exec: String::new(),
             mediation,
+            tool,
         }
     }
 
@@ -141,7 +148,7 @@ impl ToolUser {
     pub fn call(&self) -> ToolCall {
         ToolCall {
             id: "c1".into(),
-            tool: "write".into(),
+            tool: self.tool.into(),
             args: None,
             mediation: self.mediation as i32,
             idempotency_key: "k1".into(),

@@ -377,6 +377,7 @@ fn response_name(r: &Response) -> &'static str {
         Response::Booted(_) => "Booted",
         Response::Retained(_) => "Retained",
         Response::Decided(_) => "Decided",
+        Response::Tools(_) => "Tools",
     }
 }
 

@@ -71,6 +71,8 @@ pub const LIVE: Action = Action {
     kind: RpcKind::ServerStream,
     ..action("console.live", "GET /sessions/{uid}/events")
 };
+/// GET /tools.
+pub const TOOLS: Action = action("console.tools", "GET /tools");
 /// GET /login.
 pub const LOGIN_FORM: Action = action("console.login_form", "GET /login");
 /// POST /login.
@@ -80,13 +82,13 @@ pub const LOGOUT: Action = action("console.logout", "POST /logout");
 
 /// Every console action (the static assets and the `/` redirect are not
 /// actions and are not logged; a path no route matches is no action).
-pub const ACTIONS: [Action; 9] = [
-    LIST, VIEW, VERIFY, APPROVE, RESUME, LIVE, LOGIN_FORM, LOGIN, LOGOUT,
+pub const ACTIONS: [Action; 10] = [
+    LIST, VIEW, VERIFY, APPROVE, RESUME, LIVE, TOOLS, LOGIN_FORM, LOGIN, LOGOUT,
 ];
 
 /// Their method labels, for [`crate::metrics::Metrics::expect_methods`].
-pub const METHODS: [&str; 9] = {
-    let mut out = [""; 9];
+pub const METHODS: [&str; 10] = {
+    let mut out = [""; 10];
     let mut i = 0;
     while i < ACTIONS.len() {
         out[i] = ACTIONS[i].method;

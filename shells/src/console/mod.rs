@@ -26,6 +26,7 @@ mod next;
 mod pages;
 mod session;
 pub mod tls;
+mod tools;
 mod view;
 
 use std::sync::Arc;
@@ -114,7 +115,7 @@ impl Console {
 
     /// The console's routes.
     pub fn router(self) -> Router {
-        use access::{APPROVE, LIST, LIVE, LOGIN, LOGIN_FORM, LOGOUT, RESUME, VERIFY, VIEW};
+        use access::{APPROVE, LIST, LIVE, LOGIN, LOGIN_FORM, LOGOUT, RESUME, TOOLS, VERIFY, VIEW};
         // Each action's route, access-logged as that action.
         let logged =
             |action| axum::middleware::from_fn_with_state((self.clone(), action), access::access);
@@ -138,6 +139,7 @@ impl Console {
                 "/sessions/{uid}/events",
                 get(live::events).layer(logged(LIVE)),
             )
+            .route("/tools", get(tools::tools).layer(logged(TOOLS)))
             .route("/login", get(login::login_form).layer(logged(LOGIN_FORM)))
             .route("/login", post(login::login).layer(logged(LOGIN)))
             .route("/logout", post(login::logout).layer(logged(LOGOUT)))

@@ -11,11 +11,12 @@ use agentsessions_machine::host::{
 };
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
+use agentsessions_proto::grpc::tools_server::ToolsServer;
 use tokio::sync::mpsc;
 
 use super::drive_loop::DriveLoop;
 use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
-use super::grpc::{RegistryService, SessionsService};
+use super::grpc::{RegistryService, SessionsService, ToolsService};
 use super::harness_client::{GrpcHarnesses, parse_address};
 use super::inproc::{Harnesses, InProcess};
 use super::retention;
@@ -86,6 +87,13 @@ pub struct DaemonConfig {
     pub console_addr: Option<SocketAddr>,
     /// Bounds on what callers can make the daemon hold.
     pub limits: super::limits::Limits,
+    /// `--tool-policy` rules, in flag order (see the machine's `ToolGate`).
+    pub tool_rules: Vec<agentsessions_machine::host::ToolRule>,
+    /// `--mcp NAME=COMMAND…|URL`: MCP servers whose tools the host runs.
+    pub mcp: Vec<String>,
+    /// `--session-token-budget`: tokens a session may use (see the
+    /// machine's `HostConfig::session_token_budget`).
+    pub session_token_budget: Option<i64>,
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -228,14 +236,17 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
     );
     let router = model_router(config)?;
     host.models = Some(router.ids().map(str::to_owned).collect());
+    host.tools.rules = config.tool_rules.clone();
+    host.session_token_budget = config.session_token_budget;
     if !config.models.is_empty() {
         host.harnesses.insert("chat".into(), local("chat"));
+        host.harnesses.insert("agent".into(), local("agent"));
     }
     // Built-in names stay reserved even when not served here, so no other
     // host can register them under a different contract.
-    host.reserved = vec!["chat".into()];
+    host.reserved = vec!["chat".into(), "agent".into()];
     for (name, address) in &config.harnesses {
-        if BUILTINS.contains(&name.as_str()) || name == "chat" {
+        if BUILTINS.contains(&name.as_str()) || name == "chat" || name == "agent" {
             return Err(StartError::Config(format!(
                 "--harness {name}: the name is a built-in harness"
             )));
@@ -393,6 +404,8 @@ pub struct Daemon {
     servers: Vec<tokio::task::JoinHandle<()>>,
     stop: tokio::sync::watch::Sender<bool>,
     drive_loops: Vec<DriveLoop>,
+    /// The MCP servers, stopped (children reaped) at shutdown.
+    mcp: Option<crate::mcp::McpHub>,
 }
 
 impl Daemon {
@@ -497,7 +510,13 @@ impl Daemon {
             .map(|p| p.join("notes"))
             .unwrap_or_else(|| PathBuf::from("notes"));
         forget_deleted_tools(&ledger, &*store).await?;
-        let executor = LedgerExecutor::with_store(ToolRegistry::with_builtins(notes), ledger);
+        let registry = ToolRegistry::with_builtins(notes);
+        let builtin_tools: Vec<String> = registry.names().map(str::to_owned).collect();
+        let mcp = super::tool_catalog::start(&config.mcp).await?;
+        let mut executor = LedgerExecutor::with_store(registry, ledger);
+        if let Some(hub) = &mcp {
+            executor = executor.with_mcp(hub.clone());
+        }
         // Built-in harnesses run in this process (see `inproc`).
         let local = Arc::new(InProcess::default());
         let ports = Ports {
@@ -509,7 +528,9 @@ impl Daemon {
                     files => Some(files.client_config("harness")?),
                 }),
             )),
-            runtime: Arc::new(Runtimes::new(local, chat_model(&config))),
+            runtime: Arc::new(Runtimes::new(local, chat_model(&config)).with_agent_tools(
+                super::runtime::mcp_tools(mcp.clone(), config.tool_rules.clone()),
+            )),
             model: Arc::new(Model(Arc::new(model_router(&config)?))),
             tools: Arc::new(Tools(Arc::new(executor))),
         };
@@ -564,6 +585,15 @@ impl Daemon {
 
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
+        if let Some(hub) = &mcp {
+            servers.push(super::tool_catalog::follow(
+                hub.clone(),
+                builtin_tools,
+                handle.clone(),
+                metrics.clone(),
+                stop.subscribe(),
+            ));
+        }
         if config.retain_completed.is_some() {
             servers.push(tokio::spawn(retention::run(
                 handle.clone(),
@@ -696,6 +726,7 @@ impl Daemon {
             servers,
             stop,
             drive_loops: loops,
+            mcp,
         })
     }
 
@@ -718,6 +749,9 @@ impl Daemon {
         self.driver.drain().await;
         for l in &mut self.drive_loops {
             l.finished().await;
+        }
+        if let Some(hub) = &self.mcp {
+            hub.shutdown().await;
         }
     }
 }
@@ -841,14 +875,22 @@ fn serve_sessions(
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut builder = builder;
-        let mut router = builder.add_service(health_service).add_service(
-            SessionsServer::new(
-                SessionsService::new(driver, guard.auth)
-                    .with_metrics(guard.metrics)
-                    .with_admission(guard.admission.clone()),
-            )
-            .max_decoding_message_size(guard.admission.limits().max_request_bytes),
+        let tools = ToolsServer::new(
+            ToolsService::new(driver.clone(), guard.auth.clone())
+                .with_metrics(guard.metrics.clone())
+                .with_admission(guard.admission.clone()),
         );
+        let mut router = builder
+            .add_service(health_service)
+            .add_service(
+                SessionsServer::new(
+                    SessionsService::new(driver, guard.auth)
+                        .with_metrics(guard.metrics)
+                        .with_admission(guard.admission.clone()),
+                )
+                .max_decoding_message_size(guard.admission.limits().max_request_bytes),
+            )
+            .add_service(tools);
         if let Some(service) = reflection_v1 {
             router = router.add_service(service);
         }

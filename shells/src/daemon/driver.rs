@@ -363,6 +363,10 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.draining = Some(done);
                 Ok(())
             }
+            Input::Catalog(catalog) => {
+                self.host.set_catalog(catalog);
+                Ok(())
+            }
         };
         result.expect("the loop drains every effect before the next input");
     }

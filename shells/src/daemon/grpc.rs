@@ -533,3 +533,48 @@ impl HarnessRegistry for RegistryService {
         log.unary(result, |_| None)
     }
 }
+
+/// Tools.ListTools: the host's tool catalog, served beside Sessions.
+#[derive(Clone)]
+pub struct ToolsService(Front);
+
+impl ToolsService {
+    /// A service submitting to `driver` the calls `auth` authenticates.
+    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+        Self(Front::new(driver, auth))
+    }
+
+    /// Admits calls through `admission` (shared with the daemon's other
+    /// services, so the bounds hold across them).
+    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
+        Self(self.0.with_admission(admission))
+    }
+
+    /// Counts every call in `metrics`.
+    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
+        Self(self.0.with_metrics(metrics))
+    }
+}
+
+#[tonic::async_trait]
+impl agentsessions_proto::grpc::tools_server::Tools for ToolsService {
+    async fn list_tools(
+        &self,
+        request: tonic::Request<agentsessions_proto::v1::ListToolsRequest>,
+    ) -> Result<tonic::Response<agentsessions_proto::v1::ListToolsResponse>, tonic::Status> {
+        let mut log = RpcLog::start("Tools", "ListTools", RpcKind::Unary, request.metadata(), "");
+        let (caller, _permit) = admitted!(self, log, request, false);
+        let result = match self
+            .0
+            .driver
+            .traced(log.span())
+            .unary(caller, Request::ListTools)
+            .await
+        {
+            Ok(Response::Tools(r)) => Ok(tonic::Response::new(r)),
+            Ok(other) => Err(unexpected("list tools", other)),
+            Err(status) => Err(to_tonic(status)),
+        };
+        log.unary(result, |_| None)
+    }
+}

@@ -69,6 +69,8 @@ pub enum Input {
     Cancel(RequestId),
     /// Stop taking calls; exit once every call in flight has finished.
     Drain(oneshot::Sender<()>),
+    /// The tools the daemon can run changed (see `Host::set_catalog`).
+    Catalog(agentsessions_machine::host::Catalog),
 }
 
 /// A handle for submitting calls to the drive loops.
@@ -124,6 +126,14 @@ impl DriverHandle {
         Self::partitioned(loops)
     }
 
+    /// Tells every loop's host the tools the daemon can run now.
+    pub fn set_catalog(&self, catalog: &agentsessions_machine::host::Catalog) {
+        for tx in self.loops.iter() {
+            // A loop that has exited takes no more turns to gate.
+            let _ = tx.send(Input::Catalog(catalog.clone()));
+        }
+    }
+
     /// The loops behind this handle.
     pub fn loops(&self) -> usize {
         self.loops.len()
@@ -154,6 +164,7 @@ impl DriverHandle {
             Request::ReplayHarness { session } | Request::Decided { session } => session,
             Request::CreateSession(_)
             | Request::ListSessions(_)
+            | Request::ListTools
             | Request::Retain { .. }
             | Request::GetHarness(_)
             | Request::ListHarnesses(_)

@@ -23,14 +23,24 @@ async fn metrics(State(ops): State<Ops>) -> impl IntoResponse {
 }
 
 /// The listener serves only after the host booted (the registry loaded),
-/// so ready means: the journal is up.
+/// so ready means: the journal is up. An MCP server that is down does not
+/// make the daemon unready (its tools get error receipts), but is named.
 async fn readyz(State(ops): State<Ops>) -> impl IntoResponse {
     let up = ops.journal.as_ref().is_none_or(|j| *j.borrow());
-    if up {
-        (StatusCode::OK, "ready\n")
+    let mut text = if up {
+        "ready\n".to_owned()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "journal unavailable\n")
+        "journal unavailable\n".to_owned()
+    };
+    for server in ops.metrics.mcp_down() {
+        text.push_str(&format!("mcp server {server} down\n"));
     }
+    let status = if up {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text)
 }
 
 /// Serves `/metrics` and `/readyz` on `listener` until `stop` is set.

@@ -42,3 +42,5 @@ pub mod runtime;
 pub mod security;
 pub mod store_effects;
 mod stream_set;
+#[cfg(not(madsim))]
+mod tool_catalog;

@@ -16,17 +16,23 @@
 //! Local and remote cannot capture memory, so a REQUIRES_MEMORY_SNAPSHOT
 //! harness routed to them is refused at admission (the CanPlace rule lives
 //! in the machine).
+//!
+//! The built-in `agent` offers the MCP tools of [`mcp_tools`]: never one
+//! the operator's policy denies.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
-use agentsessions_proto::v1::HarnessDescriptor;
+use agentsessions_machine::host::{
+    Backend, Policy, RuntimeOp, RuntimeReply, ToolGate, ToolRule, Verdict,
+};
+use agentsessions_proto::v1::{HarnessDescriptor, ToolDefinition};
 
 use super::driver::{PortFuture, RuntimePort};
 use super::inproc::InProcess;
 use super::memory::MemoryRuntime;
-use crate::harness::builtin;
+use crate::harness::builtin::{self, ToolSource};
+use crate::mcp::{McpHub, McpTool};
 
 /// A built-in harness being served in process.
 struct Served {
@@ -39,6 +45,7 @@ struct Served {
 pub struct Runtimes {
     local: Arc<InProcess>,
     model: String,
+    agent_tools: ToolSource,
     served: Mutex<BTreeMap<String, Arc<Served>>>,
     memory: MemoryRuntime,
 }
@@ -51,8 +58,15 @@ impl Runtimes {
             memory: MemoryRuntime::new(local.clone()),
             local,
             model,
+            agent_tools: builtin::no_tools(),
             served: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// The tools the built-in `agent` offers (none by default).
+    pub fn with_agent_tools(mut self, tools: ToolSource) -> Self {
+        self.agent_tools = tools;
+        self
     }
 
     /// The address of the built-in `kind`, starting it on first use.
@@ -68,7 +82,8 @@ impl Runtimes {
         if let Some(s) = served.get(&key) {
             return Ok(s.clone());
         }
-        let harness = builtin::build(kind, &self.model).map_err(|e| e.to_string())?;
+        let harness =
+            builtin::build_with(kind, &self.model, &self.agent_tools).map_err(|e| e.to_string())?;
         let descriptor = harness.describe();
         let s = Arc::new(Served {
             address: self.local.publish(&key, harness),
@@ -131,5 +146,45 @@ impl RuntimePort for Runtimes {
             }
             super::remote::journal_only_reply(op, || self.address(&backend))
         })
+    }
+}
+
+/// The agent's tools: every tool `hub` lists (None: no tools) that `rules`
+/// do not deny, as the model is offered it, sorted by name. A tool of a
+/// server that is down stays offered (a call gets an error receipt), so a
+/// server going up and down does not change the requests the agent makes;
+/// a replay still rebuilds the same model call only while the catalog is
+/// unchanged.
+pub fn mcp_tools(hub: Option<McpHub>, rules: Vec<ToolRule>) -> ToolSource {
+    let Some(hub) = hub else {
+        return builtin::no_tools();
+    };
+    // Deny is decided by the rules alone, so no catalog is needed here.
+    let gate = ToolGate {
+        rules,
+        catalog: None,
+    };
+    Arc::new(move || {
+        let mut tools: Vec<ToolDefinition> = hub
+            .tools()
+            .iter()
+            .filter(|t| gate.verdict(&t.name) != Verdict::Policy(Policy::Deny))
+            .map(definition)
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    })
+}
+
+/// `t` as a model sees it. A schema that cannot be carried as a Struct (a
+/// number past ±2^53, nesting too deep) is left out rather than changed.
+fn definition(t: &McpTool) -> ToolDefinition {
+    ToolDefinition {
+        name: t.name.clone(),
+        description: t.description.clone(),
+        input_schema: t
+            .input_schema
+            .as_object()
+            .and_then(|o| crate::mcp::json_to_struct(o).ok()),
     }
 }

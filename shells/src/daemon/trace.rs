@@ -91,7 +91,7 @@ impl Tracer {
                 cause
             }
             Input::Cancel(call) => Some(*call),
-            Input::Drain(_) => None,
+            Input::Drain(_) | Input::Catalog(_) => None,
         };
     }
 

@@ -166,31 +166,23 @@ impl Sink {
         let id = call.id.clone();
         self.emit(EventKind::EventToolCall, Body::Tool(call))
             .await?;
-        let reply = if gated {
-            self.await_gated(&id).await
-        } else {
-            self.await_ordinary(&id).await.map(|r| (r, None))
-        };
+        // The host's policy may gate an ordinary call too (a floor no
+        // harness can lower), so a park or a decision can answer either.
+        let reply = self.await_reply(&id, gated).await;
         self.stick(reply)
     }
 
-    async fn await_ordinary(&mut self, id: &str) -> Result<ToolResult, HarnessError> {
-        let frame = self.await_tool_frame().await?;
-        match frame {
-            Some(Frame::Tool(result)) => {
-                check_result_id(&result, id)?;
-                reject_approval_fields(&result)?;
-                Ok(result)
-            }
-            other => Err(unexpected("a tool result", &other)),
-        }
-    }
-
-    async fn await_gated(
+    async fn await_reply(
         &mut self,
         id: &str,
+        gated: bool,
     ) -> Result<(ToolResult, Option<ApprovalResult>), HarnessError> {
         let decision = match self.await_tool_frame().await? {
+            Some(Frame::Tool(result)) if !gated => {
+                check_result_id(&result, id)?;
+                reject_approval_fields(&result)?;
+                return Ok((result, None));
+            }
             Some(Frame::Park(park)) => {
                 if park.execution_id != self.execution_id
                     || park.tool_call_id != id
@@ -202,7 +194,8 @@ impl Sink {
                 return Err(HarnessError::Parked(park));
             }
             Some(Frame::Approval(decision)) => decision,
-            other => return Err(unexpected("an approval decision or park", &other)),
+            other if gated => return Err(unexpected("an approval decision or park", &other)),
+            other => return Err(unexpected("a tool result", &other)),
         };
         if decision.tool_call_id != id || decision.request_seq <= 0 {
             return Err(HarnessError::protocol("approval correlation mismatch"));

@@ -60,12 +60,21 @@ impl EncodeMetric for SpansDropped {
     }
 }
 
+/// The server label of a tool name: the `SERVER` of `SERVER__TOOL`, else
+/// `host` (a built-in, or the overflow label).
+fn server_of(tool: &str) -> String {
+    match tool.split_once("__") {
+        Some((server, _)) if !server.is_empty() => server.to_owned(),
+        _ => "host".to_owned(),
+    }
+}
+
 /// Distinct names kept per peer-chosen label (harness, model, tool).
 const NAMES_PER_LABEL: usize = 128;
 
-/// Every gRPC method of the Sessions and HarnessRegistry services (a test
-/// checks this against the contract).
-pub const RPC_METHODS: [&str; 15] = [
+/// Every gRPC method of the Sessions, HarnessRegistry and Tools services (a
+/// test checks this against the contract).
+pub const RPC_METHODS: [&str; 16] = [
     "CreateSession",
     "GetSession",
     "ListSessions",
@@ -81,6 +90,7 @@ pub const RPC_METHODS: [&str; 15] = [
     "GetHarness",
     "ListHarnesses",
     "RetireHarness",
+    "ListTools",
 ];
 
 /// Every limit bound, as [`Metrics::limit_refused`] is told it.
@@ -162,7 +172,14 @@ struct TokenLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    server: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ToolLabels {
+    /// The MCP server of a `SERVER__TOOL` name; `host` for a built-in.
+    server: String,
     tool: String,
     outcome: &'static str,
 }
@@ -191,6 +208,10 @@ fn latency() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Each MCP server: 1 while connected.
+    mcp_up: Family<ServerLabels, Gauge>,
+    /// The same, for `/readyz` to name the servers that are down.
+    mcp_state: std::sync::Mutex<std::collections::BTreeMap<String, bool>>,
     rpc_requests: Family<RpcLabels, Counter>,
     rpc_duration: Family<MethodLabels, Histogram>,
     turns: Family<TurnLabels, Counter>,
@@ -254,8 +275,8 @@ impl Default for Metrics {
         );
         let tool_executions = Family::<ToolLabels, Counter>::default();
         r.register(
-            "tool_executions",
-            "Host-executed tool calls, by tool and outcome (ok, error, failed)",
+            "tool_calls",
+            "Host-executed tool calls, by server (host for a built-in), tool and outcome (ok, error, failed)",
             tool_executions.clone(),
         );
         let dial_failures = Family::<DialLabels, Counter>::default();
@@ -281,6 +302,12 @@ impl Default for Metrics {
             "operations_in_flight",
             "Client operations the host machine holds",
             operations_in_flight.clone(),
+        );
+        let mcp_up = Family::<ServerLabels, Gauge>::default();
+        r.register(
+            "mcp_server_up",
+            "Each --mcp server: 1 while connected, 0 while down (its tools get error receipts)",
+            mcp_up.clone(),
         );
         let approvals_pending = Gauge::default();
         r.register(
@@ -313,6 +340,8 @@ impl Default for Metrics {
             request_bytes,
             operations_in_flight,
             approvals_pending,
+            mcp_up,
+            mcp_state: std::sync::Mutex::default(),
             record_cache_records,
             journal,
             awaiting: Mutex::new(Awaiting::default()),
@@ -431,6 +460,7 @@ impl Metrics {
                 zero(
                     &self.tool_executions,
                     &ToolLabels {
+                        server: server_of(&tool),
                         tool: tool.clone(),
                         outcome,
                     },
@@ -479,6 +509,28 @@ impl Metrics {
         self.turn_duration
             .get_or_create(&HarnessLabels { harness })
             .observe(took.as_secs_f64());
+    }
+
+    /// MCP server `server` is up or down now.
+    pub fn mcp_server(&self, server: &str, up: bool) {
+        // Server names come from the operator's flags: a bounded set.
+        self.mcp_up
+            .get_or_create(&ServerLabels {
+                server: server.to_owned(),
+            })
+            .set(i64::from(up));
+        let mut state = self.mcp_state.lock().unwrap_or_else(|p| p.into_inner());
+        state.insert(server.to_owned(), up);
+    }
+
+    /// The MCP servers that are down, by name.
+    pub fn mcp_down(&self) -> Vec<String> {
+        let state = self.mcp_state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .iter()
+            .filter(|(_, up)| !**up)
+            .map(|(s, _)| s.clone())
+            .collect()
     }
 
     /// `session` waits for a decision, or no longer does (the machine's
@@ -559,9 +611,11 @@ impl Metrics {
             ToolOutcome::Error => "error",
             ToolOutcome::Failed => "failed",
         };
+        let tool = self.tool(tool);
         self.tool_executions
             .get_or_create(&ToolLabels {
-                tool: self.tool(tool),
+                server: server_of(&tool),
+                tool,
                 outcome,
             })
             .inc();
@@ -674,7 +728,7 @@ mod tests {
             "agentsessions_harness_dial_failures_total{harness=\"echo\",reason=\"timeout\"} 0\n",
             "agentsessions_model_call_duration_seconds_count{model=\"gpt\",outcome=\"error\"} 0\n",
             "agentsessions_model_tokens_total{model=\"gpt\",kind=\"reasoning\"} 0\n",
-            "agentsessions_tool_executions_total{tool=\"append_note\",outcome=\"failed\"} 0\n",
+            "agentsessions_tool_calls_total{server=\"host\",tool=\"append_note\",outcome=\"failed\"} 0\n",
         ] {
             assert!(text.contains(zero), "no {zero:?} in\n{text}");
         }
@@ -692,7 +746,7 @@ mod tests {
             .file
             .iter()
             .flat_map(|f| &f.service)
-            .filter(|s| matches!(s.name(), "Sessions" | "HarnessRegistry"))
+            .filter(|s| matches!(s.name(), "Sessions" | "HarnessRegistry" | "Tools"))
             .flat_map(|s| &s.method)
             .map(|m| m.name().to_owned())
             .collect();

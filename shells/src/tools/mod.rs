@@ -34,6 +34,8 @@ pub mod builtin;
 // simulation brings its own deduplicating executor.
 #[cfg(not(madsim))]
 pub mod ledger;
+#[cfg(not(madsim))]
+pub mod mcp;
 
 pub use builtin::{AppendNote, EchoArgs};
 #[cfg(not(madsim))]
@@ -197,6 +199,8 @@ type KeyLocks = Mutex<HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
 #[derive(Clone)]
 pub struct LedgerExecutor {
     registry: Arc<ToolRegistry>,
+    /// MCP servers' tools, for names no built-in has.
+    mcp: Option<crate::mcp::McpHub>,
     ledger: Arc<dyn LedgerStore>,
     /// Serializes executions of one (session, key) within this process, so
     /// two concurrent deliveries cannot both see "no entry" and both run.
@@ -224,9 +228,16 @@ impl LedgerExecutor {
     pub fn with_store(registry: ToolRegistry, ledger: Arc<dyn LedgerStore>) -> Self {
         Self {
             registry: Arc::new(registry),
+            mcp: None,
             ledger,
             locks: Arc::default(),
         }
+    }
+
+    /// Also runs the tools of `hub`'s MCP servers (`SERVER__TOOL`).
+    pub fn with_mcp(mut self, hub: crate::mcp::McpHub) -> Self {
+        self.mcp = Some(hub);
+        self
     }
 
     /// The ledger (for inspection).
@@ -239,10 +250,17 @@ impl LedgerExecutor {
         if key.is_empty() {
             return Err(ToolError::MissingIdempotencyKey);
         }
-        let tool = self
-            .registry
-            .get(&call.tool)
-            .ok_or_else(|| ToolError::unknown(&call.tool))?;
+        let tool: Arc<dyn Tool> = match self.registry.get(&call.tool) {
+            Some(t) => Arc::clone(t),
+            None => match self
+                .mcp
+                .as_ref()
+                .and_then(|h| mcp::McpCall::find(h, &call.tool))
+            {
+                Some(t) => Arc::new(t),
+                None => return Err(ToolError::unknown(&call.tool)),
+            },
+        };
         let slot = SlotGuard::acquire(&self.locks, session, key);
         let _held = slot.lock.lock().await;
         self.run_locked(tool.as_ref(), session, call).await

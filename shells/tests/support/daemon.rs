@@ -33,6 +33,9 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         drive_loops: 1,
         console_addr: None,
         limits: Default::default(),
+        tool_rules: Vec::new(),
+        mcp: Vec::new(),
+        session_token_budget: None,
         journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }
 }

@@ -116,6 +116,8 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
         head: head(&store),
         head_hash: None,
         has_executor,
+        tools: Default::default(),
+        budget: None,
     };
     let mut rig = Rig::new(store, setup);
     rig.drive(u)?;
@@ -172,6 +174,8 @@ fn replay_setup(store: &MemStore, memory: bool, has_executor: bool) -> Option<Se
         head: head(store),
         head_hash: None,
         has_executor,
+        tools: Default::default(),
+        budget: None,
     })
 }
 
@@ -244,6 +248,8 @@ fn resume_setup(
         head: head(store),
         head_hash: None,
         has_executor,
+        tools: Default::default(),
+        budget: None,
     }))
 }
 

@@ -5,7 +5,10 @@
 //! - [`Chat`]: a history-aware conversation with a configured model.
 //! - [`Approval`]: one REQUIRES_APPROVAL tool call, to demonstrate the
 //!   park → decide → resume → receipt round trip.
+//! - [`Agent`]: a tool-using loop over a configured model and the host's
+//!   tools.
 
+mod agent;
 mod approval;
 mod chat;
 mod counter;
@@ -15,6 +18,10 @@ use std::sync::Arc;
 
 use agentsessions_proto::v1::{Capabilities, HarnessDescriptor, Resumability};
 
+pub use agent::{
+    Agent, AgentConfig, AgentConfigError, DEFAULT_MAX_STEPS, DENIED, MAX_CALLS_PER_STEP,
+    MAX_SHOWN_BYTES, MAX_STEPS, NOT_RUN, ToolSource, no_tools,
+};
 pub use approval::Approval;
 pub use chat::{CONFIG_NOT_OBJECT, Chat, PROMPT_NOT_STRING};
 pub use counter::Counter;
@@ -23,13 +30,13 @@ pub use echo::Echo;
 use super::{Harness, MemoryHarness};
 
 /// Every built-in kind name.
-pub const KINDS: [&str; 4] = ["echo", "counter", "chat", "approval"];
+pub const KINDS: [&str; 5] = ["echo", "counter", "chat", "approval", "agent"];
 
 /// Why a built-in harness could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuiltinError {
     /// No built-in harness has this name.
-    #[error("unknown harness kind {0:?} (want one of echo, counter, chat, approval)")]
+    #[error("unknown harness kind {0:?} (want one of echo, counter, chat, approval, agent)")]
     UnknownKind(String),
     /// The kind needs a model id and none was given.
     #[error("harness kind {0:?} needs a model")]
@@ -48,15 +55,26 @@ pub enum BuiltinError {
 }
 
 /// Makes the built-in harness `kind`; `model` ("" for none) is used by
-/// `chat`, which requires it. An unknown kind is an error: substituting
-/// another harness would journal a session under the wrong contract.
+/// `chat` and `agent`, which require it. An unknown kind is an error:
+/// substituting another harness would journal a session under the wrong
+/// contract. An `agent` made here offers no tools (see [`build_with`]).
 pub fn build(kind: &str, model: &str) -> Result<Arc<dyn Harness>, BuiltinError> {
+    build_with(kind, model, &no_tools())
+}
+
+/// [`build`], with the tools an `agent` offers.
+pub fn build_with(
+    kind: &str,
+    model: &str,
+    tools: &ToolSource,
+) -> Result<Arc<dyn Harness>, BuiltinError> {
     match kind {
         "echo" => Ok(Arc::new(Echo)),
         "counter" => Ok(Arc::new(Counter::default())),
         "approval" => Ok(Arc::new(Approval)),
-        "chat" if model.is_empty() => Err(BuiltinError::ModelRequired(kind.to_owned())),
+        "chat" | "agent" if model.is_empty() => Err(BuiltinError::ModelRequired(kind.to_owned())),
         "chat" => Ok(Arc::new(Chat::new(model))),
+        "agent" => Ok(Arc::new(Agent::new(model, tools.clone()))),
         other => Err(BuiltinError::UnknownKind(other.to_owned())),
     }
 }

@@ -2,6 +2,12 @@
 //!
 //! Kept free of I/O so the mapping rules (roles, text concatenation, refused
 //! parts, tools, tool choice, tool calls) are plain functions over values.
+//!
+//! Invariant: a recorded conversation encodes to the same bytes every time.
+//! Tool call ids go back verbatim; a Struct (arguments, structured output,
+//! schemas) is written canonically: keys sorted, integral numbers within
+//! ±2^53 as integers. The proto keeps arguments as a Struct, not as the
+//! provider's text, so this is as close to the original text as it gets.
 
 use std::collections::BTreeMap;
 
@@ -91,7 +97,7 @@ fn encode_message(m: &Message, out: &mut Vec<Value>) -> Result<(), ModelError> {
 
 fn encode_tool_call(c: &ToolCall) -> Result<Value, ModelError> {
     let args = match &c.args {
-        Some(s) => serde_json::to_string(s).map_err(|_| ModelError::EncodeArgs)?,
+        Some(s) => canonical(s)?.to_string(),
         None => "{}".to_owned(),
     };
     Ok(json!({
@@ -115,7 +121,7 @@ fn encode_tool_result(r: &ToolResult) -> Result<Value, ModelError> {
     }
     if text.is_empty() {
         if let Some(out) = &r.output {
-            text = serde_json::to_string(out).map_err(|_| ModelError::EncodeArgs)?;
+            text = canonical(out)?.to_string();
         } else if r.is_error {
             text.clone_from(&r.error);
         }
@@ -130,10 +136,58 @@ fn encode_tool(t: &ToolDefinition) -> Result<Value, ModelError> {
         function.insert("description".into(), Value::from(t.description.as_str()));
     }
     if let Some(schema) = &t.input_schema {
-        let schema = serde_json::to_value(schema).map_err(|_| ModelError::EncodeArgs)?;
-        function.insert("parameters".into(), schema);
+        function.insert("parameters".into(), canonical(schema)?);
     }
     Ok(json!({"type": "function", "function": function}))
+}
+
+/// Deepest Struct nesting encoded; decoded protobuf stops well before it.
+const MAX_STRUCT_DEPTH: usize = 128;
+
+/// Largest integer an f64 carries exactly (2^53).
+const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+/// `s` as a JSON object in canonical form: keys sorted (serde_json's map is
+/// ordered), integral numbers within ±2^53 as integers, as the provider
+/// wrote them. Non-finite numbers have no JSON form.
+fn canonical(s: &pbjson_types::Struct) -> Result<Value, ModelError> {
+    canonical_struct(s, 0)
+}
+
+fn canonical_struct(s: &pbjson_types::Struct, depth: usize) -> Result<Value, ModelError> {
+    if depth > MAX_STRUCT_DEPTH {
+        return Err(ModelError::EncodeArgs);
+    }
+    let mut map = Map::new();
+    for (k, v) in &s.fields {
+        map.insert(k.clone(), canonical_value(v, depth + 1)?);
+    }
+    Ok(Value::Object(map))
+}
+
+fn canonical_value(v: &pbjson_types::Value, depth: usize) -> Result<Value, ModelError> {
+    use pbjson_types::value::Kind;
+    if depth > MAX_STRUCT_DEPTH {
+        return Err(ModelError::EncodeArgs);
+    }
+    Ok(match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(*b),
+        Some(Kind::StringValue(s)) => Value::from(s.as_str()),
+        Some(Kind::NumberValue(n)) if !n.is_finite() => return Err(ModelError::EncodeArgs),
+        // In range, the cast is exact.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER => {
+            Value::from(*n as i64)
+        }
+        Some(Kind::NumberValue(n)) => Value::from(*n),
+        Some(Kind::StructValue(s)) => canonical_struct(s, depth)?,
+        Some(Kind::ListValue(l)) => Value::Array(
+            l.values
+                .iter()
+                .map(|v| canonical_value(v, depth + 1))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
 }
 
 fn encode_tool_choice(c: &ToolChoice) -> Option<Value> {
@@ -281,6 +335,9 @@ impl Completion {
     }
 
     /// The reply: assistant message = [reasoning] + [text] + tool calls.
+    /// A call the provider gave no id gets a fresh one: a harness needs an
+    /// id to run it and to thread its result back, and the reply is
+    /// recorded, so a replay sees the same id.
     pub fn into_reply(self, model: &str) -> Result<ModelReply, ModelError> {
         let mut parts = Vec::new();
         if !self.reasoning.is_empty() {
@@ -305,9 +362,14 @@ impl Completion {
                 parse_arguments(&c.arguments).ok_or_else(|| ModelError::InvalidToolArguments {
                     model: model.to_owned(),
                 })?;
+            let id = if c.id.is_empty() {
+                format!("call_{:016x}", fastrand::u64(..))
+            } else {
+                c.id
+            };
             parts.push(Part {
                 part: Some(part::Part::ToolCall(ToolCall {
-                    id: c.id,
+                    id,
                     tool: c.name,
                     args: Some(args),
                     ..ToolCall::default()
@@ -384,5 +446,73 @@ impl ToolCallAccumulator {
     /// The calls in index order.
     pub fn finish(self) -> Vec<RawToolCall> {
         self.calls.into_values().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn struct_of(v: Value) -> pbjson_types::Struct {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn arguments_go_back_canonical_and_ids_verbatim() {
+        let text = r#"{"path":"/tmp/a","n":3,"deep":{"z":[1,2.5,null],"a":true}}"#;
+        let reply = Completion {
+            tool_calls: vec![
+                RawToolCall {
+                    id: "call_Xy9".into(),
+                    name: "fs__read".into(),
+                    arguments: text.into(),
+                },
+                RawToolCall {
+                    id: String::new(),
+                    name: "noop".into(),
+                    arguments: String::new(),
+                },
+            ],
+            ..Completion::default()
+        }
+        .into_reply("m")
+        .unwrap();
+        let message = reply.message.unwrap();
+        let calls: Vec<&ToolCall> = message
+            .parts
+            .iter()
+            .filter_map(|p| match &p.part {
+                Some(part::Part::ToolCall(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(calls[0].id, "call_Xy9");
+        assert!(calls[1].id.starts_with("call_"), "an id-less call gets one");
+        let mut out = Vec::new();
+        // Twice: the encoding must not depend on the Struct's map order.
+        for _ in 0..2 {
+            out.clear();
+            encode_message(&message, &mut out).unwrap();
+            assert_eq!(
+                out[0]["tool_calls"][0],
+                json!({"id": "call_Xy9", "type": "function", "function": {
+                    "name": "fs__read",
+                    "arguments": r#"{"deep":{"a":true,"z":[1,2.5,null]},"n":3,"path":"/tmp/a"}"#}})
+            );
+        }
+        let result = ToolResult {
+            id: "c".into(),
+            output: Some(struct_of(json!({"b": 2, "a": 1.5}))),
+            ..ToolResult::default()
+        };
+        assert_eq!(
+            encode_tool_result(&result).unwrap()["content"],
+            r#"{"a":1.5,"b":2}"#
+        );
+        let nan = pbjson_types::Struct::from_iter([(
+            "x".to_owned(),
+            pbjson_types::Value::from(f64::NAN),
+        )]);
+        assert!(matches!(canonical(&nan), Err(ModelError::EncodeArgs)));
     }
 }

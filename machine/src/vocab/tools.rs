@@ -1,0 +1,334 @@
+//! The host's tool policy: which calls run at once, which wait for a
+//! human, which never run. Decided here, from the operator's rules and the
+//! catalog the shell reports, never from what a harness asks for.
+//!
+//! Invariant: the policy is a floor. A harness may ask for more care than
+//! the policy (approval where it says auto), never for less: a call the
+//! policy gates is gated whatever mediation it carries, and a denied or
+//! unknown tool never reaches an executor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What the host does with a call to a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    /// Run it as soon as its intent is durable (CONTROLLER_MEDIATED).
+    Auto,
+    /// Park it until a human decides (REQUIRES_APPROVAL).
+    Approval,
+    /// Never run it: a durable error receipt, and it is not offered.
+    Deny,
+}
+
+impl Policy {
+    /// The name used in flags and on pages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Approval => "approval",
+            Self::Deny => "deny",
+        }
+    }
+}
+
+/// One `--tool-policy PATTERN=POLICY`: `*` matches any run of characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolRule {
+    /// The tool names it covers (`fs__*`, `*__write_file`, `git__git_commit`).
+    pub pattern: String,
+    /// What it decides.
+    pub policy: Policy,
+}
+
+/// Why a rule was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// Not `PATTERN=POLICY`.
+    #[error("tool policy {0:?}: want PATTERN=auto|approval|deny")]
+    Shape(String),
+    /// An unknown policy word.
+    #[error("tool policy {0:?}: the policy is auto, approval or deny")]
+    Policy(String),
+}
+
+impl std::str::FromStr for ToolRule {
+    type Err = RuleError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (pattern, policy) = s
+            .rsplit_once('=')
+            .filter(|(p, _)| !p.is_empty())
+            .ok_or_else(|| RuleError::Shape(s.to_owned()))?;
+        let policy = match policy {
+            "auto" => Policy::Auto,
+            "approval" => Policy::Approval,
+            "deny" => Policy::Deny,
+            _ => return Err(RuleError::Policy(s.to_owned())),
+        };
+        Ok(Self {
+            pattern: pattern.to_owned(),
+            policy,
+        })
+    }
+}
+
+impl ToolRule {
+    /// True when the pattern covers `name`.
+    pub fn covers(&self, name: &str) -> bool {
+        glob(&self.pattern, name)
+    }
+
+    /// How specific the pattern is: literal characters count, so
+    /// `fs__write_file` beats `fs__*`, which beats `*`.
+    fn specificity(&self) -> usize {
+        self.pattern.chars().filter(|&c| c != '*').count()
+    }
+}
+
+/// `*` matches any run (possibly empty); everything else matches itself.
+fn glob(pattern: &str, text: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == text,
+        Some((head, tail)) => {
+            let Some(rest) = text.strip_prefix(head) else {
+                return false;
+            };
+            (0..=rest.len()).any(|n| rest.is_char_boundary(n) && glob(tail, &rest[n..]))
+        }
+    }
+}
+
+/// One tool the host can run, as its server describes it. The hints are
+/// untrusted: they only choose a default under the operator's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogTool {
+    /// The name harnesses call it by (`SERVER__TOOL`, or a built-in name).
+    pub name: String,
+    /// The MCP server serving it; "" for a tool built into the host.
+    pub server: String,
+    /// `readOnlyHint`.
+    pub read_only: bool,
+    /// `idempotentHint`.
+    pub idempotent: bool,
+    /// `destructiveHint`.
+    pub destructive: bool,
+    /// `openWorldHint`.
+    pub open_world: bool,
+    /// What the server says it does.
+    pub description: String,
+    /// Its server is connected now.
+    pub up: bool,
+}
+
+/// Every tool the host can run, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    tools: BTreeMap<String, CatalogTool>,
+}
+
+impl Catalog {
+    /// A catalog of `tools` (a later duplicate name replaces an earlier).
+    pub fn new(tools: impl IntoIterator<Item = CatalogTool>) -> Self {
+        Self {
+            tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
+        }
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&CatalogTool> {
+        self.tools.get(name)
+    }
+
+    /// Every tool, by name.
+    pub fn iter(&self) -> impl Iterator<Item = &CatalogTool> {
+        self.tools.values()
+    }
+}
+
+impl ToolGate {
+    /// The catalog as listed to clients: each tool with the policy its
+    /// calls meet (`harness` where the call's mediation decides).
+    pub fn listing(&self) -> agentsessions_proto::v1::ListToolsResponse {
+        let tools = self.catalog.iter().flat_map(|c| c.iter()).map(|t| {
+            let policy = match self.verdict(&t.name) {
+                Verdict::Policy(p) => p.name(),
+                Verdict::Harness | Verdict::Unknown => "harness",
+            };
+            agentsessions_proto::v1::CatalogEntry {
+                name: t.name.clone(),
+                server: t.server.clone(),
+                description: t.description.clone(),
+                policy: policy.to_owned(),
+                read_only: t.read_only,
+                destructive: t.destructive,
+                idempotent: t.idempotent,
+                open_world: t.open_world,
+                up: t.up,
+            }
+        });
+        agentsessions_proto::v1::ListToolsResponse {
+            tools: tools.collect(),
+        }
+    }
+}
+
+/// What the policy says about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The policy decides.
+    Policy(Policy),
+    /// No rule and no MCP default: the harness's mediation stands (a
+    /// built-in tool, or a host without a catalog).
+    Harness,
+    /// The catalog has no such tool.
+    Unknown,
+}
+
+/// The rules and the catalog a turn is gated by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolGate {
+    /// The operator's rules, in flag order.
+    pub rules: Vec<ToolRule>,
+    /// The tools the host can run; `None`: the host keeps no catalog and
+    /// every name goes to its executor as the harness asked.
+    pub catalog: Option<Arc<Catalog>>,
+}
+
+impl ToolGate {
+    /// The verdict on a call to `name`: the most specific covering rule
+    /// (on a tie the later rule wins); else, for an MCP tool, `auto` when
+    /// it says it is read-only and `approval` otherwise (MCP's defaults are
+    /// destructive and not idempotent); else the harness decides, or, with
+    /// a catalog that lacks the name, the tool is unknown.
+    pub fn verdict(&self, name: &str) -> Verdict {
+        let rule = self
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.covers(name))
+            .max_by_key(|(i, r)| (r.specificity(), *i))
+            .map(|(_, r)| r.policy);
+        let tool = self.catalog.as_ref().map(|c| c.get(name));
+        match (rule, tool) {
+            (Some(Policy::Deny), _) => Verdict::Policy(Policy::Deny),
+            (_, Some(None)) => Verdict::Unknown,
+            (Some(p), _) => Verdict::Policy(p),
+            (None, Some(Some(t))) if !t.server.is_empty() => Verdict::Policy(if t.read_only {
+                Policy::Auto
+            } else {
+                Policy::Approval
+            }),
+            (None, _) => Verdict::Harness,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(specs: &[&str]) -> Vec<ToolRule> {
+        specs.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    fn tool(name: &str, server: &str, read_only: bool) -> CatalogTool {
+        CatalogTool {
+            name: name.into(),
+            server: server.into(),
+            read_only,
+            idempotent: false,
+            destructive: !read_only,
+            open_world: true,
+            description: String::new(),
+            up: true,
+        }
+    }
+
+    #[test]
+    fn the_listing_names_each_tools_policy() {
+        let listed = gate(&["fs__write_file=deny"]).listing();
+        let policies: Vec<(&str, &str)> = listed
+            .tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.policy.as_str()))
+            .collect();
+        assert_eq!(
+            policies,
+            [
+                ("append_note", "harness"),
+                ("fs__read_file", "auto"),
+                ("fs__write_file", "deny")
+            ]
+        );
+    }
+
+    fn gate(specs: &[&str]) -> ToolGate {
+        ToolGate {
+            rules: rules(specs),
+            catalog: Some(Arc::new(Catalog::new([
+                tool("fs__read_file", "fs", true),
+                tool("fs__write_file", "fs", false),
+                tool("append_note", "", false),
+            ]))),
+        }
+    }
+
+    #[test]
+    fn without_rules_read_only_mcp_tools_run_and_others_wait_for_approval() {
+        let g = gate(&[]);
+        assert_eq!(g.verdict("fs__read_file"), Verdict::Policy(Policy::Auto));
+        assert_eq!(
+            g.verdict("fs__write_file"),
+            Verdict::Policy(Policy::Approval)
+        );
+        assert_eq!(g.verdict("append_note"), Verdict::Harness);
+        assert_eq!(g.verdict("fs__nope"), Verdict::Unknown);
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins_and_a_later_one_breaks_ties() {
+        let g = gate(&["*=approval", "fs__*=auto", "fs__write_file=deny"]);
+        assert_eq!(g.verdict("fs__read_file"), Verdict::Policy(Policy::Auto));
+        assert_eq!(g.verdict("fs__write_file"), Verdict::Policy(Policy::Deny));
+        assert_eq!(g.verdict("append_note"), Verdict::Policy(Policy::Approval));
+        let g = gate(&["fs__*=deny", "fs__*=auto"]);
+        assert_eq!(g.verdict("fs__write_file"), Verdict::Policy(Policy::Auto));
+    }
+
+    #[test]
+    fn deny_holds_even_for_names_the_catalog_lacks_and_no_catalog_means_the_harness_decides() {
+        let g = gate(&["*__rm=deny"]);
+        assert_eq!(g.verdict("x__rm"), Verdict::Policy(Policy::Deny));
+        let open = ToolGate {
+            rules: rules(&["danger=approval"]),
+            catalog: None,
+        };
+        assert_eq!(open.verdict("anything"), Verdict::Harness);
+        assert_eq!(open.verdict("danger"), Verdict::Policy(Policy::Approval));
+    }
+
+    #[test]
+    fn rules_parse_and_refuse_what_they_cannot_mean() {
+        let r: ToolRule = "fs__*=approval".parse().unwrap();
+        assert_eq!((r.pattern.as_str(), r.policy), ("fs__*", Policy::Approval));
+        assert!(matches!("fs".parse::<ToolRule>(), Err(RuleError::Shape(_))));
+        assert!(matches!(
+            "=auto".parse::<ToolRule>(),
+            Err(RuleError::Shape(_))
+        ));
+        assert!(matches!(
+            "fs=maybe".parse::<ToolRule>(),
+            Err(RuleError::Policy(_))
+        ));
+    }
+
+    #[test]
+    fn a_star_matches_any_run_including_none() {
+        assert!(glob("*", ""));
+        assert!(glob("fs__*", "fs__"));
+        assert!(glob("*__write_*", "fs__write_file"));
+        assert!(!glob("fs__*", "web__get"));
+        assert!(!glob("a*c", "ab"));
+    }
+}
