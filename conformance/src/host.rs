@@ -150,6 +150,7 @@ impl Launcher for InProcess {
                 limits: Default::default(),
                 tool_rules: Vec::new(),
                 mcp: Vec::new(),
+                mcp_config: Default::default(),
                 session_token_budget: None,
                 journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };

@@ -200,7 +200,8 @@ impl Driver {
             ),
             Effect::Client(ClientEffect::Stream { .. })
             | Effect::ForgetTools { .. }
-            | Effect::AbandonModel { .. } => return,
+            | Effect::AbandonModel { .. }
+            | Effect::InterruptTool { .. } => return,
             Effect::Client(ClientEffect::Reply { result, .. }) => {
                 result.expect("the call succeeded");
                 self.replies += 1;

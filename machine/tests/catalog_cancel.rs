@@ -1,11 +1,14 @@
-//! Cancel: a live turn (mid model call, mid tool call, racing its own
+//! Cancel: a live turn (mid model call, mid tool call — which is told with
+//! one InterruptTool and still has its receipt recorded — racing its own
 //! END), a parked approval, a cut Cancel finished by Resume, and the
 //! documented refusals, each with the journal it must leave.
 
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{AppendError, Code, Effect, ModelFailure, Request, StoreEffect};
+use agentsessions_machine::host::{
+    AppendError, Code, Effect, EffectId, ModelFailure, Request, StoreEffect,
+};
 use agentsessions_proto::v1::{CancelRequest, EventKind, ExecState, event::Body, lifecycle};
 use agentsessions_testkit::World;
 use common::*;
@@ -108,6 +111,19 @@ fn a_harness_replay_skips_the_canceled_turn_and_calls_no_model() {
     assert_eq!(world.model_calls, model_calls);
 }
 
+/// The id of the last tool execution the host asked for.
+fn last_tool_effect(world: &World) -> EffectId {
+    world
+        .trace
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Effect::Tool(t) => Some(t.id),
+            _ => None,
+        })
+        .expect("a tool execution was asked for")
+}
+
 #[test]
 fn cancel_mid_tool_call_records_the_receipt_and_runs_nothing_after() {
     let mut world = World::default();
@@ -115,7 +131,10 @@ fn cancel_mid_tool_call_records_the_receipt_and_runs_nothing_after() {
     world.pause_on = Some(Box::new(|e| matches!(e, Effect::Tool(_))));
     let turn = world.start(exec(&sid, "", "use the tool"));
     let canceling = world.start(cancel(&sid, "", "too slow"));
-    assert!(!world.replied(canceling), "a running tool is not torn down");
+    assert!(
+        !world.replied(canceling),
+        "the run waits for the tool's answer"
+    );
     world.release();
     let call = world.take(canceling);
     assert_eq!(call.code(), Code::Ok, "{call:?}");
@@ -126,6 +145,47 @@ fn cancel_mid_tool_call_records_the_receipt_and_runs_nothing_after() {
     );
     assert_canceled_tail(&world, &sid, "too slow");
     assert_eq!(world.executor.attempts, 1);
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+}
+
+#[test]
+fn cancel_mid_tool_call_interrupts_it_once_and_nothing_else() {
+    let mut world = World::default();
+    let sid = create(&mut world, "tools");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Tool(_))));
+    let turn = world.start(exec(&sid, "", "use the tool"));
+    let tool = last_tool_effect(&world);
+    let mark = world.trace.len();
+    let canceling = world.start(cancel(&sid, "", "too slow"));
+    assert_eq!(
+        since(&world, mark),
+        &[Effect::InterruptTool { id: tool }],
+        "the call is told, and nothing is written before its answer"
+    );
+    // A second Cancel joins the first: the call is not told twice.
+    let mark = world.trace.len();
+    let again = world.start(cancel(&sid, "", "still too slow"));
+    assert_eq!(since(&world, mark), &[], "{}", render(since(&world, mark)));
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::Ok);
+    assert_eq!(world.take(again).code(), Code::Ok);
+    assert_eq!(world.take(turn).code(), Code::Cancelled);
+    assert_canceled_tail(&world, &sid, "too slow");
+}
+
+#[test]
+fn cancel_mid_model_call_interrupts_no_tool() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let turn = world.start(exec(&sid, "", "hello"));
+    let mark = world.trace.len();
+    let canceling = world.start(cancel(&sid, "", "stop"));
+    let names = effect_names(since(&world, mark));
+    assert_eq!(names[0], "AbandonModel", "{names:?}");
+    assert!(!names.contains(&"InterruptTool"), "{names:?}");
+    world.release();
+    assert_eq!(world.take(canceling).code(), Code::Ok);
     assert_eq!(world.take(turn).code(), Code::Cancelled);
 }
 
@@ -334,11 +394,14 @@ fn cancel_of_an_approved_gate_being_executed_by_resume_keeps_the_receipt() {
     );
     world.pause_on = Some(Box::new(|e| matches!(e, Effect::Tool(_))));
     let resuming = world.start(resume(&sid));
+    let tool = last_tool_effect(&world);
+    let mark = world.trace.len();
     let canceling = world.start(cancel(&sid, &eid, "enough"));
     assert!(
         !world.replied(canceling),
-        "the running tool is not torn down"
+        "the run waits for the tool's answer"
     );
+    assert_eq!(since(&world, mark), &[Effect::InterruptTool { id: tool }]);
     world.release();
     assert_eq!(world.take(canceling).code(), Code::Ok);
     assert_eq!(world.take(resuming).code(), Code::Cancelled);

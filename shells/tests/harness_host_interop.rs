@@ -132,7 +132,7 @@ async fn run_turn(
                     }
                 }
                 Action::Close => tx = None,
-                Action::Recorded(_) => {}
+                Action::Recorded(_) | Action::InterruptTool => {}
             }
             pending.extend(out);
         }

@@ -186,6 +186,13 @@ async fn a_write_waits_for_approval_and_a_read_runs_at_once() {
         .turn("fs__write_file", json!({"path": a, "content": "hi"}))
         .await;
     assert_eq!(read(&a), None, "nothing written before a decision");
+    // The approval card says which server and policy gated the call.
+    let card = format!("http://{}/sessions/{uid}", w.daemon.console_addr.unwrap());
+    let page = reqwest::get(card).await.unwrap().text().await.unwrap();
+    assert!(
+        page.contains("server fs, policy approval, hints destructive, idempotent"),
+        "{page}"
+    );
     w.decide(&uid, true).await;
     assert_eq!(read(&a).as_deref(), Some("hi"), "written once approved");
     assert!(w.output(&uid).await.starts_with("ok:"));

@@ -1,5 +1,7 @@
-//! Tool execution: registry lookup, ledger dedup across reopen, and the
-//! exactly-once `append_note` across a simulated crash.
+//! Tool execution: registry lookup, ledger dedup across reopen, the
+//! exactly-once `append_note` across a simulated crash, and interrupts (a
+//! canceled turn stops an interruptible tool, whose key is then finished
+//! with the cancellation receipt; other tools run to completion).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,8 +11,8 @@ use agentsessions_machine::host::Outcome;
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{
-    AppendNote, LedgerEntry, LedgerExecutor, LedgerStore as _, Tool, ToolContext, ToolError,
-    ToolExecutor, ToolLedger, ToolRegistry, tool_outcome,
+    AppendNote, Interrupt, LedgerEntry, LedgerExecutor, LedgerStore as _, Tool, ToolContext,
+    ToolError, ToolExecutor, ToolLedger, ToolRegistry, interrupted, tool_outcome,
 };
 use serde_json::{Value, json};
 
@@ -37,6 +39,57 @@ impl Tool for Counting {
 impl Counting {
     fn runs(&self) -> usize {
         self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts its runs and answers only once `open` is set (never, unless a
+/// test sets it); says whether it may be interrupted.
+struct Slow {
+    runs: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+    interruptible: bool,
+    open: Arc<tokio::sync::Notify>,
+}
+
+impl Slow {
+    fn new(interruptible: bool) -> Arc<Self> {
+        Arc::new(Self {
+            runs: AtomicUsize::new(0),
+            dropped: Arc::default(),
+            interruptible,
+            open: Arc::default(),
+        })
+    }
+}
+
+/// Counts the runs dropped before they answered.
+struct DropCount(Arc<AtomicUsize>, bool);
+
+impl Drop for DropCount {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Tool for Slow {
+    fn run<'a>(
+        &'a self,
+        _cx: ToolContext<'a>,
+        _call: &'a ToolCall,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            let mut guard = DropCount(self.dropped.clone(), false);
+            self.open.notified().await;
+            guard.1 = true;
+            Ok(ToolResult::default())
+        })
+    }
+
+    fn interruptible(&self) -> bool {
+        self.interruptible
     }
 }
 
@@ -353,4 +406,80 @@ fn ledger_keeps_the_first_result() {
             result: first
         })
     );
+}
+
+#[tokio::test]
+async fn an_interrupted_call_is_dropped_and_its_key_answers_the_cancellation_receipt() {
+    let slow = Slow::new(true);
+    let mut registry = ToolRegistry::new();
+    registry.register("slow", slow.clone()).unwrap();
+    let ledger = Arc::new(ToolLedger::open_in_memory().unwrap());
+    let ex = LedgerExecutor::with_store(registry, ledger.clone());
+    let c = call("c1", "slow", "k1", None);
+    let (interrupter, interrupt) = Interrupt::pair();
+    let running = {
+        let (ex, c) = (ex.clone(), c.clone());
+        tokio::spawn(async move { ex.execute_interruptible("s1", &c, interrupt).await })
+    };
+    while slow.runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    interrupter.fire();
+    let receipt = running.await.unwrap().unwrap();
+    assert_eq!(receipt, interrupted(&c));
+    assert!(receipt.is_error && receipt.error.contains("outcome is unknown"));
+    assert_eq!(
+        slow.dropped.load(Ordering::SeqCst),
+        1,
+        "the run was dropped"
+    );
+    // The receipt is the key's answer: the tool is never asked again.
+    assert_eq!(
+        ledger.get("s1", "k1").unwrap(),
+        Some(LedgerEntry::Done {
+            tool: "slow".into(),
+            result: receipt.clone()
+        })
+    );
+    assert_eq!(ex.execute("s1", &c).await.unwrap(), receipt);
+    assert_eq!(slow.runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_interrupt_fired_before_the_call_starts_never_runs_it() {
+    let slow = Slow::new(true);
+    let mut registry = ToolRegistry::new();
+    registry.register("slow", slow.clone()).unwrap();
+    let ex = LedgerExecutor::with_store(registry, Arc::new(ToolLedger::open_in_memory().unwrap()));
+    let c = call("c1", "slow", "k1", None);
+    let (interrupter, interrupt) = Interrupt::pair();
+    interrupter.fire();
+    drop(interrupter);
+    let receipt = ex.execute_interruptible("s1", &c, interrupt).await.unwrap();
+    assert_eq!(receipt, interrupted(&c));
+    assert_eq!(slow.runs.load(Ordering::SeqCst), 0, "never started");
+}
+
+#[tokio::test]
+async fn a_tool_that_is_not_interruptible_runs_to_completion() {
+    let slow = Slow::new(false);
+    let mut registry = ToolRegistry::new();
+    registry.register("slow", slow.clone()).unwrap();
+    let ex = LedgerExecutor::with_store(registry, Arc::new(ToolLedger::open_in_memory().unwrap()));
+    let c = call("c1", "slow", "k1", None);
+    let (interrupter, interrupt) = Interrupt::pair();
+    let running = {
+        let (ex, c) = (ex.clone(), c.clone());
+        tokio::spawn(async move { ex.execute_interruptible("s1", &c, interrupt).await })
+    };
+    while slow.runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    interrupter.fire();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!running.is_finished(), "the interrupt is ignored");
+    slow.open.notify_one();
+    let receipt = running.await.unwrap().unwrap();
+    assert!(!receipt.is_error, "{receipt:?}");
+    assert_eq!(slow.dropped.load(Ordering::SeqCst), 0);
 }

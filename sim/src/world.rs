@@ -616,6 +616,9 @@ impl Sim {
             Effect::ForgetTools { .. } => return Ok(()),
             // The simulated provider answers at once; the host drops it.
             Effect::AbandonModel { .. } => return Ok(()),
+            // So does the simulated executor: no call is left to stop, and
+            // its outcome is recorded as the machine expects.
+            Effect::InterruptTool { .. } => return Ok(()),
         };
         self.push(host, What::Outcome(id, outcome, None, None));
         Ok(())

@@ -211,6 +211,7 @@ impl Link {
             limits: Default::default(),
             tool_rules: Vec::new(),
             mcp: Vec::new(),
+            mcp_config: Default::default(),
             session_token_budget: None,
             journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };

@@ -73,6 +73,17 @@ struct Args {
     /// `[a-z0-9-]{1,32}`. Repeatable.
     #[arg(long = "mcp", value_name = "NAME=COMMAND|URL")]
     mcp: Vec<String>,
+    /// Bound on one MCP call (waiting for a free slot included); past it
+    /// the call is cancelled on its server and gets an error receipt.
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = humantime::parse_duration)]
+    mcp_call_timeout: Duration,
+    /// Calls in flight to one MCP server at once; more wait their turn.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024))]
+    mcp_max_calls: usize,
+    /// Largest MCP result a receipt takes; a larger one is refused with an
+    /// error receipt naming the limit.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=(64 << 20)))]
+    tool_result_max_bytes: usize,
     /// How the host treats calls to a tool: `PATTERN=auto|approval|deny`,
     /// `*` matching any run of characters; the most specific pattern wins.
     /// Without a rule an MCP tool that says it is read-only runs at once
@@ -463,6 +474,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         tool_rules: args.tool_policy.clone(),
         mcp: args.mcp.clone(),
+        mcp_config: agentsessions_shells::mcp::McpConfig {
+            call_timeout: args.mcp_call_timeout,
+            max_concurrent_calls: args.mcp_max_calls,
+            max_result_bytes: args.tool_result_max_bytes,
+            ..Default::default()
+        },
         session_token_budget: args.session_token_budget,
     };
     let daemon = if postgres {

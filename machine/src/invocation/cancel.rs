@@ -4,9 +4,12 @@
 //! batch at the head the run knows, under its fence; only once they are
 //! durable does the harness connection close. An outstanding model call is
 //! abandoned (the caller drops its answer). An outstanding append or tool
-//! call completes first and its record is kept — a tool is never torn down
-//! mid-call — but nothing the harness asked for after it runs. A turn whose
-//! END committed before the Cancel took effect stays completed.
+//! call completes first and its record is kept, but nothing the harness
+//! asked for after it runs. A tool call is told of the Cancel
+//! ([`Action::InterruptTool`], advisory): its executor may stop it and
+//! answer an error receipt sooner, which is recorded like any other, so the
+//! journal still says what the call came to. A turn whose END committed
+//! before the Cancel took effect stays completed.
 
 use agentsessions_proto::v1::{IdentityRef, lifecycle};
 
@@ -64,7 +67,9 @@ impl Invocation {
                 self.wait = Wait::Idle;
                 self.write_cancel(out);
             }
-            Wait::Append(_) | Wait::Tool { .. } => {}
+            // Only a first Cancel gets here, so a call is interrupted once.
+            Wait::Tool { .. } => out.push(Action::InterruptTool),
+            Wait::Append(_) => {}
             Wait::ErrorRecord(_) => unreachable!("refused above"),
         }
         Ok(())

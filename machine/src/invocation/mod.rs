@@ -118,6 +118,10 @@ pub enum Action {
         /// The call as recorded.
         call: ToolCall,
     },
+    /// A Cancel met the outstanding tool execution: its executor may stop
+    /// it early. Advisory; the execution's completion is still awaited and
+    /// answered with [`Invocation::on_tool`].
+    InterruptTool,
     /// Send a frame to the harness.
     Send(ControllerFrame),
     /// Close the harness connection.

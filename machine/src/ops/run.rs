@@ -139,7 +139,8 @@ impl Run {
     }
 
     /// A client's Cancel: see `invocation::cancel`. An outstanding model
-    /// call is abandoned here, so its answer never reaches the run.
+    /// call is abandoned here, so its answer never reaches the run; an
+    /// outstanding tool call is interrupted and its answer still awaited.
     pub(crate) fn cancel(
         &mut self,
         cx: &mut Cx<'_>,
@@ -244,6 +245,13 @@ impl Run {
                         })
                     });
                     self.set_pending(id, Pending::Tool);
+                }
+                Action::InterruptTool => {
+                    let Some((id, Pending::Tool)) = self.pending else {
+                        unreachable!("an interrupt names the outstanding tool call")
+                    };
+                    // The outcome stays routed here: the run records it.
+                    cx.emit(Effect::InterruptTool { id });
                 }
                 Action::Send(frame) => cx.emit(Effect::Harness(HarnessEffect::Send {
                     conn: self.conn,

@@ -69,6 +69,15 @@ pub enum Effect {
     },
     /// The tool executor.
     Tool(ExecuteTool),
+    /// The tool executor: a Cancel met the call `id` in flight. Advisory:
+    /// the executor may stop the tool (an MCP call is cancelled on its
+    /// server) and answer a durable error receipt instead, or let it run;
+    /// either way the `ExecuteTool`'s outcome is still delivered once and
+    /// recorded, so the journal keeps what happened.
+    InterruptTool {
+        /// The `ExecuteTool` whose turn was canceled.
+        id: EffectId,
+    },
     /// The client of a call (the gRPC server).
     Client(ClientEffect),
     /// The tool executor's ledger: forget every key of a deleted session.
@@ -407,7 +416,10 @@ impl Effect {
             Self::Runtime(e) => Some(e.id),
             Self::Model(e) => Some(e.id),
             Self::Tool(e) => Some(e.id),
-            Self::Client(_) | Self::ForgetTools { .. } | Self::AbandonModel { .. } => None,
+            Self::Client(_)
+            | Self::ForgetTools { .. }
+            | Self::AbandonModel { .. }
+            | Self::InterruptTool { .. } => None,
         }
     }
 
@@ -423,6 +435,7 @@ impl Effect {
             Self::Client(ClientEffect::Reply { .. }) => "Reply",
             Self::ForgetTools { .. } => "ForgetTools",
             Self::AbandonModel { .. } => "AbandonModel",
+            Self::InterruptTool { .. } => "InterruptTool",
         }
     }
 }

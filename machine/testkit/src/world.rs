@@ -529,6 +529,9 @@ impl World {
             Effect::ForgetTools { session } => self.executor.forget(&session),
             // The held answer is still delivered (and dropped by the host).
             Effect::AbandonModel { .. } => {}
+            // The executor answers at once (or, paused, when released):
+            // there is no running call to stop. `trace` keeps the effect.
+            Effect::InterruptTool { .. } => {}
         }
     }
 

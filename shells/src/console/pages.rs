@@ -244,6 +244,9 @@ pub struct PendingCard {
     pub tool: String,
     pub args: String,
     pub reason: String,
+    /// The catalog's word on the tool: its server, the policy that gated
+    /// it and its hints ("" for a tool the host keeps no catalog of).
+    pub policy: String,
 }
 
 /// A fork relative.
@@ -450,6 +453,7 @@ async fn pending_card(
         tool: String::new(),
         args: String::new(),
         reason: String::new(),
+        policy: String::new(),
     };
     for r in &window {
         let Some(ev) = r.event.as_ref() else { continue };
@@ -470,6 +474,11 @@ async fn pending_card(
             }
             _ => {}
         }
+    }
+    if let Ok(Response::Tools(listing)) = console.unary(caller, Request::ListTools).await
+        && let Some(t) = listing.tools.iter().find(|t| t.name == card.tool)
+    {
+        card.policy = view::catalog_line(t);
     }
     Ok(card)
 }

@@ -265,6 +265,35 @@ fn describe(kind: EventKind, ev: &agentsessions_proto::v1::Event) -> (String, Op
     described.unwrap_or_else(|| (String::new(), other_body(ev)))
 }
 
+/// A catalog tool as one line: `server fs, policy approval, hints
+/// destructive, idempotent` (MCP's destructive hint only counts when the
+/// tool is not read-only).
+pub fn catalog_line(t: &agentsessions_proto::v1::CatalogEntry) -> String {
+    let hints: Vec<&str> = [
+        (t.read_only, "read-only"),
+        (t.destructive && !t.read_only, "destructive"),
+        (t.idempotent, "idempotent"),
+        (t.open_world, "open-world"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect();
+    let server = if t.server.is_empty() {
+        "host"
+    } else {
+        &t.server
+    };
+    format!(
+        "server {server}, policy {}, hints {}",
+        t.policy,
+        if hints.is_empty() {
+            "none".to_owned()
+        } else {
+            hints.join(", ")
+        }
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use agentsessions_machine::events::{input, text_message};

@@ -91,6 +91,9 @@ pub struct DaemonConfig {
     pub tool_rules: Vec<agentsessions_machine::host::ToolRule>,
     /// `--mcp NAME=COMMAND…|URL`: MCP servers whose tools the host runs.
     pub mcp: Vec<String>,
+    /// Bounds on MCP calls: `--mcp-call-timeout`, `--mcp-max-calls`,
+    /// `--tool-result-max-bytes`.
+    pub mcp_config: crate::mcp::McpConfig,
     /// `--session-token-budget`: tokens a session may use (see the
     /// machine's `HostConfig::session_token_budget`).
     pub session_token_budget: Option<i64>,
@@ -326,10 +329,11 @@ impl ToolPort for Tools {
         &self,
         session: String,
         call: agentsessions_proto::v1::ToolCall,
+        interrupt: crate::tools::Interrupt,
     ) -> PortFuture<'_, Result<agentsessions_proto::v1::ToolResult, String>> {
         Box::pin(async move {
             self.0
-                .execute(&session, &call)
+                .execute_interruptible(&session, &call, interrupt)
                 .await
                 .map_err(|e| e.to_outcome_string())
         })
@@ -512,7 +516,7 @@ impl Daemon {
         forget_deleted_tools(&ledger, &*store).await?;
         let registry = ToolRegistry::with_builtins(notes);
         let builtin_tools: Vec<String> = registry.names().map(str::to_owned).collect();
-        let mcp = super::tool_catalog::start(&config.mcp).await?;
+        let mcp = super::tool_catalog::start(&config.mcp, config.mcp_config.clone()).await?;
         let mut executor = LedgerExecutor::with_store(registry, ledger);
         if let Some(hub) = &mcp {
             executor = executor.with_mcp(hub.clone());

@@ -48,7 +48,8 @@ pub use super::handle::{DriverHandle, Input};
 /// The inputs an effect in flight yields to the loop.
 type InputStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Input> + Send>>;
 pub use super::ports::{
-    ClientSink, Connection, EventStream, HarnessPort, ModelPort, PortFuture, RuntimePort, ToolPort,
+    ClientSink, Connection, EventStream, HarnessPort, Interrupt, ModelPort, PortFuture,
+    RuntimePort, ToolPort,
 };
 
 struct Conn {
@@ -167,6 +168,9 @@ pub struct Driver<S> {
     /// Model calls in flight, polled the same way: each yields its chunks,
     /// then its outcome (and is removed then).
     models: StreamSet<EffectId, InputStream>,
+    /// Tool calls in flight, by effect: fired on `InterruptTool`, dropped
+    /// when the call's outcome comes in.
+    tool_calls: BTreeMap<EffectId, crate::tools::Interrupter>,
     next_request: u64,
     draining: Option<oneshot::Sender<()>>,
     log_cache: LogCache,
@@ -196,6 +200,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 events: StreamSet::default(),
                 pending: FuturesUnordered::new(),
                 models: StreamSet::default(),
+                tool_calls: BTreeMap::new(),
                 next_request: 0,
                 draining: None,
                 log_cache: LogCache::default(),
@@ -296,7 +301,12 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.clients.insert(id, (sink, watcher));
                 self.host.handle_request(now, id, caller, request)
             }
-            Input::Outcome(effect, outcome) => self.host.handle_outcome(now, effect, outcome),
+            Input::Outcome(effect, outcome) => {
+                if matches!(outcome, Outcome::Tool(_)) {
+                    self.tool_calls.remove(&effect);
+                }
+                self.host.handle_outcome(now, effect, outcome)
+            }
             Input::Dialed {
                 id,
                 conn,
@@ -511,9 +521,11 @@ impl<S: JournalStore + 'static> Driver<S> {
             }) => {
                 let tx = self.tx.clone();
                 let ports = self.ports.clone();
+                let (interrupter, interrupt) = Interrupt::pair();
+                self.tool_calls.insert(id, interrupter);
                 tokio::spawn(
                     async move {
-                        let done = ports.tools.execute(session, call).await;
+                        let done = ports.tools.execute(session, call, interrupt).await;
                         let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
                     }
                     .instrument(span),
@@ -527,6 +539,14 @@ impl<S: JournalStore + 'static> Driver<S> {
                     let abandoned =
                         Outcome::Model(Err(ModelFailure::other("abandoned by a cancel")));
                     self.start(std::future::ready(Input::Outcome(id, abandoned)));
+                }
+            }
+            // The port decides whether the call stops; its outcome, early
+            // or not, still comes back on the channel (a call already done
+            // has no entry left).
+            Effect::InterruptTool { id } => {
+                if let Some(interrupter) = self.tool_calls.remove(&id) {
+                    interrupter.fire();
                 }
             }
             // Fire and forget: the journal's tombstone is the deletion; a

@@ -15,6 +15,7 @@ use agentsessions_proto::v1::{
 use tokio::sync::{mpsc, oneshot};
 
 use crate::harness::Outbound;
+pub use crate::tools::Interrupt;
 
 /// Boxed future returned by the ports (they are used as trait objects).
 pub type PortFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
@@ -70,11 +71,14 @@ pub trait ModelPort: Send + Sync + 'static {
 
 /// The tool executor (deduplicates by session and idempotency key).
 pub trait ToolPort: Send + Sync + 'static {
-    /// Executes a host-mediated call.
+    /// Executes a host-mediated call; `interrupt` fires when the machine
+    /// says the call's turn was canceled (`Effect::InterruptTool`). A port
+    /// may stop the call then, or ignore it; it answers either way.
     fn execute(
         &self,
         session: String,
         call: ToolCall,
+        interrupt: Interrupt,
     ) -> PortFuture<'_, Result<ToolResult, String>>;
 
     /// Forgets the ledger entries of a deleted session.

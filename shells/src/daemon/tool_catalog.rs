@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 /// Starts the `--mcp` servers, if any. A server that cannot start does
 /// not stop the daemon (its tools are down and calls to them get error
 /// receipts); a malformed or repeated spec does.
-pub async fn start(specs: &[String]) -> Result<Option<McpHub>, StartError> {
+pub async fn start(specs: &[String], config: McpConfig) -> Result<Option<McpHub>, StartError> {
     if specs.is_empty() {
         return Ok(None);
     }
@@ -29,7 +29,12 @@ pub async fn start(specs: &[String]) -> Result<Option<McpHub>, StartError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StartError::Config(format!("--mcp: {e}")))?;
     ServerSpec::check_unique(&parsed).map_err(|e| StartError::Config(format!("--mcp: {e}")))?;
-    let hub = McpHub::start(parsed, McpConfig::default()).await;
+    if config.call_timeout.is_zero() || config.max_concurrent_calls == 0 {
+        return Err(StartError::Config(
+            "--mcp-call-timeout and --mcp-max-calls: want more than zero".into(),
+        ));
+    }
+    let hub = McpHub::start(parsed, config).await;
     for (server, up, error) in hub.servers() {
         if !up {
             tracing::warn!(%server, %error, "mcp server is down; its tools get error receipts");

@@ -5,7 +5,9 @@
 //! per idempotency key. The ledger commits "started" before the call; a key
 //! found started and not done (the host stopped mid-call) gets a durable
 //! EXECUTOR_ERROR receipt saying the outcome is unknown, and the server is
-//! not called again. An idempotent tool is simply called again.
+//! not called again. An idempotent tool is simply called again. A call
+//! whose turn is canceled is dropped ([`Tool::interruptible`]), which sends
+//! the server `notifications/cancelled` for it.
 
 use agentsessions_proto::v1::{ToolCall, ToolResult, tool_result::Code};
 
@@ -51,6 +53,10 @@ pub fn outcome_unknown(call: &ToolCall) -> ToolResult {
 }
 
 impl Tool for McpCall {
+    fn interruptible(&self) -> bool {
+        true
+    }
+
     fn run<'a>(
         &'a self,
         cx: ToolContext<'a>,

@@ -14,6 +14,13 @@
 //!    is run with [`ToolContext::redrive`] set so it can check whether its
 //!    effect already happened (see [`builtin::AppendNote`]).
 //!
+//! A call whose turn is canceled while it runs is [`Interrupt`]ed: a tool
+//! that can be stopped midway ([`Tool::interruptible`], the MCP tools) is
+//! dropped, and the key is finished with [`interrupted`]'s receipt, which is
+//! its answer from then on: no later execution under the key calls the tool
+//! again, idempotent or not, and every answer agrees with the receipt the
+//! journal records. Other tools run to completion.
+//!
 //! [`Effect::ExecuteTool`]: agentsessions_machine::host::Effect::ExecuteTool
 
 use std::collections::BTreeMap;
@@ -97,6 +104,71 @@ impl ToolError {
     }
 }
 
+/// A request to stop a running tool call, fired by the drive loop on
+/// `Effect::InterruptTool` (a Cancel met the call). Cheap to clone; one
+/// whose [`Interrupter`] is dropped unfired never fires.
+#[derive(Debug, Clone)]
+pub struct Interrupt(Option<tokio::sync::watch::Receiver<bool>>);
+
+/// Fires the [`Interrupt`]s it was made with.
+#[derive(Debug)]
+pub struct Interrupter(tokio::sync::watch::Sender<bool>);
+
+impl Interrupt {
+    /// An interrupt and the handle that fires it.
+    pub fn pair() -> (Interrupter, Self) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (Interrupter(tx), Self(Some(rx)))
+    }
+
+    /// One that never fires (callers with nothing to cancel).
+    pub fn never() -> Self {
+        Self(None)
+    }
+
+    /// Whether it has fired.
+    pub fn fired(&self) -> bool {
+        self.0.as_ref().is_some_and(|rx| *rx.borrow())
+    }
+
+    /// Resolves once it has fired; never, when it cannot.
+    pub async fn wait(&mut self) {
+        if let Some(rx) = self.0.as_mut() {
+            // The value is checked before the channel's end: a fire just
+            // before the interrupter was dropped still counts.
+            if rx.wait_for(|fired| *fired).await.is_ok() {
+                return;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+impl Interrupter {
+    /// Fires every clone of its interrupt (once is enough).
+    pub fn fire(&self) {
+        self.0.send_replace(true);
+    }
+}
+
+/// The receipt of a call stopped because its turn was canceled. The call
+/// may have reached the tool, so its outcome is unknown.
+pub fn interrupted(call: &ToolCall) -> ToolResult {
+    let why = "cancelled: the turn was canceled while the tool ran; its outcome is unknown";
+    ToolResult {
+        id: call.id.clone(),
+        is_error: true,
+        code: agentsessions_proto::v1::tool_result::Code::ExecutorError as i32,
+        content: vec![
+            agentsessions_machine::events::text_message("tool", why)
+                .parts
+                .remove(0),
+        ],
+        error: why.to_owned(),
+        ..ToolResult::default()
+    }
+}
+
 /// Converts an execution result into the machine's outcome.
 pub fn tool_outcome(result: Result<ToolResult, ToolError>) -> Outcome {
     Outcome::Tool(result.map_err(|e| e.to_outcome_string()))
@@ -110,6 +182,18 @@ pub trait ToolExecutor: Send + Sync {
         session: &'a str,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
+
+    /// [`ToolExecutor::execute`], stopped early when `interrupt` fires if
+    /// the executor can (see the module docs); by default it cannot.
+    fn execute_interruptible<'a>(
+        &'a self,
+        session: &'a str,
+        call: &'a ToolCall,
+        interrupt: Interrupt,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
+        let _ = interrupt;
+        self.execute(session, call)
+    }
 
     /// Forgets what the executor keeps for `session`, which was deleted.
     /// Executors that keep nothing have nothing to do.
@@ -139,6 +223,13 @@ pub trait Tool: Send + Sync {
         cx: ToolContext<'a>,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
+
+    /// Whether a run may be dropped midway when its turn is canceled: true
+    /// for a tool whose caller tells the far side it was stopped (an MCP
+    /// call sends `notifications/cancelled`). Built-ins run to completion.
+    fn interruptible(&self) -> bool {
+        false
+    }
 }
 
 /// Tools by name.
@@ -245,7 +336,12 @@ impl LedgerExecutor {
         &*self.ledger
     }
 
-    async fn run(&self, session: &str, call: &ToolCall) -> Result<ToolResult, ToolError> {
+    async fn run(
+        &self,
+        session: &str,
+        call: &ToolCall,
+        interrupt: Interrupt,
+    ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
         if key.is_empty() {
             return Err(ToolError::MissingIdempotencyKey);
@@ -263,7 +359,8 @@ impl LedgerExecutor {
         };
         let slot = SlotGuard::acquire(&self.locks, session, key);
         let _held = slot.lock.lock().await;
-        self.run_locked(tool.as_ref(), session, call).await
+        self.run_locked(tool.as_ref(), session, call, interrupt)
+            .await
     }
 
     async fn run_locked(
@@ -271,6 +368,7 @@ impl LedgerExecutor {
         tool: &dyn Tool,
         session: &str,
         call: &ToolCall,
+        mut interrupt: Interrupt,
     ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
         let redrive = match self.blocking(session, key, |l, s, k| l.get(s, k)).await? {
@@ -299,8 +397,20 @@ impl LedgerExecutor {
             redrive,
         };
         // A failed run leaves the "started" row: whether a partial effect
-        // happened is unknown, so a retry must take the careful path.
-        let mut result = tool.run(cx, call).await?;
+        // happened is unknown, so a retry must take the careful path. An
+        // interrupted one is finished with its receipt (see the module
+        // docs); a tool that already answered keeps its answer.
+        let mut result = if !tool.interruptible() {
+            tool.run(cx, call).await?
+        } else if interrupt.fired() {
+            interrupted(call)
+        } else {
+            tokio::select! {
+                biased;
+                done = tool.run(cx, call) => done?,
+                () = interrupt.wait() => interrupted(call),
+            }
+        };
         result.id.clone_from(&call.id);
         let (name, stored) = (call.tool.clone(), result.clone());
         self.blocking(session, key, move |l, s, k| l.finish(s, k, &name, &stored))
@@ -366,7 +476,16 @@ impl ToolExecutor for LedgerExecutor {
         session: &'a str,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        Box::pin(self.run(session, call))
+        Box::pin(self.run(session, call, Interrupt::never()))
+    }
+
+    fn execute_interruptible<'a>(
+        &'a self,
+        session: &'a str,
+        call: &'a ToolCall,
+        interrupt: Interrupt,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
+        Box::pin(self.run(session, call, interrupt))
     }
 
     fn forget<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<(), ToolError>> {

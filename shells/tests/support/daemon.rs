@@ -35,6 +35,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         limits: Default::default(),
         tool_rules: Vec::new(),
         mcp: Vec::new(),
+        mcp_config: Default::default(),
         session_token_budget: None,
         journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }

@@ -8,10 +8,15 @@ use std::process::Command;
 /// The node scripts of the installed servers.
 pub struct Peers {
     /// `@modelcontextprotocol/server-filesystem`.
+    #[allow(dead_code)]
     pub filesystem: PathBuf,
     /// `@modelcontextprotocol/server-everything` (not every test starts it).
     #[allow(dead_code)]
     pub everything: PathBuf,
+    /// Where they are installed, the official TypeScript SDK with them
+    /// (for servers a test writes itself).
+    #[allow(dead_code)]
+    pub node_modules: PathBuf,
 }
 
 /// The servers, or `None` after printing why they cannot be had (and
@@ -36,11 +41,12 @@ pub fn peers(test: &str) -> Option<Peers> {
                     .find_map(|l| l.strip_prefix(&format!("{name}=")))
                     .map(PathBuf::from)
             };
-            match (path("filesystem"), path("everything")) {
-                (Some(filesystem), Some(everything)) => {
+            match (path("filesystem"), path("everything"), path("node_modules")) {
+                (Some(filesystem), Some(everything), Some(node_modules)) => {
                     return Some(Peers {
                         filesystem,
                         everything,
+                        node_modules,
                     });
                 }
                 _ => format!("mcp-peers.sh printed no server paths: {text}"),

@@ -16,7 +16,7 @@ use agentsessions_proto::v1::{
 };
 use agentsessions_shells::daemon::convert::row_of;
 use agentsessions_shells::daemon::driver::{
-    Connection, DriverHandle, HarnessPort, ModelPort, PortFuture, ToolPort,
+    Connection, DriverHandle, HarnessPort, Interrupt, ModelPort, PortFuture, ToolPort,
 };
 use agentsessions_shells::daemon::harness_client::GrpcHarnesses;
 use agentsessions_shells::harness::{Harness, HarnessError, Outbound, Sink, StartInfo};
@@ -414,6 +414,9 @@ impl ToolPort for SimTools {
         &self,
         session: String,
         call: ToolCall,
+        // Ignored: the simulated call is brief, and a Cancel that meets it
+        // still gets its receipt recorded, as the machine expects.
+        _interrupt: Interrupt,
     ) -> PortFuture<'_, Result<ToolResult, String>> {
         Box::pin(async move {
             let inc = self.inc;

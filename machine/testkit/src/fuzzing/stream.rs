@@ -420,6 +420,12 @@ impl Rig {
                     self.check_tool(intent.record(), &call);
                     self.owe(Owed::Tool(call));
                 }
+                Action::InterruptTool => {
+                    assert!(
+                        matches!(self.owed, Some(Owed::Tool(_))),
+                        "an interrupt names the outstanding tool call"
+                    );
+                }
                 Action::Send(frame) => self.sent(&frame),
                 Action::Close => self.closed = true,
                 Action::Recorded(record) => {
