@@ -522,3 +522,16 @@ fn delete_refuses_a_parked_session_and_removes_it_once_canceled() {
     let o = agentctl(d, &["delete", "--session", &sid]);
     assert_eq!(o.status.code(), Some(15), "a second delete: {}", stderr(&o));
 }
+
+#[test]
+fn get_shows_the_gated_call_and_its_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sid = parked(d, "remember rice");
+    let get = lines(&agentctl(d, &["get", "--session", &sid]));
+    assert_eq!(
+        get.last().map(String::as_str),
+        Some(r#"pending_call tool=append_note args={"text":"remember rice"}"#),
+        "{get:?}"
+    );
+}

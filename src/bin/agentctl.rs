@@ -305,6 +305,17 @@ async fn sessions(
                 out!("{}", render::session_line(&s));
                 if let Some(p) = &s.pending_approval {
                     out!("{}", render::pending_line(p));
+                    // What the decision is about: the call and its arguments.
+                    let records = records(c, &session, p.request_seq).await?;
+                    if let Some(call) = records
+                        .iter()
+                        .rev()
+                        .filter_map(|r| r.event.as_ref())
+                        .filter_map(agentsessions_machine::events::body::tool)
+                        .find(|t| t.id == p.tool_call_id)
+                    {
+                        out!("{}", render::pending_call_line(call));
+                    }
                 }
             }
         }

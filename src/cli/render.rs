@@ -89,6 +89,17 @@ pub fn tool_row(t: &agentsessions_proto::v1::CatalogEntry) -> String {
     )
 }
 
+/// The gated call a decision is about: its tool and its arguments as
+/// proto3 JSON.
+pub fn pending_call_line(call: &agentsessions_proto::v1::ToolCall) -> String {
+    let args = call
+        .args
+        .as_ref()
+        .and_then(|a| serde_json::to_string(a).ok())
+        .unwrap_or_else(|| "{}".to_owned());
+    format!("pending_call tool={} args={args}", call.tool)
+}
+
 /// The approval a parked turn waits for, with the flags that decide it.
 pub fn pending_line(p: &ApprovalRef) -> String {
     format!(
