@@ -213,6 +213,48 @@ async fn a_write_waits_for_approval_and_a_read_runs_at_once() {
             .into_inner();
     assert!(session.pending_approval.is_none(), "read-only: no gate");
     assert_eq!(w.output(&uid).await, "ok: hi ");
+
+    // A fork after a tool turn continues: the child holds the parent's
+    // call and receipt, and its own turn calls the server again.
+    let child =
+        w.c.fork(agentsessions_proto::v1::ForkRequest {
+            session: uid.clone(),
+            count: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .children
+        .remove(0)
+        .metadata
+        .unwrap()
+        .uid;
+    let inherited = support::replay(&mut w.c, &child).await;
+    assert!(
+        inherited
+            .iter()
+            .filter_map(|r| r.event.as_ref())
+            .any(|e| agentsessions_machine::events::body::result(e).is_some()),
+        "the parent's receipt is in the child"
+    );
+    std::fs::write(&a, "forked").unwrap();
+    let input = json!({"tool": "fs__read_text_file", "args": {"path": a}}).to_string();
+    let code = support::exec_code(
+        &mut w.c,
+        ExecRequest {
+            session: child.clone(),
+            inputs: vec![support::text(&input)],
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(code, tonic::Code::Ok);
+    assert_eq!(
+        w.output(&child).await,
+        "ok: forked ",
+        "a live call, not a served one"
+    );
     w.daemon.shutdown().await;
 }
 
