@@ -13,6 +13,8 @@
 //! Where node or npm is missing the test prints SKIPPED; with `CI=true`
 //! it fails.
 
+#[path = "../shells/tests/support/caller.rs"]
+mod caller;
 #[path = "support/cli.rs"]
 mod cli;
 #[path = "../shells/tests/support/mcp_peers.rs"]
@@ -32,8 +34,9 @@ use agentsessions_proto::v1::{
     ApproveRequest, EventKind, ExecRequest, ExecState, GetSessionRequest, LogRecord, ResumeRequest,
     ToolResult, tool_result,
 };
+use caller::Caller;
 use serde_json::json;
-use slow_mcp::{Caller, SlowServer};
+use slow_mcp::SlowServer;
 use tonic::transport::Channel;
 
 /// What a crashed call came to.

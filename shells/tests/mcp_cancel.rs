@@ -6,6 +6,8 @@
 //! canceled, and the tool is never called again. Against a slow server
 //! written on the official TypeScript SDK (`support/slow_mcp.rs`).
 
+#[path = "support/caller.rs"]
+mod caller;
 #[path = "support/mcp_peers.rs"]
 mod mcp_peers;
 #[path = "support/slow_mcp.rs"]
@@ -19,11 +21,34 @@ use std::time::Duration;
 use agentsessions_machine::events;
 use agentsessions_proto::v1::{CancelRequest, EventKind, ExecRequest, ExecState, tool_result};
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
+use caller::Caller;
 use serde_json::json;
-use slow_mcp::{Caller, SlowServer};
+use slow_mcp::SlowServer;
 
 const CANCELLED: &str =
     "cancelled: the turn was canceled while the tool ran; its outcome is unknown";
+
+/// A daemon over `slow` (held: its calls answer only when cancelled), whose
+/// `slow__append` runs at once, so a turn is cut short mid-call rather
+/// than while parked; and the served `caller` harness.
+async fn over_held(
+    slow: &SlowServer,
+    dir: &std::path::Path,
+    limits: agentsessions_shells::mcp::McpConfig,
+) -> (Daemon, tokio::sync::oneshot::Sender<()>) {
+    slow.hold();
+    let (caller, harness) = support::serve_harness(Arc::new(Caller)).await;
+    let daemon = Daemon::start(DaemonConfig {
+        harnesses: vec![("caller".into(), caller)],
+        mcp: vec![slow.spec("slow")],
+        tool_rules: vec!["slow__append=auto".parse().unwrap()],
+        mcp_config: limits,
+        ..support::config(dir)
+    })
+    .await
+    .unwrap();
+    (daemon, harness)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_a_turn_cancels_its_mcp_call_on_the_server_and_journals_the_receipt() {
@@ -32,17 +57,7 @@ async fn cancelling_a_turn_cancels_its_mcp_call_on_the_server_and_journals_the_r
     };
     let dir = tempfile::tempdir().unwrap();
     let slow = SlowServer::new(&peers.node_modules, dir.path());
-    slow.hold();
-    let (caller, _harness) = support::serve_harness(Arc::new(Caller)).await;
-    let daemon = Daemon::start(DaemonConfig {
-        harnesses: vec![("caller".into(), caller)],
-        mcp: vec![slow.spec("slow")],
-        // Run at once: the turn is canceled mid-call, not while parked.
-        tool_rules: vec!["slow__append=auto".parse().unwrap()],
-        ..support::config(dir.path())
-    })
-    .await
-    .unwrap();
+    let (daemon, _harness) = over_held(&slow, dir.path(), Default::default()).await;
     let mut c = support::client(&daemon).await;
     let uid = support::create(&mut c, "caller").await;
 
@@ -133,20 +148,11 @@ async fn a_call_past_the_mcp_call_timeout_is_cancelled_and_gets_an_error_receipt
     };
     let dir = tempfile::tempdir().unwrap();
     let slow = SlowServer::new(&peers.node_modules, dir.path());
-    slow.hold();
-    let (caller, _harness) = support::serve_harness(Arc::new(Caller)).await;
-    let daemon = Daemon::start(DaemonConfig {
-        harnesses: vec![("caller".into(), caller)],
-        mcp: vec![slow.spec("slow")],
-        tool_rules: vec!["slow__append=auto".parse().unwrap()],
-        mcp_config: agentsessions_shells::mcp::McpConfig {
-            call_timeout: Duration::from_millis(500),
-            ..Default::default()
-        },
-        ..support::config(dir.path())
-    })
-    .await
-    .unwrap();
+    let limits = agentsessions_shells::mcp::McpConfig {
+        call_timeout: Duration::from_millis(500),
+        ..Default::default()
+    };
+    let (daemon, _harness) = over_held(&slow, dir.path(), limits).await;
     let mut c = support::client(&daemon).await;
     let uid = support::create(&mut c, "caller").await;
     let input = json!({"tool": "slow__append", "args": {"text": "once"}}).to_string();

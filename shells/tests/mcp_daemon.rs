@@ -6,6 +6,8 @@
 //! once); a `deny` rule keeps a tool from ever reaching its server; an
 //! unknown tool gets an error receipt.
 
+#[path = "support/caller.rs"]
+mod caller;
 #[path = "support/mcp_peers.rs"]
 mod mcp_peers;
 #[path = "support/daemon.rs"]
@@ -15,60 +17,12 @@ use std::path::Path;
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    ApproveRequest, Capabilities, ExecRequest, GetSessionRequest, HarnessDescriptor, Mediation,
-    Resumability, ResumeRequest, ToolCall, tool_result,
+    ApproveRequest, ExecRequest, GetSessionRequest, ResumeRequest, tool_result,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
-use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
-use agentsessions_shells::mcp::json_to_struct;
+use caller::Caller;
 use serde_json::json;
 use tonic::transport::Channel;
-
-/// Calls the one tool its input names (`{"tool": …, "args": {…}}`),
-/// asking the host to run it at once, and outputs what came back.
-struct Caller;
-
-#[tonic::async_trait]
-impl Harness for Caller {
-    fn describe(&self) -> HarnessDescriptor {
-        HarnessDescriptor {
-            id: "caller".into(),
-            version: "1".into(),
-            capabilities: Some(Capabilities {
-                resumability: Resumability::StatelessReplay as i32,
-                fork_safe: true,
-                ..Capabilities::default()
-            }),
-            ..HarnessDescriptor::default()
-        }
-    }
-
-    async fn run(&self, start: StartInfo, sink: &mut Sink) -> Result<(), HarnessError> {
-        let ask: serde_json::Value = serde_json::from_str(&start.last_input_text())
-            .map_err(|e| HarnessError::Invalid(e.to_string()))?;
-        let args = ask["args"].as_object().cloned().unwrap_or_default();
-        let receipt = sink
-            .tool_call(ToolCall {
-                id: "c1".into(),
-                tool: ask["tool"].as_str().unwrap_or_default().into(),
-                args: Some(json_to_struct(&args).expect("test arguments fit")),
-                mediation: Mediation::ControllerMediated as i32,
-                idempotency_key: format!("{}-k1", start.execution_id),
-            })
-            .await?;
-        let text: String = receipt
-            .content
-            .iter()
-            .filter_map(|p| match &p.part {
-                Some(agentsessions_proto::v1::part::Part::Text(t)) => Some(t.text.as_str()),
-                _ => None,
-            })
-            .collect();
-        let verdict = if receipt.is_error { "error" } else { "ok" };
-        sink.output(&format!("{verdict}: {text} {}", receipt.error))
-            .await
-    }
-}
 
 struct World {
     daemon: Daemon,

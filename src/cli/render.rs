@@ -65,16 +65,7 @@ pub fn list_row(s: &Session) -> String {
 /// One tool of `agentctl tools`: name, server (`-` for a built-in), the
 /// policy its calls meet, its hints, and whether its server is up.
 pub fn tool_row(t: &agentsessions_proto::v1::CatalogEntry) -> String {
-    let hints: Vec<&str> = [
-        (t.read_only, "read-only"),
-        // MCP: destructiveHint means something only when not read-only.
-        (t.destructive && !t.read_only, "destructive"),
-        (t.idempotent, "idempotent"),
-        (t.open_world, "open-world"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect();
+    let hints = agentsessions_machine::host::hints(t);
     format!(
         "{}\tserver={}\tpolicy={}\thints={}\t{}",
         t.name,

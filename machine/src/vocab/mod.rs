@@ -42,4 +42,4 @@ pub use rows::{HarnessCheck, HarnessRow, SessionRow};
 pub use shown::{SHOWN_MAX, Shown, shown};
 pub use signal::{SIGNAL_QUEUE, Signal, TurnOutcome};
 pub use status::{Code, Status};
-pub use tools::{Catalog, CatalogTool, Policy, ToolGate, ToolRule, Verdict};
+pub use tools::{Catalog, CatalogTool, Policy, ToolGate, ToolRule, Verdict, hints};

@@ -173,6 +173,20 @@ impl ToolGate {
     }
 }
 
+/// A listed tool's hints by name, in a fixed order. MCP's destructive hint
+/// means something only for a tool that is not read-only.
+pub fn hints(t: &agentsessions_proto::v1::CatalogEntry) -> Vec<&'static str> {
+    [
+        (t.read_only, "read-only"),
+        (t.destructive && !t.read_only, "destructive"),
+        (t.idempotent, "idempotent"),
+        (t.open_world, "open-world"),
+    ]
+    .into_iter()
+    .filter_map(|(on, name)| on.then_some(name))
+    .collect()
+}
+
 /// What the policy says about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {

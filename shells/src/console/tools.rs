@@ -20,7 +20,7 @@ use super::{Console, Failure, page};
 struct ToolsPage {
     viewer: String,
     csrf: String,
-    tools: Vec<CatalogEntry>,
+    tools: Vec<(CatalogEntry, String)>,
 }
 
 /// GET /tools.
@@ -35,7 +35,14 @@ pub async fn tools(State(console): State<Console>, headers: HeaderMap, uri: Uri)
             &ToolsPage {
                 viewer: viewer.name(),
                 csrf: console.csrf().token_for(&viewer.session),
-                tools: listing.tools,
+                tools: listing
+                    .tools
+                    .into_iter()
+                    .map(|t| {
+                        let hints = agentsessions_machine::host::hints(&t).join(" ");
+                        (t, hints)
+                    })
+                    .collect(),
             },
         ),
         Ok(other) => Failure::from(super::unexpected("ListTools", &other)).into_response(),

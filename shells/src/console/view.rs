@@ -269,15 +269,7 @@ fn describe(kind: EventKind, ev: &agentsessions_proto::v1::Event) -> (String, Op
 /// destructive, idempotent` (MCP's destructive hint only counts when the
 /// tool is not read-only).
 pub fn catalog_line(t: &agentsessions_proto::v1::CatalogEntry) -> String {
-    let hints: Vec<&str> = [
-        (t.read_only, "read-only"),
-        (t.destructive && !t.read_only, "destructive"),
-        (t.idempotent, "idempotent"),
-        (t.open_world, "open-world"),
-    ]
-    .into_iter()
-    .filter_map(|(on, name)| on.then_some(name))
-    .collect();
+    let hints = agentsessions_machine::host::hints(t);
     let server = if t.server.is_empty() {
         "host"
     } else {
