@@ -26,6 +26,7 @@ use agentsessions_machine::host::{
     Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
     HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError,
     Request, RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
+    ToolFailure,
 };
 use agentsessions_machine::journal::Journal;
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};
@@ -196,7 +197,9 @@ impl Driver {
             // which the reply check below reports.
             Effect::Tool(ExecuteTool { id, .. }) => (
                 id,
-                Outcome::Tool(Err("the echo bench runs no tools".into())),
+                Outcome::Tool(Err(ToolFailure::Error(
+                    "the echo bench runs no tools".into(),
+                ))),
             ),
             Effect::Client(ClientEffect::Stream { .. })
             | Effect::ForgetTools { .. }

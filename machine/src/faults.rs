@@ -46,11 +46,14 @@ pub enum Fault {
     /// The host's tool policy no longer raises a call's mediation: a tool
     /// the operator gates runs when the harness asks to run it at once.
     SkipPolicyFloor,
+    /// A call whose earlier run never finished runs again, though its tool
+    /// does not say it is idempotent (the unknown-outcome rule is skipped).
+    RerunUnfinished,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 15] = [
+    pub const ALL: [Fault; 16] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -66,6 +69,7 @@ impl Fault {
         Fault::SkipProjectCheck,
         Fault::StaleSummary,
         Fault::SkipPolicyFloor,
+        Fault::RerunUnfinished,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -86,6 +90,7 @@ impl Fault {
             Fault::SkipProjectCheck => "skip-project-check",
             Fault::StaleSummary => "stale-summary",
             Fault::SkipPolicyFloor => "skip-policy-floor",
+            Fault::RerunUnfinished => "rerun-unfinished",
         }
     }
 

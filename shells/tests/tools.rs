@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agentsessions_machine::host::Outcome;
+use agentsessions_machine::host::{Outcome, ToolFailure};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{
@@ -260,7 +260,14 @@ async fn append_note_exactly_once_after_a_crash_between_started_and_done() {
             write(&w.notes.join("s1.notes"), &on_disk);
         }
         let ex = w.executor();
-        let r = ex.execute("s1", &note("c1", "k1", "hello")).await.unwrap();
+        let c = note("c1", "k1", "hello");
+        // Reported, not run, until the machine says run it again (a
+        // built-in may: it checks for its own earlier effect).
+        assert_eq!(ex.execute("s1", &c).await, Err(ToolError::Unfinished));
+        let r = ex
+            .execute_interruptible("s1", &c, true, Interrupt::never())
+            .await
+            .unwrap();
         let want = match name {
             "torn" => format!("k0\tearlier\n{line}"),
             _ => line.clone(),
@@ -294,7 +301,7 @@ async fn unknown_tool_is_a_typed_error_and_records_nothing() {
     assert!(err.to_string().len() < 100);
     assert!(matches!(
         tool_outcome(Err(err)),
-        Outcome::Tool(Err(s)) if s.starts_with("tools: unknown tool: nnn")
+        Outcome::Tool(Err(ToolFailure::Error(s))) if s.starts_with("tools: unknown tool: nnn")
     ));
 }
 
@@ -328,8 +335,13 @@ async fn missing_or_invalid_args_are_typed_errors() {
         assert!(!err.to_outcome_string().contains("payload"));
     }
     assert_eq!(w.notes_of("s1"), "");
-    // The same key with good args then runs (the failed run left "started").
-    ex.execute("s1", &note("c", "k0", "fine")).await.unwrap();
+    // The failed run left "started": the key is reported unfinished, and
+    // runs with good args once the machine says run it again.
+    let good = note("c", "k0", "fine");
+    assert_eq!(ex.execute("s1", &good).await, Err(ToolError::Unfinished));
+    ex.execute_interruptible("s1", &good, true, Interrupt::never())
+        .await
+        .unwrap();
     assert_eq!(w.notes_of("s1"), "k0\tfine\n");
 }
 
@@ -419,7 +431,7 @@ async fn an_interrupted_call_is_dropped_and_its_key_answers_the_cancellation_rec
     let (interrupter, interrupt) = Interrupt::pair();
     let running = {
         let (ex, c) = (ex.clone(), c.clone());
-        tokio::spawn(async move { ex.execute_interruptible("s1", &c, interrupt).await })
+        tokio::spawn(async move { ex.execute_interruptible("s1", &c, false, interrupt).await })
     };
     while slow.runs.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -455,7 +467,10 @@ async fn an_interrupt_fired_before_the_call_starts_never_runs_it() {
     let (interrupter, interrupt) = Interrupt::pair();
     interrupter.fire();
     drop(interrupter);
-    let receipt = ex.execute_interruptible("s1", &c, interrupt).await.unwrap();
+    let receipt = ex
+        .execute_interruptible("s1", &c, false, interrupt)
+        .await
+        .unwrap();
     assert_eq!(receipt, interrupted(&c));
     assert_eq!(slow.runs.load(Ordering::SeqCst), 0, "never started");
 }
@@ -470,7 +485,7 @@ async fn a_tool_that_is_not_interruptible_runs_to_completion() {
     let (interrupter, interrupt) = Interrupt::pair();
     let running = {
         let (ex, c) = (ex.clone(), c.clone());
-        tokio::spawn(async move { ex.execute_interruptible("s1", &c, interrupt).await })
+        tokio::spawn(async move { ex.execute_interruptible("s1", &c, false, interrupt).await })
     };
     while slow.runs.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

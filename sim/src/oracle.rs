@@ -470,14 +470,15 @@ impl Oracle {
         })
     }
 
-    /// The executor performed a real (not deduplicated) effect.
-    pub fn on_tool_effect(&mut self, session: &str, key: &str) -> Check {
+    /// The executor performed a real (not deduplicated) effect. Only a
+    /// tool that says it is idempotent (`repeatable`) may make one twice.
+    pub fn on_tool_effect(&mut self, session: &str, key: &str, repeatable: bool) -> Check {
         let n = self
             .effects
             .entry((session.to_owned(), key.to_owned()))
             .or_default();
         *n += 1;
-        ensure(*n <= 1, Rule::DuplicateExecution, || {
+        ensure(*n <= 1 || repeatable, Rule::DuplicateExecution, || {
             format!("{session}: key {key} executed {n} times")
         })
     }

@@ -381,6 +381,21 @@ pub fn crash_scenarios() -> Vec<Scenario> {
             false,
         ),
         gated_flow("policy-floor-denied", crate::scripts::POLICED, false, false),
+        // An approved MCP tool that is not idempotent: a crash between its
+        // effect and the ledger's record of it leaves the outcome unknown,
+        // and the tool must not be called a second time.
+        gated_flow("unknown-outcome", crate::scripts::ACTOR, true, false),
+        // A read-only idempotent MCP tool runs at once; a run cut the same
+        // way is simply made again.
+        s(
+            "idempotent-rerun",
+            "idempotent tool re-run",
+            vec![create(crate::scripts::READER), exec("t1"), exec("t2")],
+            vec![
+                Post::Completed { slot: 0, n: 2 },
+                Post::ToolEffects { slot: 0, n: 1 },
+            ],
+        ),
         s(
             "approval-dup-conflict",
             "approval duplicate/conflicting decisions",

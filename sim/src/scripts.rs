@@ -8,6 +8,10 @@
 //!   would): recovery and replay must refuse to serve its recorded answers.
 //! - `policed` asks to run `guarded` at once, a tool the hosts' policy
 //!   gates: the machine must park it anyway (the policy floor).
+//! - `actor` asks to run `mcp__act`, an MCP tool that does not say it is
+//!   idempotent (so the policy gates it and a run cut by a crash is never
+//!   made again: the unknown-outcome rule); `reader` runs `mcp__get`, a
+//!   read-only idempotent one, at once (a cut run is simply made again).
 //! - `chatter` writes its own OUTPUT (no model call), and its text changes
 //!   once it has been started before for the same session, as a foreign
 //!   harness that is nondeterministic in its text: replay must diverge on
@@ -29,8 +33,48 @@ pub const CHATTER: &str = "chatter";
 pub const POLICED: &str = "policed";
 /// The tool it calls; `world::config` gates it (`guarded=approval`).
 pub const GUARDED: &str = "guarded";
+/// The harness that calls [`ACT`].
+pub const ACTOR: &str = "actor";
+/// The harness that calls [`GET`].
+pub const READER: &str = "reader";
+/// An MCP tool with MCP's default hints: not read-only, not idempotent.
+pub const ACT: &str = "mcp__act";
+/// An MCP tool that says it is read-only and idempotent.
+pub const GET: &str = "mcp__get";
 /// Kinds defined here (the testkit defines the rest).
-pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER, POLICED];
+pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER, POLICED, ACTOR, READER];
+
+/// True for the tools an MCP server serves (which cannot check whether an
+/// earlier run of theirs happened).
+pub fn is_remote(tool: &str) -> bool {
+    tool == ACT || tool == GET
+}
+
+/// True for a tool that says running it twice is harmless.
+pub fn is_idempotent(tool: &str) -> bool {
+    tool == GET
+}
+
+/// The catalog every simulated host serves: the scripts' tools.
+pub fn catalog() -> agentsessions_machine::host::Catalog {
+    use agentsessions_machine::host::CatalogTool;
+    let tool = |name: &str, server: &str, read_only: bool| CatalogTool {
+        name: name.into(),
+        server: server.into(),
+        read_only,
+        idempotent: is_idempotent(name),
+        destructive: !read_only,
+        open_world: false,
+        description: String::new(),
+        up: true,
+    };
+    agentsessions_machine::host::Catalog::new([
+        tool("write", "", false),
+        tool(GUARDED, "", false),
+        tool(ACT, "mcp", false),
+        tool(GET, "mcp", true),
+    ])
+}
 
 /// A fresh script for a connection to `kind`.
 pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
@@ -40,6 +84,14 @@ pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
         CHATTER => Some(Box::new(FnScript::new(CHATTER, chatter()))),
         POLICED => Some(Box::new(harness::ToolUser::calling(
             GUARDED,
+            agentsessions_proto::v1::Mediation::ControllerMediated,
+        ))),
+        ACTOR => Some(Box::new(harness::ToolUser::calling(
+            ACT,
+            agentsessions_proto::v1::Mediation::ControllerMediated,
+        ))),
+        READER => Some(Box::new(harness::ToolUser::calling(
+            GET,
             agentsessions_proto::v1::Mediation::ControllerMediated,
         ))),
         other => harness::by_kind(other),

@@ -166,6 +166,10 @@ pub fn describe(item: &Item) -> String {
             };
             format!("h{} deliver #{} {what}", item.host, id.0)
         }
+        What::ToolDone(id, session, key, _) => format!(
+            "h{} executor records the result of #{} ({session} key {key})",
+            item.host, id.0
+        ),
         What::Harness(c, i) => match i {
             HarnessInput::Event(ev) => format!(
                 "h{} harness conn {} {}",

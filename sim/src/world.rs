@@ -14,14 +14,14 @@
 //! durable part, the executor's dedup table, the oracle), which is cheap to
 //! clone, so an explorer can branch at a crash without replaying.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_machine::events;
 use agentsessions_machine::host::{
     Backend, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool,
     HarnessEffect, HarnessInput, HarnessOutcome, History, Host, HostConfig, InvokeModel,
     ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp,
-    RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
+    RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem, ToolFailure,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
@@ -36,22 +36,30 @@ use crate::scripts;
 use crate::store::{CrashVariant, SimStore};
 use crate::trace::{digest_effect, hash_input, hash_outcome};
 
-/// A tool executor that deduplicates by (session, idempotency key).
+/// A tool executor with a durable ledger, as the daemon's: a key is
+/// marked started before its effect and finished (with its result) after,
+/// in a step of its own, so a crash can cut between the two. A finished key
+/// is answered from the ledger; a started one is answered "unfinished"
+/// unless the host says to run it again.
 #[derive(Debug, Clone, Default)]
 pub struct Executor {
     done: BTreeMap<(String, String), ToolResult>,
+    /// Keys started and not finished.
+    started: BTreeSet<(String, String)>,
+    /// Keys whose effect happened (at least once).
+    effected: BTreeSet<(String, String)>,
     /// Calls received (re-drives included).
     pub attempts: u64,
-    /// Effects performed (first call per key).
+    /// Effects performed (every run that reached the tool).
     pub effects: u64,
     /// Keys whose first attempt fails with an executor error.
-    pub fail_first: std::collections::BTreeSet<String>,
+    pub fail_first: BTreeSet<String>,
 }
 
 impl Executor {
-    /// Effects performed for `session`.
+    /// Keys of `session` whose effect happened.
     pub fn effects_for(&self, session: &str) -> usize {
-        self.done.keys().filter(|(s, _)| s == session).count()
+        self.effected.iter().filter(|(s, _)| s == session).count()
     }
 }
 
@@ -110,6 +118,10 @@ pub enum What {
     Outcome(EffectId, Outcome, Option<u64>, Option<String>),
     /// A harness frame or stream end, not delivered yet.
     Harness(ConnId, HarnessInput),
+    /// A tool run that reached its tool: the executor's ledger has not
+    /// recorded its result yet (a crash now leaves the key unfinished).
+    /// Stepping it records the result and queues the outcome.
+    ToolDone(EffectId, String, String, ToolResult),
 }
 
 struct Conn {
@@ -164,6 +176,7 @@ pub fn config() -> HostConfig {
             pattern: scripts::GUARDED.into(),
             policy: agentsessions_machine::host::Policy::Approval,
         });
+    config.tools.catalog = Some(std::sync::Arc::new(scripts::catalog()));
     for kind in scripts::KINDS {
         config.harnesses.entry((*kind).into()).or_insert(Route {
             backend: Backend::Local {
@@ -288,7 +301,7 @@ impl Sim {
             let ok = match &item.what {
                 What::Effect(_) => seen_effect.insert(item.host),
                 What::Harness(conn, _) => seen_conn.insert((item.host, *conn)),
-                What::Outcome(..) => true,
+                What::Outcome(..) | What::ToolDone(..) => true,
             };
             if ok {
                 out.push(i);
@@ -327,6 +340,17 @@ impl Sim {
                     .handle_harness(self.d.now, conn, input)
                     .expect("drained");
                 self.drain(host)
+            }
+            What::ToolDone(id, session, key, result) => {
+                let ex = &mut self.d.executor;
+                let dedup = (session, key);
+                ex.started.remove(&dedup);
+                let first = ex.done.entry(dedup).or_insert(result).clone();
+                self.push(
+                    host,
+                    What::Outcome(id, Outcome::Tool(Ok(first)), None, None),
+                );
+                Ok(())
             }
         }
     }
@@ -385,6 +409,9 @@ impl Sim {
                     h.str("h").u64(c.0);
                     hash_input(h, i);
                 }
+                What::ToolDone(id, s, k, _) => {
+                    h.str("t").u64(id.0).str(s).str(k);
+                }
             }
         }
         for ((host, id), call) in &self.calls {
@@ -397,6 +424,12 @@ impl Sim {
         }
         for (key, r) in &self.d.executor.done {
             h.str(&key.0).str(&key.1).u64(u64::from(r.is_error));
+        }
+        for key in &self.d.executor.started {
+            h.str("started").str(&key.0).str(&key.1);
+        }
+        for key in &self.d.executor.effected {
+            h.str("effected").str(&key.0).str(&key.1);
         }
         for (session, n) in &self.d.starts {
             h.str(session).u64(u64::from(*n));
@@ -587,6 +620,7 @@ impl Sim {
                 session,
                 intent,
                 call,
+                again,
             }) => {
                 self.d.oracle.on_execute_tool(
                     &self.d.store,
@@ -595,7 +629,14 @@ impl Sim {
                     intent.record(),
                     &call,
                 )?;
-                (id, Outcome::Tool(self.execute(&session, &call)?))
+                match self.execute(&session, &call, again)? {
+                    Ran::Answer(outcome) => (id, Outcome::Tool(outcome)),
+                    Ran::Reached(result) => {
+                        let key = call.idempotency_key.clone();
+                        self.push(host, What::ToolDone(id, session, key, result));
+                        return Ok(());
+                    }
+                }
             }
             Effect::Store(effect) => return self.perform_store(host, effect),
             Effect::Harness(HarnessEffect::Send {
@@ -720,35 +761,62 @@ impl Sim {
         Ok(())
     }
 
+    /// One execution: answered from the ledger, refused as unfinished,
+    /// failed, or run (its result recorded by a later `ToolDone` step).
     fn execute(
         &mut self,
         session: &str,
         call: &agentsessions_proto::v1::ToolCall,
-    ) -> Result<Result<ToolResult, String>, crate::oracle::Violation> {
+        again: bool,
+    ) -> Result<Ran, crate::oracle::Violation> {
         let ex = &mut self.d.executor;
         ex.attempts += 1;
         let key = call.idempotency_key.clone();
         let dedup = (session.to_owned(), key.clone());
-        if !ex.done.contains_key(&dedup) {
-            if ex.fail_first.remove(&key) {
-                return Ok(Err(format!("executor failed on {key}")));
-            }
-            ex.effects += 1;
-            ex.done.insert(
-                dedup.clone(),
-                ToolResult {
-                    id: call.id.clone(),
-                    ..ToolResult::default()
-                },
-            );
-            self.d.oracle.on_tool_effect(session, &key)?;
-        } else {
+        if let Some(done) = ex.done.get(&dedup) {
             self.d.oracle.note("executor deduplicated a re-drive");
+            let mut result = done.clone();
+            result.id = call.id.clone();
+            return Ok(Ran::Answer(Ok(result)));
         }
-        let mut result = self.d.executor.done[&dedup].clone();
-        result.id = call.id.clone();
-        Ok(Ok(result))
+        let unfinished = !ex.started.insert(dedup.clone());
+        if unfinished && !again {
+            self.d.oracle.note("executor found an unfinished run");
+            return Ok(Ran::Answer(Err(ToolFailure::Unfinished)));
+        }
+        if !unfinished && ex.fail_first.remove(&key) {
+            // As the daemon's ledger: the started mark stays after a failure.
+            return Ok(Ran::Answer(Err(ToolFailure::Error(format!(
+                "executor failed on {key}"
+            )))));
+        }
+        // A built-in checks for its own earlier effect when run again; an
+        // MCP tool cannot, so a second run is a second effect.
+        let checks_itself = !scripts::is_remote(&call.tool);
+        if unfinished && checks_itself && ex.effected.contains(&dedup) {
+            self.d.oracle.note("a re-run found its effect already made");
+        } else {
+            ex.effects += 1;
+            ex.effected.insert(dedup);
+            let repeatable = scripts::is_idempotent(&call.tool);
+            if unfinished && repeatable {
+                self.d.oracle.note("an idempotent tool ran again");
+            }
+            self.d.oracle.on_tool_effect(session, &key, repeatable)?;
+        }
+        Ok(Ran::Reached(ToolResult {
+            id: call.id.clone(),
+            ..ToolResult::default()
+        }))
     }
+}
+
+/// What one execution did.
+enum Ran {
+    /// Answered at once (from the ledger, or refused, or failed).
+    Answer(Result<ToolResult, ToolFailure>),
+    /// Reached its tool; the ledger records this result next.
+    Reached(ToolResult),
 }
 
 /// What a crash does to the durable part of the world.

@@ -1019,8 +1019,14 @@ fn a_seed_alone_repeats_its_run_in_a_batch() {
 /// deterministic, so a recorded model result never meets a different
 /// request (the explorer's drifting harness covers that one); and these
 /// hosts keep no tool policy, so no floor is there to skip (the explorer's
-/// `policy-floor-*` scenarios cover it).
-const UNREACHABLE: [Fault; 2] = [Fault::SkipInputHashCheck, Fault::SkipPolicyFloor];
+/// `policy-floor-*` scenarios cover it); and their executor records a
+/// key's result with its effect, so no run is left unfinished to re-run
+/// (the explorer's `unknown-outcome` scenario covers that).
+const UNREACHABLE: [Fault; 3] = [
+    Fault::SkipInputHashCheck,
+    Fault::SkipPolicyFloor,
+    Fault::RerunUnfinished,
+];
 
 /// Seeds tried per planted bug before it counts as missed.
 const TEETH_SEEDS: u64 = 1_000;

@@ -51,6 +51,9 @@ fn every_crash_cut_recovers_and_keeps_the_invariants() {
         "model call re-driven by a later incarnation",
         "tool intent re-driven by a later incarnation",
         "approved gate executed",
+        "executor found an unfinished run",
+        "a re-run found its effect already made",
+        "an idempotent tool ran again",
     ] {
         assert!(
             total.coverage.contains_key(needed),

@@ -27,6 +27,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::SkipProjectCheck => &[Rule::Authorization],
         Fault::StaleSummary => &[Rule::Summary],
         Fault::SkipPolicyFloor => &[Rule::Approval, Rule::Denial, Rule::Expectation],
+        Fault::RerunUnfinished => &[Rule::DuplicateExecution],
     }
 }
 
@@ -70,7 +71,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 15);
+    assert_eq!(Fault::ALL.len(), 16);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -164,4 +165,9 @@ fn stale_summary() {
 #[test]
 fn skip_policy_floor() {
     caught(Fault::SkipPolicyFloor);
+}
+
+#[test]
+fn rerun_unfinished() {
+    caught(Fault::RerunUnfinished);
 }

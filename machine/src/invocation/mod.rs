@@ -37,7 +37,10 @@ use agentsessions_proto::v1::{
 use crate::error::{LogError, TurnError};
 use crate::events;
 use crate::journal::approval::ApprovalState;
-use crate::vocab::{AppendError, Committed, HarnessInput, IdSource, ModelFailure, ModelReply};
+use crate::vocab::{
+    AppendError, Committed, HarnessInput, IdSource, ModelFailure, ModelReply, ToolFailure,
+};
+use sink::outcome_unknown;
 
 /// How recorded effects are used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +120,8 @@ pub enum Action {
         intent: Committed,
         /// The call as recorded.
         call: ToolCall,
+        /// Run it although an earlier run started and never finished.
+        again: bool,
     },
     /// A Cancel met the outstanding tool execution: its executor may stop
     /// it early. Advisory; the execution's completion is still awaited and
@@ -199,10 +204,13 @@ enum Wait {
     Append(AfterAppend),
     /// A model invocation whose completion answers `reply_to`.
     Model { reply_to: String },
-    /// A tool execution; `gate` set when it completes an approved call.
+    /// A tool execution; `gate` set when it completes an approved call,
+    /// `again` when it re-runs a call whose earlier run never finished.
     Tool {
+        intent: Committed,
         call: ToolCall,
         gate: Option<GateSeqs>,
+        again: bool,
     },
     /// A best-effort ERROR append; the run already failed with this error.
     ErrorRecord(TurnError),
@@ -468,7 +476,7 @@ impl Invocation {
                     return;
                 }
                 let intent = records.last().cloned().expect("a tool intent was appended");
-                self.execute(Committed::new(intent), call, None, out);
+                self.execute(Committed::new(intent), call, None, false, out);
                 return;
             }
             AfterAppend::Park { call_id } => {
@@ -533,16 +541,37 @@ impl Invocation {
     /// Completion of an [`Action::ExecuteTool`].
     pub fn on_tool(
         &mut self,
-        result: Result<ToolResult, String>,
+        result: Result<ToolResult, ToolFailure>,
         ids: &mut dyn IdSource,
         out: &mut Vec<Action>,
     ) {
-        let Wait::Tool { call, gate } = std::mem::replace(&mut self.wait, Wait::Idle) else {
+        let Wait::Tool {
+            intent,
+            call,
+            gate,
+            again,
+        } = std::mem::replace(&mut self.wait, Wait::Idle)
+        else {
             panic!("tool completion without an outstanding tool call");
         };
         if self.resolve_abort(out) {
             return;
         }
+        let result = match result {
+            Err(ToolFailure::Unfinished) if self.canceling.is_none() => {
+                // The unknown-outcome rule: run it again only where that is
+                // safe; otherwise its durable answer is that nobody knows.
+                let rerun = !again
+                    && (self.setup.tools.may_rerun(&call.tool) || crate::planted!(RerunUnfinished));
+                if rerun {
+                    self.execute(intent, call, gate, true, out);
+                    return;
+                }
+                Ok(outcome_unknown(&call))
+            }
+            Err(e) => Err(e.message()),
+            Ok(r) => Ok(r),
+        };
         match gate {
             None => match result {
                 // Canceling: the failure is not recorded; the cancel is.
@@ -600,12 +629,14 @@ impl Invocation {
         self.append(vec![ev], after, out);
     }
 
-    /// Asks for a tool execution of a durable intent.
+    /// Asks for a tool execution of a durable intent; `again` re-runs one
+    /// whose earlier run never finished.
     fn execute(
         &mut self,
         intent: Committed,
         call: ToolCall,
         gate: Option<GateSeqs>,
+        again: bool,
         out: &mut Vec<Action>,
     ) {
         assert_eq!(
@@ -613,12 +644,24 @@ impl Invocation {
             EventKind::EventToolCall,
             "a tool executes only after its TOOL_CALL is durable"
         );
-        self.tool_calls += 1;
+        assert!(
+            !again || self.setup.mode != Mode::Replay,
+            "replay runs nothing"
+        );
+        if !again {
+            self.tool_calls += 1;
+        }
         self.wait = Wait::Tool {
+            intent: intent.clone(),
             call: call.clone(),
             gate,
+            again,
         };
-        out.push(Action::ExecuteTool { intent, call });
+        out.push(Action::ExecuteTool {
+            intent,
+            call,
+            again,
+        });
     }
 
     /// Issues an append at the current head.

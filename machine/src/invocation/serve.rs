@@ -209,7 +209,7 @@ impl Invocation {
         }
         if let Some(result) = self.next_of(EventKind::EventToolResult) {
             if self.setup.mode == Mode::Replay && crate::planted!(ReexecuteOnReplay) {
-                self.execute(Committed::new(intent), recorded, None, out);
+                self.execute(Committed::new(intent), recorded, None, false, out);
                 return Ok(());
             }
             let receipt = recorded_result(&result, &recorded)?;
@@ -225,7 +225,7 @@ impl Invocation {
                     TurnError::Sink("controller: no tool executor configured".into()).into(),
                 );
             }
-            self.execute(Committed::new(intent), recorded, None, out);
+            self.execute(Committed::new(intent), recorded, None, false, out);
             return Ok(());
         }
         Err(TurnError::Sink("controller: recorded tool call has no result".into()).into())
@@ -328,7 +328,7 @@ impl Invocation {
         if !self.setup.has_executor {
             return Err(Fault::Stop(TurnError::MissingToolExecutor));
         }
-        self.execute(Committed::new(intent), call, Some(seqs), out);
+        self.execute(Committed::new(intent), call, Some(seqs), false, out);
         Ok(())
     }
 }

@@ -28,6 +28,30 @@ pub(super) fn carries_receipt(tr: &ToolResult) -> bool {
         || tr.code == Code::ApprovalDenied as i32
 }
 
+/// An EXECUTOR_ERROR receipt for call `id` saying `why`, in its error and
+/// its content (so a model reading only content is told too).
+pub(super) fn error_receipt(id: &str, why: String) -> ToolResult {
+    ToolResult {
+        id: id.to_owned(),
+        is_error: true,
+        content: events::text_message("tool", &why).parts,
+        error: why,
+        code: Code::ExecutorError as i32,
+        ..ToolResult::default()
+    }
+}
+
+/// The durable answer to a call whose earlier run started and never
+/// finished, when running it again is not safe: nobody knows whether its
+/// effect happened, and it is not called a second time.
+pub(super) fn outcome_unknown(call: &ToolCall) -> ToolResult {
+    let why = format!(
+        "outcome unknown: the host stopped while {} ran, and the tool does not say it is idempotent, so it is not called again",
+        shown(&call.tool)
+    );
+    error_receipt(&call.id, why)
+}
+
 /// The rejection a call with this mediation would have met live before any
 /// intent was written, if any. Replay and recovery reproduce it so that a
 /// harness's historical fallback keeps its evidence.
@@ -250,7 +274,7 @@ impl Invocation {
                 event: Some(ev),
                 ..Default::default()
             };
-            self.execute(crate::vocab::Committed::new(unsaved), tc, None, out);
+            self.execute(crate::vocab::Committed::new(unsaved), tc, None, false, out);
             return Ok(());
         }
         self.append(vec![ev], AfterAppend::ExecuteTool { call: tc }, out);
@@ -277,14 +301,7 @@ impl Invocation {
             .into());
         }
         self.calls.insert(tc.id.clone(), CallKind::Ordinary);
-        let receipt = ToolResult {
-            id: tc.id.clone(),
-            is_error: true,
-            error: why.clone(),
-            content: events::text_message("tool", &why).parts,
-            code: Code::ExecutorError as i32,
-            ..ToolResult::default()
-        };
+        let receipt = error_receipt(&tc.id, why);
         // An ordinary call's intent: the refusal is its receipt.
         let intent = ToolCall {
             mediation: Mediation::ControllerMediated as i32,

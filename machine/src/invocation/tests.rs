@@ -8,6 +8,7 @@ use agentsessions_proto::v1::{
 };
 
 mod divergence;
+mod unfinished;
 
 use super::*;
 use crate::events;
@@ -118,6 +119,10 @@ impl Rig {
     }
 
     fn tool(&mut self, result: Result<ToolResult, String>) -> Vec<Action> {
+        self.tool_outcome(result.map_err(ToolFailure::Error))
+    }
+
+    fn tool_outcome(&mut self, result: Result<ToolResult, ToolFailure>) -> Vec<Action> {
         let mut out = Vec::new();
         self.inv.on_tool(result, &mut self.ids, &mut out);
         out
@@ -412,7 +417,15 @@ fn live_mediated_tool_executes_only_after_its_intent_is_durable() {
     let out = rig.event(EventKind::EventToolCall, Body::Tool(call.clone()));
     assert!(matches!(&out[..], [Action::Append { .. }]), "{out:?}");
     let out = rig.appended(&out[0]);
-    let [Action::Recorded(r), Action::ExecuteTool { intent, call: c }] = &out[..] else {
+    let [
+        Action::Recorded(r),
+        Action::ExecuteTool {
+            intent,
+            call: c,
+            again: false,
+        },
+    ] = &out[..]
+    else {
         panic!("{out:?}")
     };
     assert_eq!(intent, r);

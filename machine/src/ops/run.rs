@@ -234,7 +234,11 @@ impl Run {
                     }
                     self.set_pending(id, Pending::Model);
                 }
-                Action::ExecuteTool { intent, call } => {
+                Action::ExecuteTool {
+                    intent,
+                    call,
+                    again,
+                } => {
                     let session = session.clone();
                     let id = cx.request(|id| {
                         Effect::Tool(ExecuteTool {
@@ -242,6 +246,7 @@ impl Run {
                             session,
                             intent,
                             call,
+                            again,
                         })
                     });
                     self.set_pending(id, Pending::Tool);

@@ -386,6 +386,11 @@ pub struct ExecuteTool {
     pub intent: Committed,
     /// The call exactly as recorded.
     pub call: ToolCall,
+    /// Run it even though an earlier run under its key started and never
+    /// finished: the machine found re-running safe (see
+    /// [`ToolGate::may_rerun`](super::ToolGate::may_rerun)). Without it the
+    /// executor answers such a key with [`ToolFailure::Unfinished`](super::ToolFailure::Unfinished).
+    pub again: bool,
 }
 
 /// Work for the client side of a call.

@@ -35,7 +35,7 @@ pub use ids::{ConnId, CountingIds, EffectId, IdSource, Nanos, RequestId};
 pub use lease::{DEFAULT_LEASE, LeaseClaim, LeaseConfig};
 pub use outcome::{
     DeleteRefusal, HarnessFailure, HarnessInput, HarnessOutcome, ModelFailure, ModelReply, Outcome,
-    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome,
+    ParkRef, PutError, RegisterOutcome, RegistryRefusal, RuntimeReply, StoreOutcome, ToolFailure,
 };
 pub use request::{BootReport, ReplayReport, Request, Response, RetentionReport, StreamItem};
 pub use rows::{HarnessCheck, HarnessRow, SessionRow};

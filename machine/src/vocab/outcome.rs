@@ -115,7 +115,28 @@ pub enum Outcome {
     /// For an [`Effect::Model`](super::Effect::Model).
     Model(Result<ModelReply, ModelFailure>),
     /// For an [`Effect::Tool`](super::Effect::Tool).
-    Tool(Result<ToolResult, String>),
+    Tool(Result<ToolResult, ToolFailure>),
+}
+
+/// Why a tool execution gave no receipt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolFailure {
+    /// The executor failed (text safe to journal).
+    Error(String),
+    /// An earlier run under the call's idempotency key started and never
+    /// finished (its host stopped midway), so its effect may have happened;
+    /// nothing ran now. The machine decides whether to run it again.
+    Unfinished,
+}
+
+impl ToolFailure {
+    /// The failure as text a receipt or error can carry.
+    pub fn message(&self) -> String {
+        match self {
+            Self::Error(e) => e.clone(),
+            Self::Unfinished => "an earlier run of this call never finished".to_owned(),
+        }
+    }
 }
 
 /// The store's answer to a [`StoreEffect`](super::StoreEffect).

@@ -236,6 +236,21 @@ impl ToolGate {
             (None, _) => Verdict::Harness,
         }
     }
+
+    /// Whether a call to `name` whose earlier run started and never
+    /// finished may run again. An MCP tool may only when it says it is
+    /// idempotent: its server cannot be asked whether the first run
+    /// happened, and MCP's default is "not idempotent". A tool built into
+    /// the host checks for its own earlier effect, so it may; so may every
+    /// tool of a host without a catalog, which runs only built-ins. A tool
+    /// the catalog no longer lists may not: nothing vouches for it.
+    pub fn may_rerun(&self, name: &str) -> bool {
+        match self.catalog.as_ref().map(|c| c.get(name)) {
+            None => true,
+            Some(None) => false,
+            Some(Some(t)) => t.server.is_empty() || t.idempotent,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -257,6 +272,28 @@ mod tests {
             description: String::new(),
             up: true,
         }
+    }
+
+    #[test]
+    fn only_idempotent_or_built_in_tools_run_again_after_an_unfinished_run() {
+        let mut tools = vec![
+            tool("fs__write_file", "fs", false),
+            tool("fs__read_file", "fs", true),
+            tool("append_note", "", false),
+        ];
+        tools[1].idempotent = true;
+        let g = ToolGate {
+            rules: Vec::new(),
+            catalog: Some(Arc::new(Catalog::new(tools))),
+        };
+        assert!(
+            !g.may_rerun("fs__write_file"),
+            "mcp default: not idempotent"
+        );
+        assert!(g.may_rerun("fs__read_file"), "says it is idempotent");
+        assert!(g.may_rerun("append_note"), "built-ins check their effect");
+        assert!(!g.may_rerun("gone__tool"), "no longer listed");
+        assert!(ToolGate::default().may_rerun("anything"), "no catalog");
     }
 
     #[test]

@@ -696,7 +696,10 @@ impl World {
                 }
             }
         };
-        self.outcome(id, Outcome::Tool(outcome));
+        self.outcome(
+            id,
+            Outcome::Tool(outcome.map_err(agentsessions_machine::host::ToolFailure::Error)),
+        );
     }
 
     fn perform_client(&mut self, effect: ClientEffect) {

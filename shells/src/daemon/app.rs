@@ -329,13 +329,18 @@ impl ToolPort for Tools {
         &self,
         session: String,
         call: agentsessions_proto::v1::ToolCall,
+        again: bool,
         interrupt: crate::tools::Interrupt,
-    ) -> PortFuture<'_, Result<agentsessions_proto::v1::ToolResult, String>> {
+    ) -> PortFuture<
+        '_,
+        Result<agentsessions_proto::v1::ToolResult, agentsessions_machine::host::ToolFailure>,
+    > {
         Box::pin(async move {
-            self.0
-                .execute_interruptible(&session, &call, interrupt)
-                .await
-                .map_err(|e| e.to_outcome_string())
+            let done = self
+                .0
+                .execute_interruptible(&session, &call, again, interrupt)
+                .await;
+            crate::tools::tool_failure(done)
         })
     }
 

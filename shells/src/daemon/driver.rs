@@ -517,7 +517,11 @@ impl<S: JournalStore + 'static> Driver<S> {
                     .insert(id, Box::pin(model_inputs(id, call, chunk_rx)));
             }
             Effect::Tool(ExecuteTool {
-                id, session, call, ..
+                id,
+                session,
+                call,
+                again,
+                ..
             }) => {
                 let tx = self.tx.clone();
                 let ports = self.ports.clone();
@@ -525,7 +529,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.tool_calls.insert(id, interrupter);
                 tokio::spawn(
                     async move {
-                        let done = ports.tools.execute(session, call, interrupt).await;
+                        let done = ports.tools.execute(session, call, again, interrupt).await;
                         let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
                     }
                     .instrument(span),

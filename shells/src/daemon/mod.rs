@@ -43,4 +43,4 @@ pub mod security;
 pub mod store_effects;
 mod stream_set;
 #[cfg(not(madsim))]
-mod tool_catalog;
+pub mod tool_catalog;

@@ -7,7 +7,7 @@
 
 use agentsessions_machine::host::{
     Backend, HarnessFailure, ModelFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status,
-    StreamItem,
+    StreamItem, ToolFailure,
 };
 use agentsessions_proto::v1::{
     Event, ExecUpdate, HarnessDescriptor, ModelCall, ToolCall, ToolResult,
@@ -73,13 +73,17 @@ pub trait ModelPort: Send + Sync + 'static {
 pub trait ToolPort: Send + Sync + 'static {
     /// Executes a host-mediated call; `interrupt` fires when the machine
     /// says the call's turn was canceled (`Effect::InterruptTool`). A port
-    /// may stop the call then, or ignore it; it answers either way.
+    /// may stop the call then, or ignore it; it answers either way. A key
+    /// whose earlier run never finished is answered
+    /// [`ToolFailure::Unfinished`] unless `again` (the machine's decision,
+    /// `ExecuteTool::again`) says to run it anyway.
     fn execute(
         &self,
         session: String,
         call: ToolCall,
+        again: bool,
         interrupt: Interrupt,
-    ) -> PortFuture<'_, Result<ToolResult, String>>;
+    ) -> PortFuture<'_, Result<ToolResult, ToolFailure>>;
 
     /// Forgets the ledger entries of a deleted session.
     fn forget(&self, _session: String) -> PortFuture<'_, Result<(), String>> {

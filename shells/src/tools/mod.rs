@@ -10,9 +10,12 @@
 //!    run again;
 //! 2. otherwise a "started" row is committed *before* the tool runs, and the
 //!    result is stored after;
-//! 3. a key found "started" but not "done" means a crash in between; the tool
-//!    is run with [`ToolContext::redrive`] set so it can check whether its
-//!    effect already happened (see [`builtin::AppendNote`]).
+//! 3. a key found "started" but not "done" means a crash in between. The
+//!    executor answers [`ToolError::Unfinished`] and runs nothing: whether
+//!    to run it again is the machine's decision (the unknown-outcome rule,
+//!    `ToolGate::may_rerun`). When it says run again, the tool runs with
+//!    [`ToolContext::redrive`] set, so a tool that can check whether its
+//!    effect already happened does (see [`builtin::AppendNote`]).
 //!
 //! A call whose turn is canceled while it runs is [`Interrupt`]ed: a tool
 //! that can be stopped midway ([`Tool::interruptible`], the MCP tools) is
@@ -31,7 +34,7 @@ use std::sync::Arc;
 #[cfg(not(madsim))]
 use std::sync::Mutex;
 
-use agentsessions_machine::host::Outcome;
+use agentsessions_machine::host::{Outcome, ToolFailure};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 
 use crate::model::BoxFuture;
@@ -90,6 +93,10 @@ pub enum ToolError {
     /// The ledger could not be read or written.
     #[error("tools: ledger: {0}")]
     Ledger(String),
+    /// An earlier run under the key started and never finished, and the
+    /// caller did not ask to run it again; nothing ran.
+    #[error("tools: an earlier run of this call never finished")]
+    Unfinished,
 }
 
 impl ToolError {
@@ -169,9 +176,17 @@ pub fn interrupted(call: &ToolCall) -> ToolResult {
     }
 }
 
+/// An execution result as the machine takes it.
+pub fn tool_failure(result: Result<ToolResult, ToolError>) -> Result<ToolResult, ToolFailure> {
+    result.map_err(|e| match e {
+        ToolError::Unfinished => ToolFailure::Unfinished,
+        e => ToolFailure::Error(e.to_outcome_string()),
+    })
+}
+
 /// Converts an execution result into the machine's outcome.
 pub fn tool_outcome(result: Result<ToolResult, ToolError>) -> Outcome {
-    Outcome::Tool(result.map_err(|e| e.to_outcome_string()))
+    Outcome::Tool(tool_failure(result))
 }
 
 /// Runs a tool call for a session.
@@ -184,14 +199,18 @@ pub trait ToolExecutor: Send + Sync {
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
 
     /// [`ToolExecutor::execute`], stopped early when `interrupt` fires if
-    /// the executor can (see the module docs); by default it cannot.
+    /// the executor can (see the module docs); by default it cannot. With
+    /// `again`, a key whose earlier run never finished is run again
+    /// instead of answered [`ToolError::Unfinished`]; an executor that
+    /// keeps no such state ignores it.
     fn execute_interruptible<'a>(
         &'a self,
         session: &'a str,
         call: &'a ToolCall,
+        again: bool,
         interrupt: Interrupt,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        let _ = interrupt;
+        let _ = (again, interrupt);
         self.execute(session, call)
     }
 
@@ -340,6 +359,7 @@ impl LedgerExecutor {
         &self,
         session: &str,
         call: &ToolCall,
+        again: bool,
         interrupt: Interrupt,
     ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
@@ -359,7 +379,7 @@ impl LedgerExecutor {
         };
         let slot = SlotGuard::acquire(&self.locks, session, key);
         let _held = slot.lock.lock().await;
-        self.run_locked(tool.as_ref(), session, call, interrupt)
+        self.run_locked(tool.as_ref(), session, call, again, interrupt)
             .await
     }
 
@@ -368,6 +388,7 @@ impl LedgerExecutor {
         tool: &dyn Tool,
         session: &str,
         call: &ToolCall,
+        again: bool,
         mut interrupt: Interrupt,
     ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
@@ -381,6 +402,11 @@ impl LedgerExecutor {
             Some(LedgerEntry::Started { tool: t }) => {
                 if t != call.tool {
                     return Err(ToolError::KeyConflict);
+                }
+                // Whether to run it again is the machine's call (the
+                // unknown-outcome rule); the executor only reports.
+                if !again {
+                    return Err(ToolError::Unfinished);
                 }
                 true
             }
@@ -476,16 +502,17 @@ impl ToolExecutor for LedgerExecutor {
         session: &'a str,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        Box::pin(self.run(session, call, Interrupt::never()))
+        Box::pin(self.run(session, call, false, Interrupt::never()))
     }
 
     fn execute_interruptible<'a>(
         &'a self,
         session: &'a str,
         call: &'a ToolCall,
+        again: bool,
         interrupt: Interrupt,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        Box::pin(self.run(session, call, interrupt))
+        Box::pin(self.run(session, call, again, interrupt))
     }
 
     fn forget<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<(), ToolError>> {

@@ -414,10 +414,13 @@ impl ToolPort for SimTools {
         &self,
         session: String,
         call: ToolCall,
+        // Never asked: this ledger writes a key's result with its effect,
+        // so no key is left unfinished (the explorer sweeps that window).
+        _again: bool,
         // Ignored: the simulated call is brief, and a Cancel that meets it
         // still gets its receipt recorded, as the machine expects.
         _interrupt: Interrupt,
-    ) -> PortFuture<'_, Result<ToolResult, String>> {
+    ) -> PortFuture<'_, Result<ToolResult, agentsessions_machine::host::ToolFailure>> {
         Box::pin(async move {
             let inc = self.inc;
             self.shared.check(|o, view| {
@@ -438,7 +441,7 @@ impl ToolPort for SimTools {
             let fresh = !lock(&self.shared.ledger).contains_key(&key);
             if fresh {
                 self.shared
-                    .check(|o, _| o.on_tool_effect(&session, &call.idempotency_key));
+                    .check(|o, _| o.on_tool_effect(&session, &call.idempotency_key, false));
                 lock(&self.shared.ledger).insert(
                     key.clone(),
                     ToolResult {

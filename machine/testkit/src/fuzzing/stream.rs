@@ -35,7 +35,7 @@ use agentsessions_machine::chain;
 use agentsessions_machine::error::TurnError;
 use agentsessions_machine::events::{self, body};
 use agentsessions_machine::host::{
-    AppendError, CountingIds, HarnessInput, ModelFailure, ModelReply,
+    AppendError, CountingIds, HarnessInput, ModelFailure, ModelReply, ToolFailure,
 };
 use agentsessions_machine::inputhash;
 use agentsessions_machine::invocation::{Action, Ending, Invocation, Mode, Setup};
@@ -383,13 +383,14 @@ impl Rig {
                 self.inv.on_model(result, &mut self.ids, out);
             }
             Owed::Tool(call) => {
-                let result = if u.arbitrary::<u8>()? % 8 == 7 {
-                    Err("executor down".to_owned())
-                } else {
-                    Ok(ToolResult {
+                let result = match u.arbitrary::<u8>()? % 8 {
+                    7 => Err(ToolFailure::Error("executor down".to_owned())),
+                    // A run an earlier incarnation left unfinished.
+                    6 => Err(ToolFailure::Unfinished),
+                    _ => Ok(ToolResult {
                         id: call.id,
                         ..ToolResult::default()
-                    })
+                    }),
                 };
                 self.inv.on_tool(result, &mut self.ids, out);
             }
@@ -415,7 +416,7 @@ impl Rig {
                     self.check_model(&request);
                     self.owe(Owed::Model);
                 }
-                Action::ExecuteTool { intent, call } => {
+                Action::ExecuteTool { intent, call, .. } => {
                     assert_ne!(self.mode(), Mode::Replay, "replay never executes");
                     self.check_tool(intent.record(), &call);
                     self.owe(Owed::Tool(call));
