@@ -385,6 +385,10 @@ pub fn crash_scenarios() -> Vec<Scenario> {
         // effect and the ledger's record of it leaves the outcome unknown,
         // and the tool must not be called a second time.
         gated_flow("unknown-outcome", crate::scripts::ACTOR, true, false),
+        // An agent loop parks mid-turn on a gated call and, resumed after
+        // the decision, replays its first step and finishes.
+        gated_flow("loop-park-approved", crate::scripts::LOOPER, true, false),
+        gated_flow("loop-park-denied", crate::scripts::LOOPER, false, false),
         // A read-only idempotent MCP tool runs at once; a run cut the same
         // way is simply made again.
         s(

@@ -12,6 +12,10 @@
 //!   idempotent (so the policy gates it and a run cut by a crash is never
 //!   made again: the unknown-outcome rule); `reader` runs `mcp__get`, a
 //!   read-only idempotent one, at once (a cut run is simply made again).
+//! - `looper` is an agent loop: a model call, then `mcp__act` (which the
+//!   policy gates, so the turn parks mid-loop), then, with the receipt, a
+//!   second model call whose answer is the output. Resumed after the
+//!   decision it replays its first step from the journal and goes on.
 //! - `chatter` writes its own OUTPUT (no model call), and its text changes
 //!   once it has been started before for the same session, as a foreign
 //!   harness that is nondeterministic in its text: replay must diverge on
@@ -41,8 +45,10 @@ pub const READER: &str = "reader";
 pub const ACT: &str = "mcp__act";
 /// An MCP tool that says it is read-only and idempotent.
 pub const GET: &str = "mcp__get";
+/// The agent-loop harness.
+pub const LOOPER: &str = "looper";
 /// Kinds defined here (the testkit defines the rest).
-pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER, POLICED, ACTOR, READER];
+pub const KINDS: &[&str] = &[REPORTER, DRIFT, CHATTER, POLICED, ACTOR, READER, LOOPER];
 
 /// True for the tools an MCP server serves (which cannot check whether an
 /// earlier run of theirs happened).
@@ -94,7 +100,71 @@ pub fn by_kind(kind: &str) -> Option<Box<dyn Script>> {
             GET,
             agentsessions_proto::v1::Mediation::ControllerMediated,
         ))),
+        LOOPER => Some(Box::new(FnScript::new(LOOPER, looper()))),
         other => harness::by_kind(other),
+    }
+}
+
+/// See the module docs: model → gated tool → model → output.
+fn looper() -> impl FnMut(&ControllerFrame) -> Reply + Send {
+    let (mut exec, mut answers) = (String::new(), 0);
+    let model = |id: &str, text: String| ModelCall {
+        model: "echo".into(),
+        id: id.into(),
+        messages: vec![events::text_message("user", &text)],
+        ..ModelCall::default()
+    };
+    move |frame| match &frame.frame {
+        Some(Frame::Start(start)) => {
+            exec = frame.execution_id.clone();
+            answers = 0;
+            let text = start
+                .inputs
+                .last()
+                .map(events::message_text)
+                .unwrap_or_default();
+            let call = model("m1", format!("plan {text}"));
+            Reply::send(vec![ev(
+                &exec,
+                EventKind::EventModelCall,
+                Body::Model(call),
+            )])
+        }
+        Some(Frame::Model(_)) => {
+            answers += 1;
+            if answers == 1 {
+                let act = agentsessions_proto::v1::ToolCall {
+                    id: "c1".into(),
+                    tool: ACT.into(),
+                    args: None,
+                    mediation: agentsessions_proto::v1::Mediation::ControllerMediated as i32,
+                    idempotency_key: "k1".into(),
+                };
+                Reply::send(vec![ev(&exec, EventKind::EventToolCall, Body::Tool(act))])
+            } else {
+                let said = events::assistant_text("done");
+                Reply::finish(vec![events::output(&exec, said), harness::end(&exec)])
+            }
+        }
+        Some(Frame::Park(park)) => Reply::finish(vec![ev(
+            &exec,
+            EventKind::EventParked,
+            Body::Parked(park.clone()),
+        )]),
+        Some(Frame::Tool(receipt)) => {
+            let seen = if receipt.is_error {
+                format!("tool failed: {}", receipt.error)
+            } else {
+                "tool ok".to_owned()
+            };
+            let call = model("m2", seen);
+            Reply::send(vec![ev(
+                &exec,
+                EventKind::EventModelCall,
+                Body::Model(call),
+            )])
+        }
+        _ => Reply::default(),
     }
 }
 
