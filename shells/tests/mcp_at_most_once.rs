@@ -15,7 +15,8 @@ use agentsessions_proto::v1::{Mediation, ToolCall};
 use agentsessions_shells::daemon::tool_catalog;
 use agentsessions_shells::mcp::{McpConfig, McpHub, ServerSpec, json_to_struct};
 use agentsessions_shells::tools::{
-    self, Interrupt, LedgerExecutor, LedgerStore, ToolError, ToolExecutor, ToolLedger, ToolRegistry,
+    self, Ask, Interrupt, LedgerExecutor, LedgerStore, ToolError, ToolExecutor, ToolLedger,
+    ToolRegistry,
 };
 use serde_json::json;
 
@@ -84,7 +85,15 @@ async fn an_unfinished_call_is_reported_and_run_again_only_when_told() {
     ledger.start("s", "k-write", "fs__write_file").unwrap();
     assert!(gate.may_rerun("fs__write_file"));
     let receipt = executor
-        .execute_interruptible("s", &write, true, Interrupt::never())
+        .execute_interruptible(
+            "s",
+            &write,
+            Ask {
+                again: true,
+                repeatable: false,
+            },
+            Interrupt::never(),
+        )
         .await
         .unwrap();
     assert!(!receipt.is_error, "{receipt:?}");

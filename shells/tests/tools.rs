@@ -11,7 +11,7 @@ use agentsessions_machine::host::{Outcome, ToolFailure};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{
-    AppendNote, Interrupt, LedgerEntry, LedgerExecutor, LedgerStore as _, Tool, ToolContext,
+    AppendNote, Ask, Interrupt, LedgerEntry, LedgerExecutor, LedgerStore as _, Tool, ToolContext,
     ToolError, ToolExecutor, ToolLedger, ToolRegistry, interrupted, tool_outcome,
 };
 use serde_json::{Value, json};
@@ -265,7 +265,15 @@ async fn append_note_exactly_once_after_a_crash_between_started_and_done() {
         // built-in may: it checks for its own earlier effect).
         assert_eq!(ex.execute("s1", &c).await, Err(ToolError::Unfinished));
         let r = ex
-            .execute_interruptible("s1", &c, true, Interrupt::never())
+            .execute_interruptible(
+                "s1",
+                &c,
+                Ask {
+                    again: true,
+                    repeatable: false,
+                },
+                Interrupt::never(),
+            )
             .await
             .unwrap();
         let want = match name {
@@ -339,9 +347,17 @@ async fn missing_or_invalid_args_are_typed_errors() {
     // runs with good args once the machine says run it again.
     let good = note("c", "k0", "fine");
     assert_eq!(ex.execute("s1", &good).await, Err(ToolError::Unfinished));
-    ex.execute_interruptible("s1", &good, true, Interrupt::never())
-        .await
-        .unwrap();
+    ex.execute_interruptible(
+        "s1",
+        &good,
+        Ask {
+            again: true,
+            repeatable: false,
+        },
+        Interrupt::never(),
+    )
+    .await
+    .unwrap();
     assert_eq!(w.notes_of("s1"), "k0\tfine\n");
 }
 
@@ -431,7 +447,10 @@ async fn an_interrupted_call_is_dropped_and_its_key_answers_the_cancellation_rec
     let (interrupter, interrupt) = Interrupt::pair();
     let running = {
         let (ex, c) = (ex.clone(), c.clone());
-        tokio::spawn(async move { ex.execute_interruptible("s1", &c, false, interrupt).await })
+        tokio::spawn(async move {
+            ex.execute_interruptible("s1", &c, Ask::default(), interrupt)
+                .await
+        })
     };
     while slow.runs.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -468,7 +487,7 @@ async fn an_interrupt_fired_before_the_call_starts_never_runs_it() {
     interrupter.fire();
     drop(interrupter);
     let receipt = ex
-        .execute_interruptible("s1", &c, false, interrupt)
+        .execute_interruptible("s1", &c, Ask::default(), interrupt)
         .await
         .unwrap();
     assert_eq!(receipt, interrupted(&c));
@@ -485,7 +504,10 @@ async fn a_tool_that_is_not_interruptible_runs_to_completion() {
     let (interrupter, interrupt) = Interrupt::pair();
     let running = {
         let (ex, c) = (ex.clone(), c.clone());
-        tokio::spawn(async move { ex.execute_interruptible("s1", &c, false, interrupt).await })
+        tokio::spawn(async move {
+            ex.execute_interruptible("s1", &c, Ask::default(), interrupt)
+                .await
+        })
     };
     while slow.runs.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -497,4 +519,72 @@ async fn a_tool_that_is_not_interruptible_runs_to_completion() {
     let receipt = running.await.unwrap().unwrap();
     assert!(!receipt.is_error, "{receipt:?}");
     assert_eq!(slow.dropped.load(Ordering::SeqCst), 0);
+}
+
+/// Says whether its key had a ledger entry while it ran.
+struct Peek(Arc<ToolLedger>);
+
+impl Tool for Peek {
+    fn run<'a>(
+        &'a self,
+        cx: ToolContext<'a>,
+        _call: &'a ToolCall,
+    ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
+        let marked = self
+            .0
+            .get(cx.session, cx.idempotency_key)
+            .unwrap()
+            .is_some();
+        Box::pin(async move {
+            Ok(ToolResult {
+                output: Some(struct_of(json!({"marked": marked}))),
+                ..ToolResult::default()
+            })
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_call_harmless_twice_runs_without_a_durable_mark_and_its_result_is_recorded() {
+    let ledger = Arc::new(ToolLedger::open_in_memory().unwrap());
+    let mut registry = ToolRegistry::new();
+    registry
+        .register("peek", Arc::new(Peek(ledger.clone())))
+        .unwrap();
+    let ex = LedgerExecutor::with_store(registry, ledger.clone());
+    let marked = |r: &ToolResult| r.output.as_ref().unwrap().fields["marked"].clone();
+
+    // An ordinary call is marked started before it runs.
+    let ordinary = ex
+        .execute("s", &call("c1", "peek", "k1", None))
+        .await
+        .unwrap();
+    assert_eq!(marked(&ordinary), pbjson_types::Value::from(true));
+
+    // One the machine says is harmless twice is not; its result is stored.
+    let repeatable = Ask {
+        again: false,
+        repeatable: true,
+    };
+    let c = call("c2", "peek", "k2", None);
+    let first = ex
+        .execute_interruptible("s", &c, repeatable, Interrupt::never())
+        .await
+        .unwrap();
+    assert_eq!(marked(&first), pbjson_types::Value::from(false));
+    assert!(matches!(
+        ledger.get("s", "k2").unwrap(),
+        Some(LedgerEntry::Done { result, .. }) if result == first
+    ));
+    // Asked again the same way it runs again (no check): harmless by the
+    // tool's own account, and the stored result stays the first.
+    let second = ex
+        .execute_interruptible("s", &c, repeatable, Interrupt::never())
+        .await
+        .unwrap();
+    assert_eq!(marked(&second), pbjson_types::Value::from(true));
+    assert!(matches!(
+        ledger.get("s", "k2").unwrap(),
+        Some(LedgerEntry::Done { result, .. }) if result == first
+    ));
 }

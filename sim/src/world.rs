@@ -621,6 +621,7 @@ impl Sim {
                 intent,
                 call,
                 again,
+                repeatable,
             }) => {
                 self.d.oracle.on_execute_tool(
                     &self.d.store,
@@ -629,7 +630,7 @@ impl Sim {
                     intent.record(),
                     &call,
                 )?;
-                match self.execute(&session, &call, again)? {
+                match self.execute(&session, &call, again, repeatable)? {
                     Ran::Answer(outcome) => (id, Outcome::Tool(outcome)),
                     Ran::Reached(result) => {
                         let key = call.idempotency_key.clone();
@@ -762,24 +763,27 @@ impl Sim {
     }
 
     /// One execution: answered from the ledger, refused as unfinished,
-    /// failed, or run (its result recorded by a later `ToolDone` step).
+    /// failed, or run (its result recorded by a later `ToolDone` step). A
+    /// `repeatable` call skips the ledger's check and mark, as the
+    /// daemon's executor does.
     fn execute(
         &mut self,
         session: &str,
         call: &agentsessions_proto::v1::ToolCall,
         again: bool,
+        repeatable: bool,
     ) -> Result<Ran, crate::oracle::Violation> {
         let ex = &mut self.d.executor;
         ex.attempts += 1;
         let key = call.idempotency_key.clone();
         let dedup = (session.to_owned(), key.clone());
-        if let Some(done) = ex.done.get(&dedup) {
+        if let Some(done) = ex.done.get(&dedup).filter(|_| !repeatable) {
             self.d.oracle.note("executor deduplicated a re-drive");
             let mut result = done.clone();
             result.id = call.id.clone();
             return Ok(Ran::Answer(Ok(result)));
         }
-        let unfinished = !ex.started.insert(dedup.clone());
+        let unfinished = !repeatable && !ex.started.insert(dedup.clone());
         if unfinished && !again {
             self.d.oracle.note("executor found an unfinished run");
             return Ok(Ran::Answer(Err(ToolFailure::Unfinished)));
@@ -797,12 +801,12 @@ impl Sim {
             self.d.oracle.note("a re-run found its effect already made");
         } else {
             ex.effects += 1;
-            ex.effected.insert(dedup);
-            let repeatable = scripts::is_idempotent(&call.tool);
-            if unfinished && repeatable {
+            let again = !ex.effected.insert(dedup);
+            let harmless = scripts::is_idempotent(&call.tool);
+            if again && harmless {
                 self.d.oracle.note("an idempotent tool ran again");
             }
-            self.d.oracle.on_tool_effect(session, &key, repeatable)?;
+            self.d.oracle.on_tool_effect(session, &key, harmless)?;
         }
         Ok(Ran::Reached(ToolResult {
             id: call.id.clone(),

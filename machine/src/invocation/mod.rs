@@ -122,6 +122,8 @@ pub enum Action {
         call: ToolCall,
         /// Run it although an earlier run started and never finished.
         again: bool,
+        /// Running it twice is harmless (see `ExecuteTool::repeatable`).
+        repeatable: bool,
     },
     /// A Cancel met the outstanding tool execution: its executor may stop
     /// it early. Advisory; the execution's completion is still awaited and
@@ -657,10 +659,12 @@ impl Invocation {
             gate,
             again,
         };
+        let repeatable = self.setup.tools.harmless_twice(&call.tool);
         out.push(Action::ExecuteTool {
             intent,
             call,
             again,
+            repeatable,
         });
     }
 

@@ -423,6 +423,7 @@ fn live_mediated_tool_executes_only_after_its_intent_is_durable() {
             intent,
             call: c,
             again: false,
+            repeatable: false,
         },
     ] = &out[..]
     else {

@@ -238,6 +238,7 @@ impl Run {
                     intent,
                     call,
                     again,
+                    repeatable,
                 } => {
                     let session = session.clone();
                     let id = cx.request(|id| {
@@ -247,6 +248,7 @@ impl Run {
                             intent,
                             call,
                             again,
+                            repeatable,
                         })
                     });
                     self.set_pending(id, Pending::Tool);

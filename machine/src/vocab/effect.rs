@@ -391,6 +391,11 @@ pub struct ExecuteTool {
     /// [`ToolGate::may_rerun`](super::ToolGate::may_rerun)). Without it the
     /// executor answers such a key with [`ToolFailure::Unfinished`](super::ToolFailure::Unfinished).
     pub again: bool,
+    /// Running the call twice is harmless in itself
+    /// ([`ToolGate::harmless_twice`](super::ToolGate::harmless_twice)), so
+    /// the executor need not make a mark durable before it runs: a crash
+    /// mid-run just runs it again.
+    pub repeatable: bool,
 }
 
 /// Work for the client side of a call.

@@ -237,18 +237,30 @@ impl ToolGate {
         }
     }
 
+    /// Whether running a call to `name` twice is harmless in itself: an
+    /// MCP tool that says it is read-only (no effect at all) or idempotent
+    /// (no effect beyond the first). Such a call needs no durable mark
+    /// before it runs; a crash simply runs it again.
+    pub fn harmless_twice(&self, name: &str) -> bool {
+        self.catalog
+            .as_ref()
+            .and_then(|c| c.get(name))
+            .is_some_and(|t| !t.server.is_empty() && (t.read_only || t.idempotent))
+    }
+
     /// Whether a call to `name` whose earlier run started and never
-    /// finished may run again. An MCP tool may only when it says it is
-    /// idempotent: its server cannot be asked whether the first run
-    /// happened, and MCP's default is "not idempotent". A tool built into
-    /// the host checks for its own earlier effect, so it may; so may every
-    /// tool of a host without a catalog, which runs only built-ins. A tool
-    /// the catalog no longer lists may not: nothing vouches for it.
+    /// finished may run again. An MCP tool may only when running it twice
+    /// is harmless ([`ToolGate::harmless_twice`]): its server cannot be
+    /// asked whether the first run happened, and MCP's defaults are "not
+    /// read-only, not idempotent". A tool built into the host checks for
+    /// its own earlier effect, so it may; so may every tool of a host
+    /// without a catalog, which runs only built-ins. A tool the catalog no
+    /// longer lists may not: nothing vouches for it.
     pub fn may_rerun(&self, name: &str) -> bool {
         match self.catalog.as_ref().map(|c| c.get(name)) {
             None => true,
             Some(None) => false,
-            Some(Some(t)) => t.server.is_empty() || t.idempotent,
+            Some(Some(t)) => t.server.is_empty() || self.harmless_twice(name),
         }
     }
 }
@@ -275,8 +287,9 @@ mod tests {
     }
 
     #[test]
-    fn only_idempotent_or_built_in_tools_run_again_after_an_unfinished_run() {
+    fn only_tools_harmless_twice_or_built_in_run_again_after_an_unfinished_run() {
         let mut tools = vec![
+            tool("fs__edit_file", "fs", false),
             tool("fs__write_file", "fs", false),
             tool("fs__read_file", "fs", true),
             tool("append_note", "", false),
@@ -286,14 +299,23 @@ mod tests {
             rules: Vec::new(),
             catalog: Some(Arc::new(Catalog::new(tools))),
         };
-        assert!(
-            !g.may_rerun("fs__write_file"),
-            "mcp default: not idempotent"
-        );
-        assert!(g.may_rerun("fs__read_file"), "says it is idempotent");
+        assert!(!g.may_rerun("fs__edit_file"), "mcp default: not idempotent");
+        assert!(g.may_rerun("fs__write_file"), "says it is idempotent");
+        assert!(g.may_rerun("fs__read_file"), "read-only: no effect");
         assert!(g.may_rerun("append_note"), "built-ins check their effect");
         assert!(!g.may_rerun("gone__tool"), "no longer listed");
         assert!(ToolGate::default().may_rerun("anything"), "no catalog");
+        // Only MCP tools harmless twice need no durable mark: a built-in's
+        // check for its own effect needs the mark.
+        let names = [
+            "fs__edit_file",
+            "fs__write_file",
+            "fs__read_file",
+            "append_note",
+        ];
+        let harmless: Vec<_> = names.into_iter().filter(|n| g.harmless_twice(n)).collect();
+        assert_eq!(harmless, ["fs__write_file", "fs__read_file"]);
+        assert!(!ToolGate::default().harmless_twice("append_note"));
     }
 
     #[test]

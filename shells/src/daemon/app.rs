@@ -329,7 +329,7 @@ impl ToolPort for Tools {
         &self,
         session: String,
         call: agentsessions_proto::v1::ToolCall,
-        again: bool,
+        ask: crate::tools::Ask,
         interrupt: crate::tools::Interrupt,
     ) -> PortFuture<
         '_,
@@ -338,7 +338,7 @@ impl ToolPort for Tools {
         Box::pin(async move {
             let done = self
                 .0
-                .execute_interruptible(&session, &call, again, interrupt)
+                .execute_interruptible(&session, &call, ask, interrupt)
                 .await;
             crate::tools::tool_failure(done)
         })

@@ -521,6 +521,7 @@ impl<S: JournalStore + 'static> Driver<S> {
                 session,
                 call,
                 again,
+                repeatable,
                 ..
             }) => {
                 let tx = self.tx.clone();
@@ -529,7 +530,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.tool_calls.insert(id, interrupter);
                 tokio::spawn(
                     async move {
-                        let done = ports.tools.execute(session, call, again, interrupt).await;
+                        let ask = crate::tools::Ask { again, repeatable };
+                        let done = ports.tools.execute(session, call, ask, interrupt).await;
                         let _ = tx.send(Input::Outcome(id, Outcome::Tool(done)));
                     }
                     .instrument(span),

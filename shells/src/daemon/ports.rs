@@ -73,15 +73,15 @@ pub trait ModelPort: Send + Sync + 'static {
 pub trait ToolPort: Send + Sync + 'static {
     /// Executes a host-mediated call; `interrupt` fires when the machine
     /// says the call's turn was canceled (`Effect::InterruptTool`). A port
-    /// may stop the call then, or ignore it; it answers either way. A key
-    /// whose earlier run never finished is answered
-    /// [`ToolFailure::Unfinished`] unless `again` (the machine's decision,
-    /// `ExecuteTool::again`) says to run it anyway.
+    /// may stop the call then, or ignore it; it answers either way. `ask`
+    /// carries the machine's flags: a key whose earlier run never finished
+    /// is answered [`ToolFailure::Unfinished`] unless `ask.again` says to
+    /// run it anyway.
     fn execute(
         &self,
         session: String,
         call: ToolCall,
-        again: bool,
+        ask: crate::tools::Ask,
         interrupt: Interrupt,
     ) -> PortFuture<'_, Result<ToolResult, ToolFailure>>;
 

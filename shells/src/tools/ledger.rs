@@ -69,6 +69,21 @@ pub trait LedgerStore: Send + Sync + 'static {
         tool: &str,
         result: &ToolResult,
     ) -> Result<(), ToolError>;
+    /// Records the result of a run that was harmless to make twice (it had
+    /// no "started" mark). Its loss only means a re-drive runs the call
+    /// again, so a store may skip the sync it makes for [`finish`]; by
+    /// default it is [`finish`].
+    ///
+    /// [`finish`]: LedgerStore::finish
+    fn finish_unsynced(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        result: &ToolResult,
+    ) -> Result<(), ToolError> {
+        self.finish(session, key, tool, result)
+    }
     /// Forgets every key of `session` (a deleted session); returns how many
     /// entries went. Repeating it is harmless.
     fn forget(&self, session: &str) -> Result<usize, ToolError>;
@@ -189,17 +204,25 @@ impl LedgerStore for ToolLedger {
         tool: &str,
         result: &ToolResult,
     ) -> Result<(), ToolError> {
-        self.conn()
-            .execute(
-                "INSERT INTO tool_ledger (session, idempotency_key, tool, state, result)
-                 VALUES (?1, ?2, ?3, 'done', ?4)
-                 ON CONFLICT (session, idempotency_key) DO UPDATE
-                 SET state = 'done', result = excluded.result
-                 WHERE tool_ledger.state = 'started'",
-                params![session, key, tool, result.encode_to_vec()],
-            )
+        finish_on(&self.conn(), session, key, tool, result)
+    }
+
+    fn finish_unsynced(
+        &self,
+        session: &str,
+        key: &str,
+        tool: &str,
+        result: &ToolResult,
+    ) -> Result<(), ToolError> {
+        let conn = self.conn();
+        // In WAL mode NORMAL commits without an fsync; the next synced
+        // commit (or checkpoint) makes this one durable too.
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(ledger_err)?;
-        Ok(())
+        let done = finish_on(&conn, session, key, tool, result);
+        let restored = conn.pragma_update(None, "synchronous", "FULL");
+        done?;
+        restored.map_err(ledger_err)
     }
 
     fn forget(&self, session: &str) -> Result<usize, ToolError> {
@@ -216,6 +239,26 @@ impl LedgerStore for ToolLedger {
         let rows = stmt.query_map([], |r| r.get(0)).map_err(ledger_err)?;
         rows.collect::<Result<_, _>>().map_err(ledger_err)
     }
+}
+
+/// Stores a key's result unless one is stored already (the first wins).
+fn finish_on(
+    conn: &Connection,
+    session: &str,
+    key: &str,
+    tool: &str,
+    result: &ToolResult,
+) -> Result<(), ToolError> {
+    conn.execute(
+        "INSERT INTO tool_ledger (session, idempotency_key, tool, state, result)
+         VALUES (?1, ?2, ?3, 'done', ?4)
+         ON CONFLICT (session, idempotency_key) DO UPDATE
+         SET state = 'done', result = excluded.result
+         WHERE tool_ledger.state = 'started'",
+        params![session, key, tool, result.encode_to_vec()],
+    )
+    .map_err(ledger_err)?;
+    Ok(())
 }
 
 fn ledger_err(e: rusqlite::Error) -> ToolError {

@@ -9,7 +9,9 @@
 //! 1. a key with a stored result is answered from the ledger, the tool is not
 //!    run again;
 //! 2. otherwise a "started" row is committed *before* the tool runs, and the
-//!    result is stored after;
+//!    result is stored after; a call the machine says is harmless to make
+//!    twice ([`Ask::repeatable`]) skips the check and the mark, and its
+//!    result is stored without a sync (a crash just makes it again);
 //! 3. a key found "started" but not "done" means a crash in between. The
 //!    executor answers [`ToolError::Unfinished`] and runs nothing: whether
 //!    to run it again is the machine's decision (the unknown-outcome rule,
@@ -111,6 +113,18 @@ impl ToolError {
     }
 }
 
+/// How the machine asked for one execution (`ExecuteTool`'s flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ask {
+    /// Run a key whose earlier run started and never finished; without it
+    /// such a key is answered [`ToolError::Unfinished`].
+    pub again: bool,
+    /// Running the call twice is harmless in itself (an MCP tool that says
+    /// it is read-only or idempotent): no "started" mark is made durable
+    /// before it runs, and its result is recorded without a sync.
+    pub repeatable: bool,
+}
+
 /// A request to stop a running tool call, fired by the drive loop on
 /// `Effect::InterruptTool` (a Cancel met the call). Cheap to clone; one
 /// whose [`Interrupter`] is dropped unfired never fires.
@@ -198,19 +212,18 @@ pub trait ToolExecutor: Send + Sync {
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>>;
 
-    /// [`ToolExecutor::execute`], stopped early when `interrupt` fires if
-    /// the executor can (see the module docs); by default it cannot. With
-    /// `again`, a key whose earlier run never finished is run again
-    /// instead of answered [`ToolError::Unfinished`]; an executor that
-    /// keeps no such state ignores it.
+    /// [`ToolExecutor::execute`] as the machine asked for it (`ask`),
+    /// stopped early when `interrupt` fires if the executor can (see the
+    /// module docs); by default it cannot. An executor that keeps no
+    /// ledger ignores `ask`.
     fn execute_interruptible<'a>(
         &'a self,
         session: &'a str,
         call: &'a ToolCall,
-        again: bool,
+        ask: Ask,
         interrupt: Interrupt,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        let _ = (again, interrupt);
+        let _ = (ask, interrupt);
         self.execute(session, call)
     }
 
@@ -359,7 +372,7 @@ impl LedgerExecutor {
         &self,
         session: &str,
         call: &ToolCall,
-        again: bool,
+        ask: Ask,
         interrupt: Interrupt,
     ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
@@ -379,7 +392,7 @@ impl LedgerExecutor {
         };
         let slot = SlotGuard::acquire(&self.locks, session, key);
         let _held = slot.lock.lock().await;
-        self.run_locked(tool.as_ref(), session, call, again, interrupt)
+        self.run_locked(tool.as_ref(), session, call, ask, interrupt)
             .await
     }
 
@@ -388,11 +401,18 @@ impl LedgerExecutor {
         tool: &dyn Tool,
         session: &str,
         call: &ToolCall,
-        again: bool,
+        Ask { again, repeatable }: Ask,
         mut interrupt: Interrupt,
     ) -> Result<ToolResult, ToolError> {
         let key = call.idempotency_key.as_str();
-        let redrive = match self.blocking(session, key, |l, s, k| l.get(s, k)).await? {
+        // A call harmless to make twice skips the check and the durable
+        // mark: a re-drive after a crash just makes it again.
+        let entry = if repeatable {
+            None
+        } else {
+            self.blocking(session, key, |l, s, k| l.get(s, k)).await?
+        };
+        let redrive = match entry {
             Some(LedgerEntry::Done { tool: t, result }) => {
                 if t != call.tool {
                     return Err(ToolError::KeyConflict);
@@ -410,6 +430,7 @@ impl LedgerExecutor {
                 }
                 true
             }
+            None if repeatable => again,
             None => {
                 let name = call.tool.clone();
                 self.blocking(session, key, move |l, s, k| l.start(s, k, &name))
@@ -439,8 +460,14 @@ impl LedgerExecutor {
         };
         result.id.clone_from(&call.id);
         let (name, stored) = (call.tool.clone(), result.clone());
-        self.blocking(session, key, move |l, s, k| l.finish(s, k, &name, &stored))
-            .await?;
+        self.blocking(session, key, move |l, s, k| {
+            if repeatable {
+                l.finish_unsynced(s, k, &name, &stored)
+            } else {
+                l.finish(s, k, &name, &stored)
+            }
+        })
+        .await?;
         Ok(result)
     }
 
@@ -502,17 +529,17 @@ impl ToolExecutor for LedgerExecutor {
         session: &'a str,
         call: &'a ToolCall,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        Box::pin(self.run(session, call, false, Interrupt::never()))
+        Box::pin(self.run(session, call, Ask::default(), Interrupt::never()))
     }
 
     fn execute_interruptible<'a>(
         &'a self,
         session: &'a str,
         call: &'a ToolCall,
-        again: bool,
+        ask: Ask,
         interrupt: Interrupt,
     ) -> BoxFuture<'a, Result<ToolResult, ToolError>> {
-        Box::pin(self.run(session, call, again, interrupt))
+        Box::pin(self.run(session, call, ask, interrupt))
     }
 
     fn forget<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<(), ToolError>> {

@@ -416,7 +416,7 @@ impl ToolPort for SimTools {
         call: ToolCall,
         // Never asked: this ledger writes a key's result with its effect,
         // so no key is left unfinished (the explorer sweeps that window).
-        _again: bool,
+        _ask: agentsessions_shells::tools::Ask,
         // Ignored: the simulated call is brief, and a Cancel that meets it
         // still gets its receipt recorded, as the machine expects.
         _interrupt: Interrupt,

@@ -103,6 +103,7 @@ fn an_unfinished_run_of_an_idempotent_tool_runs_again_once() {
             intent,
             call: c,
             again: true,
+            repeatable: true,
         },
     ] = &out[..]
     else {
@@ -119,7 +120,14 @@ fn an_unfinished_run_of_a_built_in_tool_runs_again() {
     let (mut rig, _) = executing("append_note", "", false);
     let out = rig.tool_outcome(Err(ToolFailure::Unfinished));
     assert!(
-        matches!(&out[..], [Action::ExecuteTool { again: true, .. }]),
+        matches!(
+            &out[..],
+            [Action::ExecuteTool {
+                again: true,
+                repeatable: false,
+                ..
+            }]
+        ),
         "{out:?}"
     );
 }
