@@ -11,7 +11,8 @@
 //! 2. otherwise a "started" row is committed *before* the tool runs, and the
 //!    result is stored after; a call the machine says is harmless to make
 //!    twice ([`Ask::repeatable`]) skips the check and the mark, and its
-//!    result is stored without a sync (a crash just makes it again);
+//!    result is stored after it is answered, without a sync (a crash just
+//!    makes it again);
 //! 3. a key found "started" but not "done" means a crash in between. The
 //!    executor answers [`ToolError::Unfinished`] and runs nothing: whether
 //!    to run it again is the machine's decision (the unknown-outcome rule,
@@ -460,14 +461,20 @@ impl LedgerExecutor {
         };
         result.id.clone_from(&call.id);
         let (name, stored) = (call.tool.clone(), result.clone());
-        self.blocking(session, key, move |l, s, k| {
-            if repeatable {
-                l.finish_unsynced(s, k, &name, &stored)
-            } else {
-                l.finish(s, k, &name, &stored)
-            }
-        })
-        .await?;
+        if repeatable {
+            // Nothing waits on it: losing it only means a re-drive makes
+            // the call again, which such a call allows.
+            let ledger = Arc::clone(&self.ledger);
+            let (s, k) = (session.to_owned(), key.to_owned());
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = ledger.finish_unsynced(&s, &k, &name, &stored) {
+                    tracing::warn!(error = %e, "tool ledger: result not recorded");
+                }
+            });
+            return Ok(result);
+        }
+        self.blocking(session, key, move |l, s, k| l.finish(s, k, &name, &stored))
+            .await?;
         Ok(result)
     }
 
