@@ -151,8 +151,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 link.channel.clone(),
                 Bearer::from_common(&common)?,
             );
-            let result = sessions(&mut client, &common, command).await;
-            drop(client);
+            let mut tools =
+                ToolsClient::with_interceptor(link.channel.clone(), Bearer::from_common(&common)?);
+            let result = sessions(&mut client, &mut tools, &common, command).await;
+            drop((client, tools));
             link.close().await;
             result
         }
@@ -254,6 +256,7 @@ fn no_session(flag: &str) -> anyhow::Error {
 
 async fn sessions(
     c: &mut SessionsClient<Conn>,
+    tools: &mut ToolsClient<Conn>,
     common: &Common,
     command: Command,
 ) -> anyhow::Result<u8> {
@@ -315,6 +318,17 @@ async fn sessions(
                         .find(|t| t.id == p.tool_call_id)
                     {
                         out!("{}", render::pending_call_line(call));
+                        // Its server, the policy its calls meet and its
+                        // hints, from the catalog; a host without one (or a
+                        // caller who may not list it) says nothing more.
+                        if let Ok(listing) = tools
+                            .list_tools(agentsessions_proto::v1::ListToolsRequest {})
+                            .await
+                            && let Some(t) =
+                                listing.get_ref().tools.iter().find(|t| t.name == call.tool)
+                        {
+                            out!("{}", render::pending_tool_line(t));
+                        }
                     }
                 }
             }

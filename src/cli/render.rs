@@ -65,19 +65,29 @@ pub fn list_row(s: &Session) -> String {
 /// One tool of `agentctl tools`: name, server (`-` for a built-in), the
 /// policy its calls meet, its hints, and whether its server is up.
 pub fn tool_row(t: &agentsessions_proto::v1::CatalogEntry) -> String {
-    let hints = agentsessions_machine::host::hints(t);
     format!(
         "{}\tserver={}\tpolicy={}\thints={}\t{}",
         t.name,
-        if t.server.is_empty() { "-" } else { &t.server },
+        server_of(t),
         t.policy,
-        if hints.is_empty() {
-            "-".to_owned()
-        } else {
-            hints.join(",")
-        },
+        hint_list(t),
         if t.up { "up" } else { "down" }
     )
+}
+
+/// A tool's server, `-` for one built into the host.
+fn server_of(t: &agentsessions_proto::v1::CatalogEntry) -> &str {
+    if t.server.is_empty() { "-" } else { &t.server }
+}
+
+/// A tool's hints, comma-separated, `-` for none.
+fn hint_list(t: &agentsessions_proto::v1::CatalogEntry) -> String {
+    let hints = agentsessions_machine::host::hints(t);
+    if hints.is_empty() {
+        "-".to_owned()
+    } else {
+        hints.join(",")
+    }
 }
 
 /// The gated call a decision is about: its tool and its arguments as
@@ -89,6 +99,19 @@ pub fn pending_call_line(call: &agentsessions_proto::v1::ToolCall) -> String {
         .and_then(|a| serde_json::to_string(a).ok())
         .unwrap_or_else(|| "{}".to_owned());
     format!("pending_call tool={} args={args}", call.tool)
+}
+
+/// What the catalog says of a gated call's tool: its server, the policy
+/// its calls meet (the operator's rule or the hints' default) and its
+/// hints, as the console's approval card shows them.
+pub fn pending_tool_line(t: &agentsessions_proto::v1::CatalogEntry) -> String {
+    format!(
+        "pending_tool tool={} server={} policy={} hints={}",
+        t.name,
+        server_of(t),
+        t.policy,
+        hint_list(t)
+    )
 }
 
 /// The approval a parked turn waits for, with the flags that decide it.
