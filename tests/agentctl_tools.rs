@@ -10,10 +10,10 @@
 mod caller;
 #[path = "support/cli.rs"]
 mod cli;
-#[path = "../shells/tests/support/daemon.rs"]
-mod support;
 #[path = "../shells/tests/support/mcp_peers.rs"]
 mod mcp_peers;
+#[path = "../shells/tests/support/daemon.rs"]
+mod support;
 
 use cli::{Daemon, agentctl, stderr, stdout};
 
@@ -69,8 +69,7 @@ async fn get_of_a_parked_call_prints_its_tool_policy_and_hints() {
     let d = dir.path();
     let files = d.join("files");
     std::fs::create_dir(&files).unwrap();
-    let (harness, _harness) =
-        support::serve_harness(std::sync::Arc::new(caller::Caller)).await;
+    let (harness, _harness) = support::serve_harness(std::sync::Arc::new(caller::Caller)).await;
     let fs = format!("fs=node {} {}", peers.filesystem.display(), files.display());
     let route = format!("caller={harness}");
     let daemon = Daemon::start_in(

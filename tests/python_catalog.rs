@@ -4,7 +4,10 @@
 //! (`--mcp fs=…` on the built `agentsessionsd`) as an ordinary
 //! CONTROLLER_MEDIATED call is held to the host's policy: `fs__write_file`
 //! parks until a decision, and after Approve + Resume the file is written
-//! once; the read-only `fs__read_text_file` runs at once.
+//! once; the read-only `fs__read_text_file` runs at once. The same harness
+//! against an MCP server from PyPI (`mcp-server-time`, a Python stdio
+//! child from the test venv): its read-only `convert_time` runs at once
+//! and its text and structured result reach the receipt.
 //!
 //! Where python3/venv/pip or node/npm is missing the test prints SKIPPED;
 //! with `CI=true` it fails.
@@ -191,4 +194,61 @@ async fn a_python_harness_calls_catalog_tools_under_the_hosts_policy() {
         0
     );
     assert_eq!(output(&mut c, &uid).await, "ok: hi ");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pypi_mcp_server_serves_the_catalog_too() {
+    let tc = match python::toolchain().await {
+        Ok(tc) => tc.clone(),
+        Err(why) => {
+            assert!(
+                !python::required(),
+                "python peers are required in CI: {why}"
+            );
+            eprintln!("SKIPPED: python catalog (mcp-server-time): {why}");
+            return;
+        }
+    };
+    let server = tc.python.with_file_name("mcp-server-time");
+    assert!(server.exists(), "the venv installs mcp-server-time");
+    let dir = tempfile::tempdir().unwrap();
+    let (_harness, addr) = py_harness(&tc);
+    let time = format!("time='{}' --local-timezone UTC", server.display());
+    let daemon = cli::Daemon::start_in(
+        dir.path(),
+        dir.path().join("journal.db").as_os_str(),
+        &["--harness", &format!("py-catalog={addr}"), "--mcp", &time],
+    );
+    let o = cli::ok_on(dir.path(), &daemon.sessions, &["tools"]);
+    let row = o
+        .lines()
+        .find(|l| l.starts_with("time__convert_time\t"))
+        .unwrap_or_else(|| panic!("not listed:\n{o}"))
+        .to_owned();
+    assert!(
+        row.contains("server=time") && row.contains("policy=auto") && row.contains("read-only"),
+        "{row}"
+    );
+
+    let mut c = support::client_at(&daemon.sessions).await;
+    let args = json!({"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"});
+    let uid = turn(&mut c, "time__convert_time", args).await;
+    assert!(session(&mut c, &uid).await.pending_approval.is_none());
+    let out = output(&mut c, &uid).await;
+    assert!(
+        out.starts_with("ok:") && out.contains("T21:00:00+09:00"),
+        "{out}"
+    );
+    let records = support::replay(&mut c, &uid).await;
+    let receipt = records
+        .iter()
+        .find_map(|r| events::body::result(r.event.as_ref()?))
+        .expect("a receipt");
+    assert!(!receipt.is_error, "{receipt:?}");
+    let structured = serde_json::to_value(receipt.output.as_ref().expect("structured")).unwrap();
+    assert_eq!(
+        structured["target"]["timezone"], "Asia/Tokyo",
+        "{structured}"
+    );
+    assert_eq!(structured["time_difference"], "+9.0h", "{structured}");
 }
