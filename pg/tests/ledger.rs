@@ -8,8 +8,8 @@ use agentsessions_pg::{PgJournal, PgOptions};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{
-    LedgerEntry, LedgerExecutor, LedgerStore, Tool, ToolContext, ToolError, ToolExecutor,
-    ToolRegistry,
+    Ask, Interrupt, LedgerEntry, LedgerExecutor, LedgerStore, Tool, ToolContext, ToolError,
+    ToolExecutor, ToolRegistry,
 };
 
 #[path = "../../shells/tests/support/pg.rs"]
@@ -89,7 +89,17 @@ async fn a_call_a_crashed_daemon_only_started_is_redriven_carefully_by_another()
         .unwrap()
         .unwrap();
     let (b, ledger) = daemon(&url, tool.clone()).await;
-    b.execute("s1", &call("c1", "k1")).await.unwrap();
+    // Reported, not run, until the machine says run it again.
+    let c1 = call("c1", "k1");
+    assert_eq!(b.execute("s1", &c1).await, Err(ToolError::Unfinished));
+    assert_eq!(tool.runs.load(Ordering::SeqCst), 0);
+    let again = Ask {
+        again: true,
+        repeatable: false,
+    };
+    b.execute_interruptible("s1", &c1, again, Interrupt::never())
+        .await
+        .unwrap();
     assert_eq!(tool.runs.load(Ordering::SeqCst), 1);
     assert_eq!(
         tool.redrives.load(Ordering::SeqCst),

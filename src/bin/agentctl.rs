@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentsessions::cli::args::{Cli, Command, Common, Decide, HarnessCommand, JournalCommand};
-use agentsessions::cli::connect::{Bearer, Conn, connect, tls};
+use agentsessions::cli::connect::{Conn, bearer, connect, tls};
 use agentsessions::cli::exit::{self, RpcError, UsageError};
 use agentsessions::cli::verify::{ChainCheck, VerifyError};
 use agentsessions::cli::{approve, json_line, progress, render};
@@ -30,11 +30,11 @@ use agentsessions_proto::grpc::harness_registry_client::HarnessRegistryClient;
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::tools_client::ToolsClient;
 use agentsessions_proto::v1::{
-    CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest, ForkRequest,
-    GetHarnessRequest, GetSessionRequest, HarnessSpec, ListHarnessesRequest, ListHarnessesResponse,
-    ListSessionsRequest, ListSessionsResponse, LogRecord, RegisterHarnessRequest, ReplayRequest,
-    ResourceMetadata, ResumeRequest, RetireHarnessRequest, Session, SuspendRequest,
-    exec_update::Update,
+    ApproveResponse, CancelRequest, CreateSessionRequest, DeleteSessionRequest, ExecRequest,
+    ForkRequest, GetHarnessRequest, GetSessionRequest, HarnessSpec, ListHarnessesRequest,
+    ListHarnessesResponse, ListSessionsRequest, ListSessionsResponse, LogRecord,
+    RegisterHarnessRequest, ReplayRequest, ResourceMetadata, ResumeRequest, RetireHarnessRequest,
+    Session, SuspendRequest, exec_update::Update,
 };
 use agentsessions_shells::causes;
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
@@ -114,6 +114,17 @@ fn rpc(call: &'static str) -> impl FnOnce(tonic::Status) -> RpcError {
     move |status| RpcError::new(call, status)
 }
 
+/// A typed client's failure as agentctl reports an RPC's (exit code and
+/// message by status).
+fn client_error(e: agentsessions_client::ClientError) -> anyhow::Error {
+    match e {
+        agentsessions_client::ClientError::Status { call, status } => {
+            RpcError::new(call, status).into()
+        }
+        other => anyhow::anyhow!(other),
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     let Cli { common, command } = cli;
     match command {
@@ -124,8 +135,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Journal { command } => journal(command).await,
         Command::Tools => {
             let link = Link::open(&common, Want::Sessions).await?;
-            let mut client =
-                ToolsClient::with_interceptor(link.channel.clone(), Bearer::from_common(&common)?);
+            let mut client = ToolsClient::with_interceptor(link.channel.clone(), bearer(&common)?);
             let result = tools(&mut client, common.json).await;
             drop(client);
             link.close().await;
@@ -136,10 +146,8 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         } => {
             let registry = common.registry_target(registry)?;
             let link = Link::open(&common, Want::Registry(registry)).await?;
-            let mut client = HarnessRegistryClient::with_interceptor(
-                link.channel.clone(),
-                Bearer::from_common(&common)?,
-            );
+            let mut client =
+                HarnessRegistryClient::with_interceptor(link.channel.clone(), bearer(&common)?);
             let result = harness(&mut client, &common, command).await;
             drop(client);
             link.close().await;
@@ -147,14 +155,16 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         command => {
             let link = Link::open(&common, Want::Sessions).await?;
-            let mut client = SessionsClient::with_interceptor(
-                link.channel.clone(),
-                Bearer::from_common(&common)?,
-            );
-            let mut tools =
-                ToolsClient::with_interceptor(link.channel.clone(), Bearer::from_common(&common)?);
-            let result = sessions(&mut client, &mut tools, &common, command).await;
-            drop((client, tools));
+            let mut client =
+                SessionsClient::with_interceptor(link.channel.clone(), bearer(&common)?);
+            let mut tools = ToolsClient::with_interceptor(link.channel.clone(), bearer(&common)?);
+            let mut typed = agentsessions_client::Client::from_stub(client.clone());
+            let mut clients = Clients {
+                tools: &mut tools,
+                typed: &mut typed,
+            };
+            let result = sessions(&mut client, &mut clients, &common, command).await;
+            drop((client, tools, typed));
             link.close().await;
             result
         }
@@ -254,9 +264,15 @@ fn no_session(flag: &str) -> anyhow::Error {
     UsageError(format!("{flag}: a session is required")).into()
 }
 
+/// The other clients a sessions command may need, over the same channel.
+struct Clients<'a> {
+    tools: &'a mut ToolsClient<Conn>,
+    typed: &'a mut agentsessions_client::Client,
+}
+
 async fn sessions(
     c: &mut SessionsClient<Conn>,
-    tools: &mut ToolsClient<Conn>,
+    clients: &mut Clients<'_>,
     common: &Common,
     command: Command,
 ) -> anyhow::Result<u8> {
@@ -321,7 +337,8 @@ async fn sessions(
                         // Its server, the policy its calls meet and its
                         // hints, from the catalog; a host without one (or a
                         // caller who may not list it) says nothing more.
-                        if let Ok(listing) = tools
+                        if let Ok(listing) = clients
+                            .tools
                             .list_tools(agentsessions_proto::v1::ListToolsRequest {})
                             .await
                             && let Some(t) =
@@ -409,8 +426,8 @@ async fn sessions(
                 .into_inner();
             transition(json, &s, "deleted")?;
         }
-        Command::Approve(d) => decide(c, json, d, true).await?,
-        Command::Deny(d) => decide(c, json, d, false).await?,
+        Command::Approve(d) => decide(c, clients.typed, json, d, true).await?,
+        Command::Deny(d) => decide(c, clients.typed, json, d, false).await?,
         // `run` handles these before opening a Sessions link.
         Command::Harness { .. } | Command::Journal { .. } | Command::Tools | Command::Version => {
             anyhow::bail!("internal: command dispatched to the Sessions client")
@@ -769,6 +786,7 @@ async fn replay_all(
 /// and prints the records the resume committed, as `exec` prints a turn's.
 async fn decide(
     c: &mut SessionsClient<Conn>,
+    typed: &mut agentsessions_client::Client,
     json: bool,
     d: Decide,
     approved: bool,
@@ -791,21 +809,19 @@ async fn decide(
             }
         }
     };
-    let mut response = c
-        .approve(approve::request(&session, target, approved, &d))
+    let request = approve::request(&session, target, approved, &d);
+    let decided = agentsessions_client::decide(typed, request, !d.no_resume)
         .await
-        .map_err(rpc("Approve"))?
-        .into_inner();
-    let decision_seq = response.decision.as_ref().map_or(0, |r| r.seq);
-    // Where the log ended once the decision was in: the resume's records
-    // start after it.
-    let decided_at = response
-        .session
-        .as_ref()
-        .map_or(decision_seq, |s| s.last_seq);
-    if !d.no_resume {
-        let resumed = resume(c, session.clone())
-            .await
+        .map_err(client_error)?;
+    let decision_seq = decided.decision.seq;
+    let decided_at = decided.decided_at();
+    let mut response = ApproveResponse {
+        decision: Some(decided.decision),
+        session: Some(decided.decided),
+    };
+    if let Some(resumed) = decided.resumed {
+        let resumed = resumed
+            .map_err(client_error)
             .with_context(|| approve::resume_failed(&session, decision_seq))?;
         response.session = Some(resumed);
     }

@@ -8,45 +8,18 @@ use std::time::Duration;
 use agentsessions_shells::causes;
 use agentsessions_shells::daemon::security::ClientTlsFiles;
 use agentsessions_shells::daemon::security::peer_protocol::{self, Mismatch};
-use tonic::metadata::{Ascii, MetadataValue};
-use tonic::service::Interceptor;
-use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, ClientTlsConfig};
 
 use super::args::Common;
 use super::exit::{RpcError, UsageError};
 
-/// A channel whose calls carry the bearer credential.
-pub type Conn = InterceptedService<Channel, Bearer>;
+/// The client crate's bearer channel (one definition for every client).
+pub use agentsessions_client::{Bearer, Conn};
 
-/// Adds `authorization: Bearer <token>` to each call (nothing without a
-/// token).
-#[derive(Debug, Clone, Default)]
-pub struct Bearer(Option<MetadataValue<Ascii>>);
-
-impl Bearer {
-    /// The credential of `--token` / `AGENTSESSIONS_TOKEN`.
-    pub fn from_common(common: &Common) -> anyhow::Result<Self> {
-        let Some(token) = common.token.as_deref().filter(|t| !t.is_empty()) else {
-            return Ok(Self(None));
-        };
-        let value = format!("Bearer {token}")
-            .parse()
-            .map_err(|_| UsageError("--token: not a printable ASCII credential".to_owned()))?;
-        Ok(Self(Some(value)))
-    }
-}
-
-impl Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        if let Some(v) = &self.0 {
-            request.metadata_mut().insert("authorization", v.clone());
-        }
-        Ok(request)
-    }
+/// The credential of `--token` / `AGENTSESSIONS_TOKEN`.
+pub fn bearer(common: &Common) -> anyhow::Result<Bearer> {
+    Bearer::new(common.token.as_deref())
+        .map_err(|_| UsageError("--token: not a printable ASCII credential".to_owned()).into())
 }
 
 /// The TLS settings the flags ask for, if any: `--tls-ca` or an https://

@@ -1,11 +1,13 @@
 //! POST /sessions/{uid}/decide: Approve, then Resume, as `agentctl
-//! approve` does, with the browser's verified caller.
+//! approve` does (the client crate's one decision workflow, over the drive
+//! loop), with the browser's verified caller.
 //!
 //! Invariant: nothing is submitted unless the cookie's console session
 //! verifies now and the form carries that session's CSRF token.
 
-use agentsessions_machine::host::{Code, Request, Response};
-use agentsessions_proto::v1::{ApproveRequest, ResumeRequest};
+use agentsessions_client::{DecideCalls, decide as decide_then_resume};
+use agentsessions_machine::host::{Caller, Code, Request, Response, Status};
+use agentsessions_proto::v1::{ApproveRequest, ApproveResponse, ResumeRequest, Session};
 use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response as HttpResponse};
@@ -60,6 +62,46 @@ fn submitter(
     Ok(viewer)
 }
 
+/// The decision workflow's two calls, made through the drive loop as the
+/// browser's verified caller.
+struct ViaDriver<'a> {
+    console: &'a Console,
+    caller: &'a Caller,
+}
+
+impl DecideCalls for ViaDriver<'_> {
+    type Error = Status;
+
+    async fn approve(&mut self, request: ApproveRequest) -> Result<ApproveResponse, Status> {
+        match self
+            .console
+            .unary(self.caller, Request::Approve(request))
+            .await?
+        {
+            Response::Approve(r) => Ok(r),
+            other => Err(super::unexpected("Approve", &other)),
+        }
+    }
+
+    async fn resume(&mut self, session: &str) -> Result<Session, Status> {
+        let request = Request::Resume(ResumeRequest {
+            session: session.to_owned(),
+            ..Default::default()
+        });
+        // The Resume is an action of its own in the access log and metrics.
+        let mut log = access::within(self.console, RESUME_AFTER_DECISION);
+        let resumed = self.console.unary(self.caller, request).await;
+        log.finish(resumed.as_ref().map_or_else(
+            |s| tonic::Code::from_i32(s.code as i32),
+            |_| tonic::Code::Ok,
+        ));
+        match resumed? {
+            Response::Session(s) => Ok(s),
+            other => Err(super::unexpected("Resume", &other)),
+        }
+    }
+}
+
 /// Commits the decision and resumes the session, then shows the session
 /// with the receipt; a decision that lost to another shows the winner.
 pub async fn decide(
@@ -83,7 +125,7 @@ pub async fn decide(
             );
         }
     };
-    let request = Request::Approve(ApproveRequest {
+    let request = ApproveRequest {
         session: uid.clone(),
         execution_id: f.execution_id.clone(),
         tool_call_id: f.tool_call_id.clone(),
@@ -93,11 +135,14 @@ pub async fn decide(
         // The machine records the verified principal; with auth off the
         // decision names no one, as an anonymous `agentctl approve`.
         identity: None,
-    });
+    };
     let base = format!("/sessions/{}", urlencode(&uid));
-    let decision = match console.unary(&viewer.caller, request).await {
-        Ok(Response::Approve(r)) => r,
-        Ok(other) => return Failure::from(super::unexpected("Approve", &other)).into_response(),
+    let mut via = ViaDriver {
+        console: &console,
+        caller: &viewer.caller,
+    };
+    let decided = match decide_then_resume(&mut via, request, true).await {
+        Ok(d) => d,
         Err(s) if s.code == Code::FailedPrecondition => {
             // Decided elsewhere (or superseded): the page looks for the
             // decision that won. Only codes travel in the URL, so a link
@@ -111,20 +156,8 @@ pub async fn decide(
         }
         Err(s) => return Failure::from(s).into_response(),
     };
-    let seq = decision.decision.as_ref().map_or(0, |r| r.seq);
-    let resume = Request::Resume(ResumeRequest {
-        session: uid.clone(),
-        ..Default::default()
-    });
-    let mut to = format!("{base}?receipt={seq}");
-    // The Resume is an action of its own in the access log and metrics.
-    let mut log = access::within(&console, RESUME_AFTER_DECISION);
-    let resumed = console.unary(&viewer.caller, resume).await;
-    log.finish(resumed.as_ref().map_or_else(
-        |s| tonic::Code::from_i32(s.code as i32),
-        |_| tonic::Code::Ok,
-    ));
-    if let Err(s) = resumed {
+    let mut to = format!("{base}?receipt={}", decided.decision.seq);
+    if let Some(Err(s)) = decided.resumed {
         // The page says so (the decision stands); the log has the cause.
         tracing::warn!(session = %uid, code = ?s.code, message = %s.message,
             "console: resume after a decision failed");
