@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Creates target/pyvenv (under the repository root) with the pinned packages
-# of requirements.txt, for the Python harness peers of the conformance suite.
-# Idempotent: a stamp holding the installed requirements makes a second run a
-# no-op, and a changed pin reinstalls. Prints the venv's python on success.
+# of requirements.txt and the repository's own Python SDK (sdk/python, whose
+# harness kit some peers are written on), for the Python harness peers of the
+# conformance suite. Idempotent: a stamp holding the requirements and a digest
+# of the SDK's sources makes a second run a no-op; a change reinstalls.
+# Prints the venv's python on success.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -18,7 +20,11 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
-if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
+sdk_digest="$(cd "$root" && find sdk/python/src sdk/python/setup.py sdk/python/pyproject.toml proto/proto \
+  -type f \( -name '*.py' -o -name '*.proto' -o -name '*.toml' -o -name 'py.typed' \) \
+  -not -path '*/v1/*' -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum)"
+want="$(cat "$req"; echo "# sdk $sdk_digest")"
+if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "$venv/bin/python"
   exit 0
 fi
@@ -28,5 +34,6 @@ rm -f "$stamp"
 # --clear: a half-made venv from an interrupted run is rebuilt, not trusted.
 "$python" -m venv --clear "$venv" >&2
 "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q -r "$req" >&2
-cp "$req" "$stamp"
+"$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q "$root/sdk/python" >&2
+echo "$want" > "$stamp"
 echo "$venv/bin/python"
