@@ -28,10 +28,13 @@ from typing import Iterator, Optional
 import grpc
 from google.protobuf import struct_pb2
 
-import common_pb2 as common
+# The stubs of the agentsessions package (sdk/python), which the documented
+# harness (echo_harness.py, on its kit) loads too: one process holds one copy
+# of the agentsessions.v1 descriptors.
 import echo_harness
-import harness_pb2 as harness
-import harness_pb2_grpc as harness_grpc
+from agentsessions.v1 import common_pb2 as common
+from agentsessions.v1 import harness_pb2 as harness
+from agentsessions.v1 import harness_pb2_grpc as harness_grpc
 
 ECHO, APPROVAL, FAIL, DOC = "py-echo", "py-approval", "py-fail", "py-doc"
 

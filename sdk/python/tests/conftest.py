@@ -24,7 +24,8 @@ GO_FIXTURES = Path(os.environ.get("GO_FIXTURES_DIR", REPO.parent / "shared" / "f
 
 def _binary(env: str, name: str) -> Path:
     """$ENV, else target/debug/NAME; waits out a relink that briefly removes it."""
-    path = Path(os.environ.get(env) or REPO / "target" / "debug" / name)
+    # Resolved now: the daemon runs in a temp dir, where a relative path would not.
+    path = Path(os.environ.get(env) or REPO / "target" / "debug" / name).absolute()
     deadline = time.monotonic() + 180
     while not (path.is_file() and os.access(path, os.X_OK)):
         if time.monotonic() > deadline:

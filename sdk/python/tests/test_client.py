@@ -47,6 +47,18 @@ def test_create_exec_replay_get(client: Client) -> None:
     assert got.uid == s.uid and got.last_seq == 10 and got.exec_state == "EXEC_COMPLETED"
 
 
+def test_a_finished_turn_fetches_its_session_only_when_read(client: Client) -> None:
+    s = client.create(harness="echo")
+    fetched = []
+    get = client.get
+    client.get = lambda uid: fetched.append(uid) or get(uid)  # type: ignore[method-assign]
+    turn = client.exec(s.uid, "hi")
+    assert turn.output == "echo:hi" and turn.pending is None
+    assert fetched == [], "no GetSession for the records or pending of a turn that ended"
+    assert turn.session.last_seq == 5 and turn.session.exec_state == "EXEC_COMPLETED"
+    assert fetched == [s.uid], "one GetSession, on first read"
+
+
 def test_exec_stream_yields_session_then_records(client: Client) -> None:
     s = client.create(harness="echo")
     items = list(client.exec_stream(s.uid, [pb.Message(role="user", parts=[pb.Part(text=pb.TextPart(text="x"))])]))

@@ -257,3 +257,64 @@ def test_a_park_is_acknowledged_with_the_exact_ref(harness_servers) -> None:
     assert [e.kind for e in rest] == [pb.EVENT_PARKED] and rest[0].parked == ref
     frames.put(None)
     channel.close()
+
+
+# -- the reused threads -------------------------------------------------------
+
+
+def test_an_injected_stop_never_outlives_its_run() -> None:
+    """A plain run's thread is reused: a stop raised into it ends with the run."""
+    from agentsessions.harness import Canceled, _Injector, _Stop
+
+    outcome = {}
+    armed, fired = threading.Event(), threading.Event()
+
+    def run() -> None:
+        inj = _Injector()
+        outcome["inj"] = inj
+        inj.arm()
+        armed.set()
+        try:
+            for _ in range(400):
+                time.sleep(0.01)
+        except Canceled as e:
+            outcome["caught"] = e.reason
+        finally:
+            inj.disarm()
+        fired.wait(5)
+        inj.fire(_Stop("again"))  # after disarm: a no-op
+        try:
+            total = 0
+            for i in range(200_000):  # plenty of bytecodes for a stray exception to surface
+                total += i
+            outcome["after"] = total
+        except BaseException as e:  # pragma: no cover - the failure being tested for
+            outcome["after"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    assert armed.wait(5)
+    time.sleep(0.05)
+    outcome_inj = outcome["inj"]
+    outcome_inj.fire(_Stop("stop"))
+    outcome_inj.fire(_Stop("twice"))  # at most once
+    fired.set()
+    t.join(10)
+    assert outcome["caught"] == "stop"
+    assert outcome["after"] == sum(range(200_000))
+
+
+def test_turns_after_a_canceled_run_reuse_its_threads(client: Client, harness_servers) -> None:
+    frames: "queue.Queue" = queue.Queue()
+    channel, events = _connect(harness_servers["py"], frames)
+    start = hpb.Start(inputs=[pb.Message(role="user", parts=[pb.Part(text=pb.TextPart(text="wait"))])])
+    frames.put(hpb.ControllerFrame(session="s9", execution_id="rx1", start=start))
+    time.sleep(0.2)
+    frames.put(hpb.ControllerFrame(session="s9", execution_id="rx1", cancel=hpb.Cancel(reason="done")))
+    with pytest.raises(grpc.RpcError):
+        list(events)
+    frames.put(None)
+    channel.close()
+    s = client.create(harness="py")
+    for i in range(10):
+        assert client.exec(s.uid, f"n{i}").output == f"echo:n{i}"

@@ -432,7 +432,9 @@ class Client:
     ) -> Turn:
         """Runs one turn to its end (or its park) and returns what it committed.
 
-        If the turn fails, the raised error carries the partial turn as
+        ``turn.session`` of a turn that ran to its END is fetched on first
+        read (one GetSession); ``turn.pending`` of such a turn is None
+        without a call. If the turn fails, the raised error carries the partial turn as
         ``err.turn``.
         """
         turn = Turn()
@@ -454,8 +456,10 @@ class Client:
             raise
         if not fresh:
             # The daemon sends a closing Session frame only after a park;
-            # a finished turn's stream ends with its last record.
-            turn.session = self.get(uid)
+            # a finished turn's stream ends with its last record. The
+            # session after it is fetched when first asked for, so a caller
+            # that only wants the records pays no extra round trip.
+            turn.fetch_session_later(lambda: self.get(uid))
         return turn
 
     # -- approvals --------------------------------------------------------

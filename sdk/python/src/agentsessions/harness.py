@@ -553,8 +553,8 @@ class _Conn:
     """The plumbing of one Connect stream: frames in, events out, the stop."""
 
     def __init__(self) -> None:
-        self.frames: "queue.Queue[object]" = queue.Queue()
-        self.out: "queue.Queue[object]" = queue.Queue()
+        self.frames: "queue.SimpleQueue[object]" = queue.SimpleQueue()
+        self.out: "queue.SimpleQueue[object]" = queue.SimpleQueue()
         self.stop: Optional[_Stop] = None
         self.lock = threading.Lock()
         self.on_stop: List[Any] = []
@@ -593,6 +593,90 @@ class _Conn:
         self.frames.put(_CLOSED)
 
 
+class _Threads:
+    """Reusable daemon threads for the per-stream pump and run.
+
+    A job goes to an idle thread, else to a new one: never queued, so no
+    stream waits for another's. A thread idle for ``idle`` seconds exits.
+    Reuse saves a thread start (and its handshake) per execution.
+    """
+
+    def __init__(self, name: str, idle: float = 30.0) -> None:
+        self._name = name
+        self._idle_for = idle
+        self._lock = threading.Lock()
+        self._idle: List["queue.SimpleQueue[Any]"] = []
+
+    def submit(self, fn: Any, *args: Any) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle.pop().put((fn, args))
+                return
+        inbox: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        inbox.put((fn, args))
+        threading.Thread(target=self._work, args=(inbox,), daemon=True, name=self._name).start()
+
+    def _work(self, inbox: "queue.SimpleQueue[Any]") -> None:
+        while True:
+            try:
+                fn, args = inbox.get(timeout=self._idle_for)
+            except queue.Empty:
+                with self._lock:
+                    if inbox in self._idle:
+                        self._idle.remove(inbox)
+                        return
+                continue  # a job was handed over just now
+            try:
+                fn(*args)
+            except BaseException:
+                pass  # jobs report their own outcome
+            with self._lock:
+                self._idle.append(inbox)
+
+
+class _Injector:
+    """Raises a stop's error asynchronously in a plain run's thread, at most once.
+
+    The thread is reused afterwards, so :meth:`disarm` (called by that thread
+    when the run is over) makes sure nothing injected survives it.
+    """
+
+    def __init__(self) -> None:
+        self.tid = threading.get_ident()
+        self.lock = threading.Lock()
+        self.armed = False
+        self.fired = False
+
+    def arm(self) -> None:
+        with self.lock:
+            self.armed = True
+
+    def fire(self, stop: _Stop) -> None:
+        with self.lock:
+            if not self.armed or self.fired:
+                return
+            self.fired = True
+            # An exception class is all CPython can inject, so the reason
+            # rides on a one-off subclass.
+            err = stop.error()
+            cls = type(type(err).__name__, (type(err),), {"__init__": _reraiser(err)})
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.tid), ctypes.py_object(cls))
+
+    def disarm(self) -> None:
+        # The injected error may surface at any bytecode until it is cleared
+        # here (under the lock, so no other can follow); if it surfaces in
+        # this loop, it is spent and the loop runs again.
+        while True:
+            try:
+                with self.lock:
+                    self.armed = False
+                    if self.fired:
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.tid), None)
+                return
+            except BaseException:
+                continue
+
+
 def _reraiser(err: HarnessError) -> Any:
     def init(self: HarnessError) -> None:
         self.__dict__.update(err.__dict__)
@@ -617,6 +701,7 @@ class _Servicer(hpb_grpc.HarnessServicer):
     def __init__(self, harness: Harness) -> None:
         self.harness = harness
         self.is_async = inspect.iscoroutinefunction(harness.run)
+        self.threads = _Threads("harness-kit")
 
     def Describe(self, request: hpb.DescribeRequest, context: grpc.ServicerContext) -> hpb.HarnessDescriptor:
         return self.harness.describe()
@@ -650,12 +735,8 @@ class _Servicer(hpb_grpc.HarnessServicer):
         # that way) stops the run, as does a broken transport.
         context.add_callback(lambda: conn.halt(_Stop(None)))
         sink = Sink(start.execution_id, start.session, conn)
-        threading.Thread(target=conn.pump, args=(frames,), daemon=True, name="harness-pump").start()
-        runner = threading.Thread(
-            target=self._run, args=(start, sink, conn), daemon=True, name=f"harness-{start.execution_id}"
-        )
-        conn.runner = runner  # type: ignore[attr-defined]
-        runner.start()
+        self.threads.submit(conn.pump, frames)
+        self.threads.submit(self._run, start, sink, conn)
         while True:
             item = conn.out.get()
             if isinstance(item, pb.Event):
@@ -717,29 +798,20 @@ class _Servicer(hpb_grpc.HarnessServicer):
     def _call_run(self, start: Start, sink: Sink, conn: _Conn) -> Optional[BaseException]:
         if self.is_async:
             return asyncio.run(self._run_async(start, sink, conn))
-        tid = threading.get_ident()
-        inside = threading.Event()
-
-        def interrupt(stop: _Stop) -> None:
-            # A plain run busy outside the sink: raise the stop's error in its
-            # thread (an exception class is all CPython can inject, so the
-            # reason rides on a one-off subclass).
-            if not inside.is_set():
-                return
-            err = stop.error()
-            cls = type(type(err).__name__, (type(err),), {"__init__": _reraiser(err)})
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(cls))
-
+        # A plain run busy outside the sink gets the stop's error raised in
+        # its thread.
+        injector = _Injector()
         with conn.lock:
-            conn.on_stop.append(interrupt)
-            inside.set()
+            conn.on_stop.append(injector.fire)
+            injector.arm()
         try:
-            self.harness.run(start, sink)
-            return None
-        except BaseException as e:
-            return e
+            try:
+                self.harness.run(start, sink)
+                return None
+            except BaseException as e:
+                return e
         finally:
-            inside.clear()
+            injector.disarm()
 
     async def _run_async(self, start: Start, sink: Sink, conn: _Conn) -> Optional[BaseException]:
         loop = asyncio.get_running_loop()

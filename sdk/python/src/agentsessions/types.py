@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from google.protobuf import struct_pb2
 
@@ -150,22 +150,54 @@ class Session:
         )
 
 
-@dataclass
 class Turn:
     """What one turn (an Exec, or an approve/deny and the resume after it) committed.
 
     Attributes:
         session: the session as it was at the end (its ``pending`` says
-            whether the turn parked on an approval).
+            whether the turn parked on an approval). A turn that ran to its
+            END ends its Exec stream without a closing Session frame; then
+            :meth:`Client.exec` fetches the session (GetSession) the first
+            time this attribute is read, not before.
         records: the committed records, in seq order.
         deltas: the ephemeral output chunks streamed with them (never journaled).
         decision: for approve/deny, the committed APPROVAL_RESULT record.
     """
 
-    session: Optional[Session] = None
-    records: List[pb.LogRecord] = field(default_factory=list)
-    deltas: List[spb.Delta] = field(default_factory=list)
-    decision: Optional[pb.LogRecord] = None
+    def __init__(
+        self,
+        session: Optional[Session] = None,
+        records: Optional[List[pb.LogRecord]] = None,
+        deltas: Optional[List[spb.Delta]] = None,
+        decision: Optional[pb.LogRecord] = None,
+    ) -> None:
+        self._session = session
+        self._fetch: Optional[Callable[[], Session]] = None
+        self.records: List[pb.LogRecord] = records if records is not None else []
+        self.deltas: List[spb.Delta] = deltas if deltas is not None else []
+        self.decision = decision
+
+    @property
+    def session(self) -> Optional[Session]:
+        if self._fetch is not None:
+            fetch, self._fetch = self._fetch, None
+            self._session = fetch()
+        return self._session
+
+    @session.setter
+    def session(self, value: Optional[Session]) -> None:
+        self._session = value
+        self._fetch = None
+
+    def fetch_session_later(self, fetch: Callable[[], Session]) -> None:
+        """Makes :attr:`session` come from ``fetch()``, called on first read."""
+        self._fetch = fetch
+
+    def __repr__(self) -> str:
+        return (
+            f"Turn(execution_id={self.execution_id!r}, kinds={self.kinds()!r}, "
+            f"decision={'yes' if self.decision is not None else 'no'})"
+        )
 
     @property
     def output(self) -> str:
@@ -180,7 +212,10 @@ class Turn:
     @property
     def pending(self) -> Optional[pb.ApprovalRef]:
         """The approval the turn parked on, or None."""
-        return self.session.pending if self.session is not None else None
+        if self._fetch is not None and self.end is not None:
+            return None  # it ran to its END: nothing waits (no GetSession needed)
+        session = self.session
+        return session.pending if session is not None else None
 
     @property
     def end(self) -> Optional[pb.HarnessEnd]:
