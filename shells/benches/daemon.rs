@@ -284,8 +284,9 @@ async fn single_session(daemon: &Daemon, server: tokio::runtime::Handle) -> Sing
 
 /// One session grown turn by turn: the p50 of the turns around turn 20
 /// against the p50 around turn 2 000 (~10 000 records), the in-process
-/// echo harness started with the whole history each time.
-async fn long_session(daemon: &Daemon) -> (Duration, Duration) {
+/// echo harness started with the whole history each time; then Forks of
+/// it at its head against Forks of a 10-record session ([`forks`]).
+async fn long_session(daemon: &Daemon) -> (Duration, Duration, (Duration, Duration)) {
     let mut c = connect(daemon).await;
     let session = support::create(&mut c, "echo").await;
     let window = |lat: &mut Vec<Duration>| {
@@ -302,7 +303,37 @@ async fn long_session(daemon: &Daemon) -> (Duration, Duration) {
             late.push(d);
         }
     }
-    (window(&mut early), window(&mut late))
+    let fork = forks(&mut c, &session).await;
+    (window(&mut early), window(&mut late), fork)
+}
+
+/// A Fork over gRPC (one child, at the head, the reply rendered) of
+/// `long` against one of a fresh 10-record session, alternating, 40 each:
+/// the p50s. A fork shares its prefix by reference, so it should cost
+/// about the same whatever the prefix's length.
+async fn forks(c: &mut SessionsClient<Channel>, long: &str) -> (Duration, Duration) {
+    let short = support::create(c, "echo").await;
+    for _ in 0..2 {
+        turn(c, &short).await;
+    }
+    let mut fork = async |session: &str| {
+        let t = Instant::now();
+        let req = agentsessions_proto::v1::ForkRequest {
+            session: session.to_owned(),
+            count: 1,
+            ..Default::default()
+        };
+        c.fork(req).await.unwrap();
+        t.elapsed()
+    };
+    let (mut of_long, mut of_short) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        of_long.push(fork(long).await);
+        of_short.push(fork(&short).await);
+    }
+    of_long.sort();
+    of_short.sort();
+    (pct(&of_long, 0.5), pct(&of_short, 0.5))
 }
 
 async fn concurrent(daemon: &Daemon, sessions: usize) -> Figures {
@@ -485,7 +516,7 @@ fn main() {
             on_client_thread(move || async move { single_session(&daemon, server).await }).await
         };
         let (one, append, per_turn) = (&single.turns, &single.appends, single.writes_per_turn);
-        let (early, late) = {
+        let (early, late, (fork_long, fork_short)) = {
             let daemon = daemon.clone();
             on_client_thread(move || async move { long_session(&daemon).await }).await
         };
@@ -541,6 +572,13 @@ fn main() {
             us(early),
             us(late),
             us(late) / us(early)
+        );
+        println!(
+            "Fork over gRPC at the head, ~10 000 vs 10 records: p50 {:.0} vs {:.0} µs: **{:.2}×** \
+             (goal ≤ 2×)",
+            us(fork_long),
+            us(fork_short),
+            us(fork_long) / us(fork_short)
         );
         let own = us(single.own_writes.p50);
         println!(

@@ -675,13 +675,28 @@ impl<S: JournalStore + 'static> Driver<S> {
             | StoreEffect::RetireHarnessRow { .. }
             | StoreEffect::ReserveHarnessNames { .. }
             | StoreEffect::StaleSessions { .. }) => self.start_store(other),
-            // A new child: nothing of it may be cached (its uid is fresh;
-            // dropping is cheap insurance).
-            StoreEffect::Fork { .. } => {
-                if let StoreEffect::Fork { session, .. } = &effect {
-                    self.log_cache.forget(session);
+            // A new child: seeded from its parent's cached journal when the
+            // fork is at that head (the write's records then extend it, a
+            // failed write forgets it), so rendering the child does not
+            // read the whole prefix back; otherwise nothing of it is cached.
+            StoreEffect::Fork {
+                id,
+                ref session,
+                ref parent,
+                at_seq,
+                ..
+            } => {
+                let child = session.clone();
+                if self.log_cache.seed_fork(&child, parent, at_seq) {
+                    let store = self.ports.store.clone();
+                    self.start(async move {
+                        let (done, outcome) = perform_store(&*store, effect).await;
+                        debug_assert_eq!(done, id);
+                        Input::Appended(id, child, Outcome::Store(outcome))
+                    });
+                } else {
+                    self.start_store(effect);
                 }
-                self.start_store(effect);
             }
             // The cached records of a deleted session must not outlive it.
             StoreEffect::DeleteSession {

@@ -4,8 +4,10 @@
 //! Every operation loads the whole journal of its session (the machine keeps
 //! nothing between requests), which made each turn's read linear in the
 //! session's length. The driver keeps a [`Journal`] per session — records
-//! and their summary, from earlier whole-journal reads and from its own
-//! acknowledged appends — and turns a read from the first record into a
+//! and their summary, from earlier whole-journal reads, from its own
+//! acknowledged appends and from forks it writes at a cached head (the
+//! child shares the parent's records) — and turns a read from the first
+//! record into a
 //! read from the cached head onward (or, when the read ends before the
 //! cached head, of its last record alone). A snapshot of a cached journal
 //! is O(1) to hand out: records are shared, not copied.
@@ -215,6 +217,27 @@ impl LogCache {
         }
         self.total += records.len();
         self.evict(session);
+    }
+
+    /// Seeds the cache of `child`, a fork of `parent` at `at_seq` about to
+    /// be written, with the parent's cached journal when it ends exactly at
+    /// `at_seq`: the child's records through `at_seq` are the parent's,
+    /// verbatim, so its first read costs what its own rows cost instead of
+    /// the whole prefix. The write's records then extend the seed
+    /// ([`LogCache::appended`]); a failed write forgets it. True when
+    /// seeded.
+    pub fn seed_fork(&mut self, child: &str, parent: &str, at_seq: i64) -> bool {
+        assert!(child != parent, "a fork's child is a new session");
+        self.forget(child);
+        let Some(entry) = self.sessions.get(parent) else {
+            return false;
+        };
+        if at_seq <= 0 || entry.journal.head() != at_seq {
+            return false;
+        }
+        let seed = entry.journal.clone();
+        self.remember(child, &seed);
+        true
     }
 
     /// Drops what is cached for `session`.
@@ -510,5 +533,36 @@ mod tests {
         diverged[1].content_hash = "other".into();
         assert!(c.complete("s", &from(4, "a4"), 0, diverged).is_none());
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn a_fork_at_the_cached_head_starts_from_the_parents_journal() {
+        let mut c = LogCache::new(1_000);
+        let parent = chain(5, "p");
+        assert!(
+            c.complete("p", &ReadPlan::Full, 0, parent.clone())
+                .is_some()
+        );
+        // Not at the cached head, or of an uncached parent: nothing seeded.
+        assert!(!c.seed_fork("c", "p", 3));
+        assert!(!c.seed_fork("c", "q", 5));
+        assert!(matches!(c.plan("c", 0), ReadPlan::Full));
+        // At the head: the child's read starts after the shared prefix, and
+        // the write's marker extends it.
+        assert!(c.seed_fork("c", "p", 5));
+        let marker = LogRecord {
+            seq: 6,
+            prev_hash: parent[4].content_hash.clone(),
+            content_hash: "c6".into(),
+            ..LogRecord::default()
+        };
+        c.appended("c", std::slice::from_ref(&marker));
+        assert_eq!(c.plan("c", 0), from(6, "c6"));
+        // The parent is untouched.
+        assert_eq!(c.plan("p", 0), from(5, &parent[4].content_hash));
+        // A failed write forgets the seed.
+        assert!(c.seed_fork("d", "p", 5));
+        c.forget("d");
+        assert!(matches!(c.plan("d", 0), ReadPlan::Full));
     }
 }
