@@ -30,29 +30,6 @@ use super::observe::{LoggedStream, RpcKind, RpcLog};
 use crate::auth::Authenticator;
 use crate::metrics::Metrics;
 
-/// The verified caller of `$request`, named in `$log`, and the permit its
-/// admission holds ([`super::limits`]); a bad credential or a bound the
-/// call would pass returns the call's reply, logged, from the method.
-/// `$stream` says whether the call is a stream.
-macro_rules! admitted {
-    ($service:ident, $log:ident, $request:ident, $stream:expr) => {{
-        $log.count_in($service.0.metrics.clone());
-        let caller = match $service.0.auth.caller(&$request) {
-            Ok(caller) => {
-                $log.set_principal(&caller);
-                caller
-            }
-            Err(e) => return $log.unary(Err(e), |_| None),
-        };
-        let who = Who::of(&caller, $request.remote_addr());
-        let bytes = prost::Message::encoded_len($request.get_ref()).max(CALL_FLOOR_BYTES);
-        match $service.0.admission.admit(who, $stream, bytes) {
-            Ok(permit) => (caller, permit),
-            Err(status) => return $log.unary(Err(to_tonic(status)), |_| None),
-        }
-    }};
-}
-
 fn session_uid(s: &Session) -> Option<&str> {
     s.metadata.as_ref().map(|m| m.uid.as_str())
 }
@@ -153,7 +130,77 @@ impl Front {
         self.admission = admission;
         self
     }
+
+    /// The verified caller of `request`, named in `log`, and the permit its
+    /// admission holds ([`super::limits`]). A bad credential or a bound the
+    /// call would pass is the call's reply: finished in `log` and returned.
+    /// `stream` says whether the call is a stream.
+    fn admit<M: prost::Message>(
+        &self,
+        log: &mut RpcLog,
+        request: &tonic::Request<M>,
+        stream: bool,
+    ) -> Result<(Caller, Permit), tonic::Status> {
+        log.count_in(self.metrics.clone());
+        let caller = self.auth.caller(request).map_err(|e| log.failed(e))?;
+        log.set_principal(&caller);
+        let who = Who::of(&caller, request.remote_addr());
+        let bytes = prost::Message::encoded_len(request.get_ref()).max(CALL_FLOOR_BYTES);
+        let permit = self
+            .admission
+            .admit(who, stream, bytes)
+            .map_err(|status| log.failed(to_tonic(status)))?;
+        Ok((caller, permit))
+    }
+
+    /// One unary call, whole: admitted, submitted to the drive loop as
+    /// `into(message)`, its reply taken by `pick` (any other is INTERNAL,
+    /// named `what`), and its finish logged, with the session `session_of`
+    /// names.
+    async fn unary<M: prost::Message, T>(
+        &self,
+        mut log: RpcLog,
+        request: tonic::Request<M>,
+        into: fn(M) -> Request,
+        (what, pick): Pick<T>,
+        session_of: fn(&T) -> Option<&str>,
+    ) -> Result<tonic::Response<T>, tonic::Status> {
+        let (caller, _permit) = self.admit(&mut log, &request, false)?;
+        let reply = self
+            .driver
+            .traced(log.span())
+            .unary(caller, into(request.into_inner()))
+            .await;
+        let result = match reply.map(pick) {
+            Ok(Ok(r)) => Ok(tonic::Response::new(r)),
+            Ok(Err(other)) => Err(unexpected(what, *other)),
+            Err(status) => Err(to_tonic(status)),
+        };
+        log.unary(result, session_of)
+    }
 }
+
+/// Which reply each unary call expects, and the name an unexpected one is
+/// reported under.
+type Pick<T> = (&'static str, fn(Response) -> Result<T, Box<Response>>);
+
+macro_rules! pick {
+    ($what:literal, $variant:ident) => {
+        ($what, |r| match r {
+            Response::$variant(v) => Ok(v),
+            other => Err(Box::new(other)),
+        })
+    };
+}
+
+const SESSION: Pick<Session> = pick!("session", Session);
+const SESSIONS: Pick<ListSessionsResponse> = pick!("list", Sessions);
+const APPROVE: Pick<ApproveResponse> = pick!("approve", Approve);
+const FORK: Pick<ForkResponse> = pick!("fork", Fork);
+const REGISTERED: Pick<RegisterHarnessResponse> = pick!("register", Registered);
+const HARNESS: Pick<HarnessRegistration> = pick!("harness", Harness);
+const HARNESSES: Pick<ListHarnessesResponse> = pick!("list harnesses", Harnesses);
+const TOOLS: Pick<agentsessions_proto::v1::ListToolsResponse> = pick!("list tools", Tools);
 
 /// The `Sessions` service.
 #[derive(Clone)]
@@ -175,26 +222,6 @@ impl SessionsService {
     pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
         Self(self.0.with_metrics(metrics))
     }
-
-    async fn session(
-        &self,
-        log: &RpcLog,
-        caller: Caller,
-        request: Request,
-        what: &str,
-    ) -> Result<tonic::Response<Session>, tonic::Status> {
-        match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, request)
-            .await
-        {
-            Ok(Response::Session(s)) => Ok(tonic::Response::new(s)),
-            Ok(other) => Err(unexpected(what, other)),
-            Err(status) => Err(to_tonic(status)),
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -203,71 +230,40 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<CreateSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("CreateSession", request.metadata(), "");
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::CreateSession(request.into_inner()),
-                "create",
-            )
-            .await;
-        log.unary(result, session_uid)
+        let log = start("CreateSession", request.metadata(), "");
+        self.0
+            .unary(log, request, Request::CreateSession, SESSION, session_uid)
+            .await
     }
 
     async fn get_session(
         &self,
         request: tonic::Request<GetSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("GetSession", request.metadata(), &request.get_ref().uid);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::GetSession(request.into_inner()),
-                "get",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start("GetSession", request.metadata(), &request.get_ref().uid);
+        self.0
+            .unary(log, request, Request::GetSession, SESSION, |_| None)
+            .await
     }
 
     async fn list_sessions(
         &self,
         request: tonic::Request<ListSessionsRequest>,
     ) -> Result<tonic::Response<ListSessionsResponse>, tonic::Status> {
-        let mut log = start("ListSessions", request.metadata(), "");
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::ListSessions(request.into_inner()))
+        let log = start("ListSessions", request.metadata(), "");
+        self.0
+            .unary(log, request, Request::ListSessions, SESSIONS, |_| None)
             .await
-        {
-            Ok(Response::Sessions(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("list", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 
     async fn delete_session(
         &self,
         request: tonic::Request<DeleteSessionRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::DeleteSession(request.into_inner()),
-                "delete",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start("DeleteSession", request.metadata(), &request.get_ref().uid);
+        self.0
+            .unary(log, request, Request::DeleteSession, SESSION, |_| None)
+            .await
     }
 
     type ExecStream = FrameStream<ExecUpdate>;
@@ -283,7 +279,7 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let (caller, permit) = admitted!(self, log, request, true);
+        let (caller, permit) = self.0.admit(&mut log, &request, true)?;
         if let Err((bound, status)) = check_exec(self.0.admission.limits(), request.get_ref()) {
             self.0.admission.refused(bound);
             return log.unary(Err(to_tonic(status)), |_| None);
@@ -314,7 +310,7 @@ impl Sessions for SessionsService {
             request.metadata(),
             &request.get_ref().session,
         );
-        let (caller, permit) = admitted!(self, log, request, true);
+        let (caller, permit) = self.0.admit(&mut log, &request, true)?;
         let rx = self
             .0
             .driver
@@ -327,91 +323,50 @@ impl Sessions for SessionsService {
         &self,
         request: tonic::Request<ApproveRequest>,
     ) -> Result<tonic::Response<ApproveResponse>, tonic::Status> {
-        let mut log = start("Approve", request.metadata(), &request.get_ref().session);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::Approve(request.into_inner()))
+        let log = start("Approve", request.metadata(), &request.get_ref().session);
+        self.0
+            .unary(log, request, Request::Approve, APPROVE, |_| None)
             .await
-        {
-            Ok(Response::Approve(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("approve", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 
     async fn cancel(
         &self,
         request: tonic::Request<CancelRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("Cancel", request.metadata(), &request.get_ref().session);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::Cancel(request.into_inner()),
-                "cancel",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start("Cancel", request.metadata(), &request.get_ref().session);
+        self.0
+            .unary(log, request, Request::Cancel, SESSION, |_| None)
+            .await
     }
 
     async fn suspend(
         &self,
         request: tonic::Request<SuspendRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("Suspend", request.metadata(), &request.get_ref().session);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::Suspend(request.into_inner()),
-                "suspend",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start("Suspend", request.metadata(), &request.get_ref().session);
+        self.0
+            .unary(log, request, Request::Suspend, SESSION, |_| None)
+            .await
     }
 
     async fn resume(
         &self,
         request: tonic::Request<ResumeRequest>,
     ) -> Result<tonic::Response<Session>, tonic::Status> {
-        let mut log = start("Resume", request.metadata(), &request.get_ref().session);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .session(
-                &log,
-                caller,
-                Request::Resume(request.into_inner()),
-                "resume",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start("Resume", request.metadata(), &request.get_ref().session);
+        self.0
+            .unary(log, request, Request::Resume, SESSION, |_| None)
+            .await
     }
 
     async fn fork(
         &self,
         request: tonic::Request<ForkRequest>,
     ) -> Result<tonic::Response<ForkResponse>, tonic::Status> {
-        let mut log = start("Fork", request.metadata(), &request.get_ref().session);
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::Fork(request.into_inner()))
+        let log = start("Fork", request.metadata(), &request.get_ref().session);
+        self.0
+            .unary(log, request, Request::Fork, FORK, |_| None)
             .await
-        {
-            Ok(Response::Fork(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("fork", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 }
 
@@ -435,26 +390,6 @@ impl RegistryService {
     pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
         Self(self.0.with_metrics(metrics))
     }
-
-    async fn registration(
-        &self,
-        log: &RpcLog,
-        caller: Caller,
-        request: Request,
-        what: &str,
-    ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, request)
-            .await
-        {
-            Ok(Response::Harness(h)) => Ok(tonic::Response::new(h)),
-            Ok(other) => Err(unexpected(what, other)),
-            Err(status) => Err(to_tonic(status)),
-        }
-    }
 }
 
 #[tonic::async_trait]
@@ -463,74 +398,40 @@ impl HarnessRegistry for RegistryService {
         &self,
         request: tonic::Request<RegisterHarnessRequest>,
     ) -> Result<tonic::Response<RegisterHarnessResponse>, tonic::Status> {
-        let mut log = start_registry("RegisterHarness", request.metadata());
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::RegisterHarness(request.into_inner()))
+        let log = start_registry("RegisterHarness", request.metadata());
+        self.0
+            .unary(log, request, Request::RegisterHarness, REGISTERED, |_| None)
             .await
-        {
-            Ok(Response::Registered(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("register", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 
     async fn get_harness(
         &self,
         request: tonic::Request<GetHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        let mut log = start_registry("GetHarness", request.metadata());
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .registration(
-                &log,
-                caller,
-                Request::GetHarness(request.into_inner()),
-                "get harness",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start_registry("GetHarness", request.metadata());
+        self.0
+            .unary(log, request, Request::GetHarness, HARNESS, |_| None)
+            .await
     }
 
     async fn list_harnesses(
         &self,
         request: tonic::Request<ListHarnessesRequest>,
     ) -> Result<tonic::Response<ListHarnessesResponse>, tonic::Status> {
-        let mut log = start_registry("ListHarnesses", request.metadata());
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::ListHarnesses(request.into_inner()))
+        let log = start_registry("ListHarnesses", request.metadata());
+        self.0
+            .unary(log, request, Request::ListHarnesses, HARNESSES, |_| None)
             .await
-        {
-            Ok(Response::Harnesses(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("list harnesses", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 
     async fn retire_harness(
         &self,
         request: tonic::Request<RetireHarnessRequest>,
     ) -> Result<tonic::Response<HarnessRegistration>, tonic::Status> {
-        let mut log = start_registry("RetireHarness", request.metadata());
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = self
-            .registration(
-                &log,
-                caller,
-                Request::RetireHarness(request.into_inner()),
-                "retire harness",
-            )
-            .await;
-        log.unary(result, |_| None)
+        let log = start_registry("RetireHarness", request.metadata());
+        self.0
+            .unary(log, request, Request::RetireHarness, HARNESS, |_| None)
+            .await
     }
 }
 
@@ -562,19 +463,9 @@ impl agentsessions_proto::grpc::tools_server::Tools for ToolsService {
         &self,
         request: tonic::Request<agentsessions_proto::v1::ListToolsRequest>,
     ) -> Result<tonic::Response<agentsessions_proto::v1::ListToolsResponse>, tonic::Status> {
-        let mut log = RpcLog::start("Tools", "ListTools", RpcKind::Unary, request.metadata(), "");
-        let (caller, _permit) = admitted!(self, log, request, false);
-        let result = match self
-            .0
-            .driver
-            .traced(log.span())
-            .unary(caller, Request::ListTools)
+        let log = RpcLog::start("Tools", "ListTools", RpcKind::Unary, request.metadata(), "");
+        self.0
+            .unary(log, request, |_| Request::ListTools, TOOLS, |_| None)
             .await
-        {
-            Ok(Response::Tools(r)) => Ok(tonic::Response::new(r)),
-            Ok(other) => Err(unexpected("list tools", other)),
-            Err(status) => Err(to_tonic(status)),
-        };
-        log.unary(result, |_| None)
     }
 }
