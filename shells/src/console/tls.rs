@@ -18,8 +18,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 
-use crate::daemon::app::StartError;
 use crate::daemon::security::{TlsFiles, cert_check};
+use crate::daemon::start_error::StartError;
 
 /// Handshakes in progress at most.
 pub const MAX_HANDSHAKES: usize = 64;

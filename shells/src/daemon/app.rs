@@ -153,30 +153,7 @@ impl Default for HarnessTimeouts {
     }
 }
 
-/// Why a daemon would not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// A flag combination or value is wrong.
-    #[error("config: {0}")]
-    Config(String),
-    /// The journal would not open.
-    #[error("journal: {0}")]
-    Journal(String),
-    /// A static harness name collides with a stored registration.
-    #[error("harness registry: {0}")]
-    Registry(String),
-    /// A thread or runtime could not be started.
-    #[error("thread: {0}")]
-    Thread(String),
-    /// A listener would not bind.
-    #[error("listen {addr}: {reason}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        reason: String,
-    },
-}
+pub use super::start_error::StartError;
 
 /// Built-in harness names this host serves locally.
 const BUILTINS: [&str; 3] = ["echo", "approval", "counter"];

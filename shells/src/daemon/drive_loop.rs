@@ -24,8 +24,8 @@
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::oneshot;
 
-use super::app::StartError;
 use super::driver::Driver;
+use super::start_error::StartError;
 use crate::journal::JournalStore;
 
 /// A running drive loop.

@@ -40,6 +40,7 @@ pub mod runtime;
 // hosts authenticate callers but serve plaintext.
 #[cfg(not(madsim))]
 pub mod security;
+pub mod start_error;
 pub mod store_effects;
 mod stream_set;
 #[cfg(not(madsim))]

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::app::StartError;
+use super::start_error::StartError;
 use crate::auth::Authenticator;
 
 pub mod cert_check;

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use agentsessions_machine::host::{Catalog, CatalogTool};
 
-use super::app::StartError;
 use super::handle::DriverHandle;
+use super::start_error::StartError;
 use crate::mcp::{McpConfig, McpHub, ServerSpec};
 use crate::metrics::Metrics;
 
