@@ -1,33 +1,29 @@
-//! Assembling a daemon: the journal, the routing table, the ports, the
-//! drive loop and the gRPC listeners.
+//! Assembling a daemon: the configuration, the routing table, and
+//! [`Daemon`], which runs the start's stages (`start.rs`) and owns what
+//! they started.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{
-    Backend, Caller, Host, HostConfig, IdSource, LeaseConfig, ModelFailure, Request, Response,
-    Route,
-};
+use agentsessions_machine::host::{Backend, HostConfig, IdSource, LeaseConfig, Route};
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistryServer;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;
 use agentsessions_proto::grpc::tools_server::ToolsServer;
-use tokio::sync::mpsc;
 
 use super::drive_loop::DriveLoop;
-use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
+use super::driver::DriverHandle;
 use super::grpc::{RegistryService, SessionsService, ToolsService};
-use super::harness_client::{GrpcHarnesses, parse_address};
-use super::inproc::{Harnesses, InProcess};
+use super::harness_client::parse_address;
 use super::retention;
-use super::runtime::Runtimes;
 use super::security::{Security, check_listen};
+use super::start;
 use crate::journal::reopen::{Backoff, Opener, Reopening};
 use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, StoreError};
 
-use crate::model::{ModelClient, ModelRouter};
-use crate::tools::{LedgerExecutor, LedgerStore, ToolExecutor, ToolRegistry, ledger::ToolLedger};
+use crate::model::ModelRouter;
+use crate::tools::LedgerStore;
 
 /// Everything a daemon is configured with.
 #[derive(Debug, Clone)]
@@ -279,60 +275,8 @@ impl IdSource for RandomIds {
     }
 }
 
-struct Model(Arc<dyn ModelClient>);
-
-impl ModelPort for Model {
-    fn invoke(
-        &self,
-        request: agentsessions_proto::v1::ModelCall,
-        chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<agentsessions_machine::host::ModelReply, ModelFailure>> {
-        Box::pin(async move {
-            let mut forward = move |chunk: String| {
-                let _ = chunks.send(chunk);
-            };
-            self.0
-                .invoke(&request, &mut forward)
-                .await
-                .map_err(|e| e.to_failure())
-        })
-    }
-}
-
-struct Tools(Arc<dyn ToolExecutor>);
-
-impl ToolPort for Tools {
-    fn execute(
-        &self,
-        session: String,
-        call: agentsessions_proto::v1::ToolCall,
-        ask: crate::tools::Ask,
-        interrupt: crate::tools::Interrupt,
-    ) -> PortFuture<
-        '_,
-        Result<agentsessions_proto::v1::ToolResult, agentsessions_machine::host::ToolFailure>,
-    > {
-        Box::pin(async move {
-            let done = self
-                .0
-                .execute_interruptible(&session, &call, ask, interrupt)
-                .await;
-            crate::tools::tool_failure(done)
-        })
-    }
-
-    fn forget(&self, session: String) -> PortFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            self.0
-                .forget(&session)
-                .await
-                .map_err(|e| e.to_outcome_string())
-        })
-    }
-}
-
 /// The chat harness's model: the first provider id ("" when none).
-fn chat_model(config: &DaemonConfig) -> String {
+pub(super) fn chat_model(config: &DaemonConfig) -> String {
     config
         .models
         .first()
@@ -458,123 +402,21 @@ impl Daemon {
     ) -> Result<Self, StartError> {
         let host_config = host_config(&config)?;
         let security = &config.security;
-        check_listen(
-            "--addr",
-            config.addr,
-            security.tls.is_some(),
-            security.insecure_listen,
-        )?;
-        let tls = match &security.tls {
-            Some(files) => Some(files.server_config("tls")?),
-            None => None,
-        };
-        let registry_tls = match &security.registry_tls {
-            Some(files) => Some(files.server_config("registry-tls")?),
-            None => None,
-        };
-        if let Some(addr) = config.registry_addr
-            && !addr.ip().is_loopback()
-        {
-            return Err(StartError::Config(format!(
-                "--registry-addr {addr}: the registry is served on loopback only"
-            )));
-        }
-        let mut host = Some(Host::new(host_config.clone(), Box::new(RandomIds)));
-
-        let tools_path = config
-            .ledger
-            .clone()
-            .unwrap_or_else(|| ToolLedger::path_for_journal(&config.journal));
-        let ledger: Arc<dyn LedgerStore> = match shared_ledger {
-            Some(shared) => shared,
-            None => Arc::new(
-                ToolLedger::open(&tools_path).map_err(|e| StartError::Journal(e.to_string()))?,
-            ),
-        };
-        let notes = tools_path
-            .parent()
-            .map(|p| p.join("notes"))
-            .unwrap_or_else(|| PathBuf::from("notes"));
-        forget_deleted_tools(&ledger, &*store).await?;
-        let registry = ToolRegistry::with_builtins(notes);
-        let builtin_tools: Vec<String> = registry.names().map(str::to_owned).collect();
-        let mcp = super::tool_catalog::start(&config.mcp, config.mcp_config.clone()).await?;
-        let mut executor = LedgerExecutor::with_store(registry, ledger);
-        if let Some(hub) = &mcp {
-            executor = executor.with_mcp(hub.clone());
-        }
-        // Built-in harnesses run in this process (see `inproc`).
-        let local = Arc::new(InProcess::default());
-        let ports = Ports {
-            store: store.clone(),
-            harness: Arc::new(Harnesses::with_wire(
-                local.clone(),
-                GrpcHarnesses::with_tls(match &security.harness_tls {
-                    files if files.is_empty() => None,
-                    files => Some(files.client_config("harness")?),
-                }),
-            )),
-            runtime: Arc::new(Runtimes::new(local, chat_model(&config)).with_agent_tools(
-                super::runtime::mcp_tools(mcp.clone(), config.tool_rules.clone()),
-            )),
-            model: Arc::new(Model(Arc::new(model_router(&config)?))),
-            tools: Arc::new(Tools(Arc::new(executor))),
-        };
+        let (tls, registry_tls) = start::listener_tls(&config)?;
+        let built = start::ports(&config, store.clone(), shared_ledger).await?;
         let metrics = config
             .metrics_addr
             .map(|_| Arc::new(crate::metrics::Metrics::default()));
-        if config.drive_loops == 0 {
-            return Err(StartError::Config(
-                "--drive-loops: at least one drive loop".into(),
-            ));
-        }
-        // The record budget is the daemon's: each loop caches its share.
-        let cache_share = (config.journal_cache_records / config.drive_loops).max(1);
-        // Each loop is a host of its own; the ports (journal and its
-        // writer, harnesses, runtimes, model, tools) are shared, so group
-        // commit still spans every loop.
-        let mut loops = Vec::with_capacity(config.drive_loops);
-        let mut lanes = Vec::with_capacity(config.drive_loops);
-        for i in 0..config.drive_loops {
-            let host = if i == 0 {
-                host.take().expect("the first loop takes the first host")
-            } else {
-                Host::new(host_config.clone(), Box::new(RandomIds))
-            };
-            let (mut driver, lane) = Driver::new(host, ports.clone());
-            driver = driver.with_log_cache(cache_share);
-            if let Some(m) = &metrics {
-                driver = driver.with_metrics(m.clone());
-            }
-            loops.push(if i == 0 {
-                DriveLoop::start(driver)?
-            } else {
-                DriveLoop::start_on_thread(driver)?
-            });
-            lanes.push(lane);
-        }
-        let handle = DriverHandle::join(lanes);
-        // The host boots before anything is served: static names are
-        // reserved for good (a stored registration under one fails the
-        // start) and stored registrations are loaded.
-        match handle.unary(Caller::Open, Request::Boot).await {
-            Ok(Response::Booted(report)) => {
-                for (name, reason) in &report.isolated {
-                    tracing::warn!(harness = %name, %reason, "stored registration not served");
-                }
-            }
-            Ok(other) => {
-                return Err(StartError::Registry(format!("boot answered {other:?}")));
-            }
-            Err(status) => return Err(StartError::Registry(status.message)),
-        }
+        let (handle, loops) = start::drive_loops(&config, &host_config, &built.ports, &metrics)?;
+        // Nothing is served before the host has booted.
+        start::boot(&handle).await?;
 
         let (stop, _) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
-        if let Some(hub) = &mcp {
+        if let Some(hub) = &built.mcp {
             servers.push(super::tool_catalog::follow(
                 hub.clone(),
-                builtin_tools,
+                built.builtin_tools,
                 handle.clone(),
                 metrics.clone(),
                 stop.subscribe(),
@@ -587,81 +429,34 @@ impl Daemon {
                 stop.subscribe(),
             )));
         }
-        let listener = tokio::net::TcpListener::bind(config.addr)
-            .await
-            .map_err(|e| StartError::Listen {
-                addr: config.addr,
-                reason: e.to_string(),
-            })?;
-        let addr = listener.local_addr().map_err(|e| StartError::Listen {
-            addr: config.addr,
-            reason: e.to_string(),
-        })?;
-        let mut metrics_addr = None;
-        if let (Some(maddr), Some(m)) = (config.metrics_addr, &metrics) {
-            check_listen("--metrics-addr", maddr, false, security.insecure_listen)?;
-            let listener =
-                tokio::net::TcpListener::bind(maddr)
-                    .await
-                    .map_err(|e| StartError::Listen {
-                        addr: maddr,
-                        reason: e.to_string(),
-                    })?;
-            metrics_addr = listener.local_addr().ok();
-            servers.push(tokio::spawn(super::boot_count::count_awaiting(
-                handle.clone(),
-                store.clone(),
-                m.clone(),
-            )));
-            servers.push(super::http::serve(
-                listener,
-                m.clone(),
-                store_health.clone(),
-                stop.subscribe(),
-            ));
-        }
-        let mut console_addr = None;
-        if let Some(caddr) = config.console_addr {
-            // HTTPS with the Sessions listener's certificate when TLS is
-            // configured; plain HTTP is loopback only unless the operator
-            // says otherwise.
-            check_listen(
-                "--console-addr",
-                caddr,
-                security.tls.is_some(),
-                security.insecure_listen,
-            )?;
-            let tls = match &security.tls {
-                Some(files) => Some(crate::console::tls::server_config(files)?),
-                None => None,
-            };
-            let listener =
-                tokio::net::TcpListener::bind(caddr)
-                    .await
-                    .map_err(|e| StartError::Listen {
-                        addr: caddr,
-                        reason: e.to_string(),
-                    })?;
-            console_addr = listener.local_addr().ok();
-            let csrf = crate::console::CsrfKey::random()
-                .map_err(|e| StartError::Config(format!("--console-addr: random key: {e}")))?;
-            let console = crate::console::Console::new(
-                handle.clone(),
-                security.auth.clone(),
-                csrf,
-                stop.subscribe(),
-                tls.is_some(),
-            )
-            .with_metrics(metrics.clone());
-            servers.push(
-                crate::console::serve(listener, tls, console, stop.subscribe()).map_err(|e| {
-                    StartError::Listen {
-                        addr: caddr,
-                        reason: e.to_string(),
-                    }
-                })?,
-            );
-        }
+        let (listener, addr) = start::bind(config.addr).await?;
+        let metrics_addr = match (config.metrics_addr, &metrics) {
+            (Some(maddr), Some(m)) => {
+                check_listen("--metrics-addr", maddr, false, security.insecure_listen)?;
+                let (listener, bound) = start::bind(maddr).await?;
+                servers.push(tokio::spawn(super::boot_count::count_awaiting(
+                    handle.clone(),
+                    store.clone(),
+                    m.clone(),
+                )));
+                servers.push(super::http::serve(
+                    listener,
+                    m.clone(),
+                    store_health.clone(),
+                    stop.subscribe(),
+                ));
+                Some(bound)
+            }
+            _ => None,
+        };
+        let console_addr = match config.console_addr {
+            Some(caddr) => {
+                let console = start::console(caddr, security, &handle, &metrics, &stop).await?;
+                servers.push(console.1);
+                Some(console.0)
+            }
+            None => None,
+        };
         let admission = Arc::new(super::limits::Admission::new(
             config.limits,
             metrics.clone(),
@@ -679,29 +474,25 @@ impl Daemon {
             store_health,
             stop.subscribe(),
         )?);
-        let mut registry_addr = None;
-        if let Some(raddr) = config.registry_addr {
-            let listener =
-                tokio::net::TcpListener::bind(raddr)
-                    .await
-                    .map_err(|e| StartError::Listen {
-                        addr: raddr,
-                        reason: e.to_string(),
-                    })?;
-            registry_addr = listener.local_addr().ok();
-            let guard = Guard {
-                tls: registry_tls,
-                auth: security.auth.clone(),
-                metrics: metrics.clone(),
-                admission,
-            };
-            servers.push(serve_registry(
-                listener,
-                handle.clone(),
-                guard,
-                stop.subscribe(),
-            )?);
-        }
+        let registry_addr = match config.registry_addr {
+            Some(raddr) => {
+                let (listener, bound) = start::bind(raddr).await?;
+                let guard = Guard {
+                    tls: registry_tls,
+                    auth: security.auth.clone(),
+                    metrics: metrics.clone(),
+                    admission,
+                };
+                servers.push(serve_registry(
+                    listener,
+                    handle.clone(),
+                    guard,
+                    stop.subscribe(),
+                )?);
+                Some(bound)
+            }
+            None => None,
+        };
         Ok(Self {
             driver: handle,
             addr,
@@ -712,7 +503,7 @@ impl Daemon {
             servers,
             stop,
             drive_loops: loops,
-            mcp,
+            mcp: built.mcp,
         })
     }
 
@@ -740,45 +531,6 @@ impl Daemon {
             hub.shutdown().await;
         }
     }
-}
-
-/// Runs a ledger call on a blocking thread: it blocks (a file's fsync, or a
-/// database round trip driven by this very runtime).
-async fn on_ledger<T: Send + 'static>(
-    ledger: &Arc<dyn LedgerStore>,
-    f: impl FnOnce(&dyn LedgerStore) -> Result<T, crate::tools::ToolError> + Send + 'static,
-) -> Result<T, StartError> {
-    let ledger = Arc::clone(ledger);
-    let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
-    tokio::task::spawn_blocking(move || f(&*ledger))
-        .await
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(|e| fail(e.to_string()))
-}
-
-/// A deletion commits in the journal before its tool-ledger entries are
-/// purged (two files, no shared transaction); a crash in between leaves
-/// entries of a deleted session, which this start-up pass removes.
-async fn forget_deleted_tools<S: JournalStore>(
-    ledger: &Arc<dyn LedgerStore>,
-    store: &S,
-) -> Result<(), StartError> {
-    let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));
-    let mut purged = 0usize;
-    for session in on_ledger(ledger, |l| l.sessions()).await? {
-        if store
-            .tombstone(&session)
-            .await
-            .map_err(|e| fail(e.to_string()))?
-            .is_some()
-        {
-            purged += on_ledger(ledger, move |l| l.forget(&session)).await?;
-        }
-    }
-    if purged > 0 {
-        tracing::info!(purged, "tool ledger: dropped entries of deleted sessions");
-    }
-    Ok(())
 }
 
 async fn until_stopped(mut stop: tokio::sync::watch::Receiver<bool>) {

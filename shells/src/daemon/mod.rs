@@ -40,6 +40,9 @@ pub mod runtime;
 // hosts authenticate callers but serve plaintext.
 #[cfg(not(madsim))]
 pub mod security;
+// The daemon's start, in stages (app.rs runs them).
+#[cfg(not(madsim))]
+mod start;
 pub mod start_error;
 pub mod store_effects;
 mod stream_set;
