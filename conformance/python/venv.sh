@@ -20,9 +20,7 @@ if command -v flock >/dev/null 2>&1; then
   flock 9
 fi
 
-sdk_digest="$(cd "$root" && find sdk/python/src sdk/python/setup.py sdk/python/pyproject.toml proto/proto \
-  -type f \( -name '*.py' -o -name '*.proto' -o -name '*.toml' -o -name 'py.typed' \) \
-  -not -path '*/v1/*' -not -path '*/__pycache__/*' | LC_ALL=C sort | xargs sha256sum | sha256sum)"
+sdk_digest="$(bash "$root/sdk/python/sources-digest.sh")"
 want="$(cat "$req"; echo "# sdk $sdk_digest")"
 if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
   echo "$venv/bin/python"

@@ -7,7 +7,7 @@
 
 use agentsessions_proto::v1::{
     ApprovalRequest, ApprovalResult, Error, Event, EventKind, ExecutionStart, HarnessEnd,
-    IdentityRef, Lifecycle, Message, Part, TextPart, event::Body, lifecycle, part,
+    IdentityRef, Lifecycle, Message, Part, TextPart, ToolResult, event::Body, lifecycle, part,
 };
 use agentsessions_proto::wkt::Timestamp;
 
@@ -147,6 +147,19 @@ pub fn fork_marker(at_seq: i64) -> Event {
 /// An assistant text message.
 pub fn assistant_text(text: &str) -> Message {
     text_message("assistant", text)
+}
+
+/// An EXECUTOR_ERROR receipt for call `id` saying `why`, in its error and
+/// its content (so a model reading only content is told too).
+pub fn error_receipt(id: &str, why: String) -> ToolResult {
+    ToolResult {
+        id: id.to_owned(),
+        is_error: true,
+        content: text_message("tool", &why).parts,
+        error: why,
+        code: agentsessions_proto::v1::tool_result::Code::ExecutorError as i32,
+        ..ToolResult::default()
+    }
 }
 
 /// A message with one text part.

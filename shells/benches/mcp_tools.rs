@@ -46,6 +46,9 @@
 //! (default: the temp dir). Without node/npm it prints SKIPPED and exits 0.
 
 #[allow(dead_code)]
+#[path = "../tests/support/caller.rs"]
+mod caller;
+#[allow(dead_code)]
 #[path = "../tests/support/mcp_peers.rs"]
 mod mcp_peers;
 #[path = "../tests/support/daemon.rs"]
@@ -61,14 +64,13 @@ use std::time::{Duration, Instant};
 
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::v1::{
-    Capabilities, Event, EventKind, ExecRequest, HarnessDescriptor, Mediation, Resumability,
-    ToolCall, ToolResult, event, exec_update::Update,
+    Event, EventKind, ExecRequest, HarnessDescriptor, ToolResult, event, exec_update::Update,
 };
 use agentsessions_shells::daemon::app::{Daemon, DaemonConfig};
 use agentsessions_shells::harness::{Harness, HarnessError, Sink, StartInfo};
 use agentsessions_shells::journal::sqlite::SqliteJournal;
 use agentsessions_shells::journal::{AppendBatch, JournalStore};
-use agentsessions_shells::mcp::{McpConfig, McpHub, ServerSpec, json_to_struct};
+use agentsessions_shells::mcp::{McpConfig, McpHub, ServerSpec};
 use agentsessions_shells::tools::{LedgerStore, ToolLedger};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
@@ -382,8 +384,8 @@ fn text_frames(words: &[&str]) -> Vec<String> {
 // ---------------------------------------------------------------------------
 // The harness of (1).
 
-/// Calls the one tool its input names (`{"tool": …, "args": {…}}`) and
-/// records when it sent the call and when the receipt came back.
+/// The tests' caller harness ([`caller::Caller`]), recording when it sent
+/// its call and when the receipt came back.
 struct Caller {
     took: Arc<Mutex<Vec<(Instant, Instant)>>>,
     errors: Arc<Mutex<Vec<String>>>,
@@ -392,29 +394,11 @@ struct Caller {
 #[tonic::async_trait]
 impl Harness for Caller {
     fn describe(&self) -> HarnessDescriptor {
-        HarnessDescriptor {
-            id: "caller".into(),
-            version: "1".into(),
-            capabilities: Some(Capabilities {
-                resumability: Resumability::StatelessReplay as i32,
-                fork_safe: true,
-                ..Capabilities::default()
-            }),
-            ..HarnessDescriptor::default()
-        }
+        caller::descriptor()
     }
 
     async fn run(&self, start: StartInfo, sink: &mut Sink) -> Result<(), HarnessError> {
-        let ask: Value = serde_json::from_str(&start.last_input_text())
-            .map_err(|e| HarnessError::Invalid(e.to_string()))?;
-        let args = ask["args"].as_object().cloned().unwrap_or_default();
-        let call = ToolCall {
-            id: "c1".into(),
-            tool: ask["tool"].as_str().unwrap_or_default().into(),
-            args: Some(json_to_struct(&args).expect("bench arguments fit")),
-            mediation: Mediation::ControllerMediated as i32,
-            idempotency_key: format!("{}-k1", start.execution_id),
-        };
+        let call = caller::asked_call(&start)?;
         let t = Instant::now();
         let receipt = sink.tool_call(call).await?;
         let took = (t, Instant::now());

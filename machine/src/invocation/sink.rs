@@ -28,19 +28,6 @@ pub(super) fn carries_receipt(tr: &ToolResult) -> bool {
         || tr.code == Code::ApprovalDenied as i32
 }
 
-/// An EXECUTOR_ERROR receipt for call `id` saying `why`, in its error and
-/// its content (so a model reading only content is told too).
-pub(super) fn error_receipt(id: &str, why: String) -> ToolResult {
-    ToolResult {
-        id: id.to_owned(),
-        is_error: true,
-        content: events::text_message("tool", &why).parts,
-        error: why,
-        code: Code::ExecutorError as i32,
-        ..ToolResult::default()
-    }
-}
-
 /// The durable answer to a call whose earlier run started and never
 /// finished, when running it again is not safe: nobody knows whether its
 /// effect happened, and it is not called a second time.
@@ -49,7 +36,7 @@ pub(super) fn outcome_unknown(call: &ToolCall) -> ToolResult {
         "outcome unknown: the host stopped while {} ran, and the tool does not say it is idempotent, so it is not called again",
         shown(&call.tool)
     );
-    error_receipt(&call.id, why)
+    events::error_receipt(&call.id, why)
 }
 
 /// The rejection a call with this mediation would have met live before any
@@ -301,7 +288,7 @@ impl Invocation {
             .into());
         }
         self.calls.insert(tc.id.clone(), CallKind::Ordinary);
-        let receipt = error_receipt(&tc.id, why);
+        let receipt = events::error_receipt(&tc.id, why);
         // An ordinary call's intent: the refusal is its receipt.
         let intent = ToolCall {
             mediation: Mediation::ControllerMediated as i32,

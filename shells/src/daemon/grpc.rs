@@ -202,27 +202,38 @@ const HARNESS: Pick<HarnessRegistration> = pick!("harness", Harness);
 const HARNESSES: Pick<ListHarnessesResponse> = pick!("list harnesses", Harnesses);
 const TOOLS: Pick<agentsessions_proto::v1::ListToolsResponse> = pick!("list tools", Tools);
 
-/// The `Sessions` service.
-#[derive(Clone)]
-pub struct SessionsService(Front);
+/// A service over the shared [`Front`]: built from the drive loop and the
+/// credential check, then given the daemon's admission and metrics.
+macro_rules! front_service {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone)]
+        pub struct $name(Front);
 
-impl SessionsService {
-    /// A service submitting to `driver` the calls `auth` authenticates.
-    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self(Front::new(driver, auth))
-    }
+        impl $name {
+            /// A service submitting to `driver` the calls `auth` authenticates.
+            pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
+                Self(Front::new(driver, auth))
+            }
 
-    /// Admits calls through `admission` (shared with the daemon's other
-    /// services, so the bounds hold across them).
-    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
-        Self(self.0.with_admission(admission))
-    }
+            /// Admits calls through `admission` (shared with the daemon's other
+            /// services, so the bounds hold across them).
+            pub fn with_admission(self, admission: Arc<Admission>) -> Self {
+                Self(self.0.with_admission(admission))
+            }
 
-    /// Counts every call in `metrics`.
-    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
-        Self(self.0.with_metrics(metrics))
-    }
+            /// Counts every call in `metrics`.
+            pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
+                Self(self.0.with_metrics(metrics))
+            }
+        }
+    };
 }
+
+front_service!(
+    /// The `Sessions` service.
+    SessionsService
+);
 
 #[tonic::async_trait]
 impl Sessions for SessionsService {
@@ -370,27 +381,10 @@ impl Sessions for SessionsService {
     }
 }
 
-/// The `HarnessRegistry` admin service (served on a loopback listener only).
-#[derive(Clone)]
-pub struct RegistryService(Front);
-
-impl RegistryService {
-    /// A service submitting to `driver` the calls `auth` authenticates.
-    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self(Front::new(driver, auth))
-    }
-
-    /// Admits calls through `admission` (shared with the daemon's other
-    /// services, so the bounds hold across them).
-    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
-        Self(self.0.with_admission(admission))
-    }
-
-    /// Counts every call in `metrics`.
-    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
-        Self(self.0.with_metrics(metrics))
-    }
-}
+front_service!(
+    /// The `HarnessRegistry` admin service (served on a loopback listener only).
+    RegistryService
+);
 
 #[tonic::async_trait]
 impl HarnessRegistry for RegistryService {
@@ -435,27 +429,10 @@ impl HarnessRegistry for RegistryService {
     }
 }
 
-/// Tools.ListTools: the host's tool catalog, served beside Sessions.
-#[derive(Clone)]
-pub struct ToolsService(Front);
-
-impl ToolsService {
-    /// A service submitting to `driver` the calls `auth` authenticates.
-    pub fn new(driver: DriverHandle, auth: Arc<Authenticator>) -> Self {
-        Self(Front::new(driver, auth))
-    }
-
-    /// Admits calls through `admission` (shared with the daemon's other
-    /// services, so the bounds hold across them).
-    pub fn with_admission(self, admission: Arc<Admission>) -> Self {
-        Self(self.0.with_admission(admission))
-    }
-
-    /// Counts every call in `metrics`.
-    pub fn with_metrics(self, metrics: Option<Arc<Metrics>>) -> Self {
-        Self(self.0.with_metrics(metrics))
-    }
-}
+front_service!(
+    /// Tools.ListTools: the host's tool catalog, served beside Sessions.
+    ToolsService
+);
 
 #[tonic::async_trait]
 impl agentsessions_proto::grpc::tools_server::Tools for ToolsService {

@@ -177,18 +177,7 @@ impl Interrupter {
 /// may have reached the tool, so its outcome is unknown.
 pub fn interrupted(call: &ToolCall) -> ToolResult {
     let why = "cancelled: the turn was canceled while the tool ran; its outcome is unknown";
-    ToolResult {
-        id: call.id.clone(),
-        is_error: true,
-        code: agentsessions_proto::v1::tool_result::Code::ExecutorError as i32,
-        content: vec![
-            agentsessions_machine::events::text_message("tool", why)
-                .parts
-                .remove(0),
-        ],
-        error: why.to_owned(),
-        ..ToolResult::default()
-    }
+    agentsessions_machine::events::error_receipt(&call.id, why.to_owned())
 }
 
 /// An execution result as the machine takes it.
