@@ -24,14 +24,14 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::ops::cx::OpId;
-pub use crate::ops::registry::rules as registry;
-pub use crate::ops::render;
+pub use crate::ops::requests::registry::rules as registry;
+pub use crate::ops::stages::cx::OpId;
+pub use crate::ops::stages::render;
 pub use crate::vocab::*;
 pub use crate::vocab::{config, status};
 
-use crate::ops::authorize::{self, Gate, GateOp};
-use crate::ops::cx::{Core, Cx};
+use crate::ops::stages::authorize::{self, Gate, GateOp};
+use crate::ops::stages::cx::{Core, Cx};
 use crate::ops::{Flow, Op};
 
 /// Refusal to take input while effects are undrained.
@@ -278,7 +278,7 @@ impl Host {
     /// Loads stored registration rows at boot; returns the (name, reason)
     /// pairs this host could not serve. See [`registry`] for the rules.
     pub fn load_registrations(&mut self, rows: &[HarnessRow]) -> Vec<(String, String)> {
-        crate::ops::registry::rules::load_registrations(&mut self.core, rows)
+        crate::ops::requests::registry::rules::load_registrations(&mut self.core, rows)
     }
 
     /// Why this host cannot serve a stored registration, if it was marked.

@@ -5,41 +5,19 @@
 //! deadlines and cancellation to the operation that owns them; an operation
 //! returns [`Flow::Done`] once it has replied.
 
-mod approve;
-pub(crate) mod authorize;
-mod boot;
-mod cancel;
-pub(crate) mod cx;
-mod decided;
-mod delete;
-mod exec;
-mod fork;
-pub(crate) mod leases;
-mod load;
-mod override_check;
-mod placement;
-pub(crate) mod registry;
-pub mod render;
-mod replay;
-mod resume;
-mod routing;
-mod run;
-mod session;
-mod suspend;
+pub(crate) mod requests;
+pub(crate) mod stages;
 
-use crate::ops::cx::Cx;
+use requests::{
+    approve, boot, cancel, decided, delete, exec, fork, registry, replay, resume, session, suspend,
+};
+use stages::authorize;
+pub(crate) use stages::flow::{Flow, unexpected};
+
+use crate::ops::stages::cx::Cx;
 use crate::vocab::caller::Caller;
 use crate::vocab::shown;
 use crate::vocab::{ConnId, EffectId, HarnessInput, Outcome, Request, RequestId, Status};
-
-/// Whether an operation is still running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flow {
-    /// Waiting for more input.
-    Continue,
-    /// Replied; the host drops it.
-    Done,
-}
 
 /// One operation in flight.
 pub(crate) enum Op {
@@ -221,11 +199,4 @@ impl Op {
             _ => Flow::Continue,
         }
     }
-}
-
-/// Panics with a clear message when an outcome does not match the effect an
-/// operation is waiting for: the shell answered the wrong effect.
-#[track_caller]
-pub(crate) fn unexpected(op: &str, outcome: &Outcome) -> ! {
-    panic!("{op}: unexpected outcome {outcome:?}")
 }

@@ -1,7 +1,7 @@
 //! Who is calling: the verified principal and the roles it holds, per
 //! project. The shell authenticates (checks a key, a token or a
 //! certificate) and hands the machine a [`Caller`]; the machine alone
-//! decides what that caller may do (`crate::ops::authorize`).
+//! decides what that caller may do (`crate::ops::stages::authorize`).
 //!
 //! Invariant: a [`Principal`] reaches the machine only after the shell has
 //! verified its credential, so every grant here is trusted data.

@@ -5,16 +5,16 @@ use agentsessions_proto::v1::{
     ControllerFrame, HarnessDescriptor, LogRecord, ReplayRequest, Start, controller_frame::Frame,
 };
 
-use super::placement::{Placed, Placement, Provision, needs_memory};
-use super::routing::resolve;
-use super::run::Run;
-use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
 use crate::invocation::{Ending, Invocation, Mode, Setup};
 use crate::journal::approval::{self, ApprovalScan};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::placement::{Placed, Placement, Provision, needs_memory};
+use crate::ops::stages::routing::resolve;
+use crate::ops::stages::run::Run;
 use crate::vocab::PageFill;
 use crate::vocab::config::{REPLAY_PAGE, REPLAY_PAGE_BYTES};
 use crate::vocab::shown;

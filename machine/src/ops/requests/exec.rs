@@ -15,20 +15,21 @@ use agentsessions_proto::v1::{
     controller_frame::Frame,
 };
 
-use super::load::{Load, Loaded};
-use super::override_check::{Checked, OverrideCheck};
-use super::placement::{Placed, Placement, Provision};
 use super::resume::ResumeOp;
-use super::routing::{for_turn, mapping, resolve};
-use super::run::{CancelCalls, Handed, Handoff, Run};
-use super::session::{Render, Rendered, new_row, put_error};
-use super::{Flow, unexpected};
+use super::session::{new_row, put_error};
 use crate::error::TurnError;
 use crate::events;
 use crate::invocation::{Ending, Invocation, Mode, Setup, TokenBudget};
 use crate::journal::Journal;
-use crate::ops::cx::Cx;
-use crate::ops::render;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::override_check::{Checked, OverrideCheck};
+use crate::ops::stages::placement::{Placed, Placement, Provision};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::render;
+use crate::ops::stages::routing::{for_turn, mapping, resolve};
+use crate::ops::stages::run::{CancelCalls, Handed, Handoff, Run};
 use crate::vocab::{
     Code, Committed, ConnId, EffectId, HarnessInput, Outcome, RequestId, Response, Route,
     SessionRow, Status, StreamItem,

@@ -16,14 +16,14 @@ use agentsessions_proto::v1::{
     ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
 };
 
-use super::load::{Load, Loaded};
-use super::routing::mapping;
-use super::session::{Render, Rendered};
-use super::{Flow, unexpected};
 use crate::events;
 use crate::journal::approval;
-use crate::ops::cx::Cx;
-use crate::ops::render::timestamp;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::render::timestamp;
+use crate::ops::stages::routing::mapping;
 use crate::vocab::caller::Caller;
 use crate::vocab::{Code, EffectId, Outcome, RequestId, Response, SessionRow, Status};
 

@@ -8,7 +8,7 @@
 //!
 //! # Startup
 //!
-//! The boot operation (`ops/boot.rs`, `Request::Boot`) reserves the static
+//! The boot operation (`ops/requests/boot.rs`, `Request::Boot`) reserves the static
 //! and configured names, then feeds every stored row, retired ones
 //! included, to `load_registrations` a page at a time. A collision on the
 //! reservation fails the boot; a row this host cannot serve is isolated
@@ -17,7 +17,7 @@
 use agentsessions_proto::v1::{HarnessSpec, Resumability, harness_spec::Placement};
 
 use crate::canon;
-use crate::ops::cx::Core;
+use crate::ops::stages::cx::Core;
 use crate::vocab::shown;
 use crate::vocab::{Backend, HarnessRow, Route, Status};
 

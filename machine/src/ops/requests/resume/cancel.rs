@@ -6,10 +6,10 @@ use agentsessions_proto::v1::{CancelRequest, IdentityRef};
 
 use super::{ResumeOp, Stage};
 use crate::events;
-use crate::ops::cx::Cx;
-use crate::ops::routing::mapping;
-use crate::ops::session::Render;
-use crate::ops::{Flow, unexpected};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::present::Render;
+use crate::ops::stages::routing::mapping;
 use crate::vocab::shown;
 use crate::vocab::{Committed, EffectId, Outcome, RequestId, Status, StoreOutcome};
 

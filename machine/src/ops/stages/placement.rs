@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
-use super::unexpected;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{
     ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessOutcome, Outcome, Route,

@@ -8,9 +8,9 @@
 
 use agentsessions_proto::v1::{ApprovalRef, ExecState};
 
-use super::Flow;
-use super::load::{Load, Loaded};
-use crate::ops::cx::Cx;
+use crate::ops::Flow;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::load::{Load, Loaded};
 use crate::vocab::{EffectId, Outcome, RequestId, Response, Status};
 
 /// See the module docs.

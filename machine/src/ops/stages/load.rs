@@ -4,9 +4,9 @@
 
 use crate::vocab::StoreOutcome;
 
-use super::unexpected;
 use crate::journal::Journal;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
 

@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 
 use agentsessions_proto::v1::{LogRecord, Session};
 
-use super::load::{Load, Loaded};
-use super::{Flow, unexpected};
 use crate::journal::executions;
-use crate::ops::cx::Cx;
-use crate::ops::render;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::render;
 use crate::vocab::config::{RETENTION_PARALLEL, RETENTION_SCAN};
 use crate::vocab::shown;
 use crate::vocab::{

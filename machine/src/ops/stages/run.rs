@@ -4,14 +4,14 @@ use agentsessions_proto::v1::{
     ApprovalRef, CancelRequest, ControllerFrame, Delta, IdentityRef, LogRecord, SnapshotRef,
 };
 
-use super::session::{Render, Rendered};
+use crate::ops::stages::present::{Render, Rendered};
 
-use super::unexpected;
 use crate::error::{LogError, TurnError};
 use crate::events;
 use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation, Mode};
 use crate::journal::approval;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, History,

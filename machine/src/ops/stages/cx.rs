@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use crate::ops::leases::Leases;
+use crate::ops::stages::leases::Leases;
 use crate::vocab::{
     ClientEffect, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig, IdSource,
     Nanos, Outcome, RequestId, Response, Route, SIGNAL_QUEUE, SessionRow, Signal, Status,

@@ -1,7 +1,7 @@
 //! Which harness serves a session, and how failures map to status codes.
 
 use crate::error::{LogError, TurnError};
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
 use crate::vocab::shown;
 use crate::vocab::{AppendError, Route, Status};
 

@@ -8,8 +8,8 @@
 use agentsessions_proto::v1::{GetHarnessRequest, HarnessRegistration};
 
 use super::{describe_failure, registration, static_registration};
-use crate::ops::cx::Cx;
-use crate::ops::{Flow, unexpected};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, RequestId, Response, Status,

@@ -8,9 +8,9 @@
 use agentsessions_proto::v1::RetireHarnessRequest;
 
 use super::registration;
-use crate::ops::cx::Cx;
-use crate::ops::registry::rules::MAX_RETIRE_REASON_BYTES;
-use crate::ops::{Flow, unexpected};
+use crate::ops::requests::registry::rules::MAX_RETIRE_REASON_BYTES;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status, StoreEffect,

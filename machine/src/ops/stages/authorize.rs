@@ -9,8 +9,8 @@
 //! nothing. Only an admitted call reaches its operation, so every journal
 //! read and write, NOT_FOUND and ABORTED among them, comes after the check.
 
-use crate::ops::cx::Cx;
-use crate::ops::{Flow, unexpected};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::caller::{Caller, Principal, Role};
 use crate::vocab::shown;
 use crate::vocab::{EffectId, Outcome, Request, RequestId, Status, StoreOutcome};

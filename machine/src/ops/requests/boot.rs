@@ -9,9 +9,9 @@
 //! sessions. A row this host cannot serve is isolated and reported, never
 //! fatal. The daemon and the test world both boot through this operation.
 
-use super::cx::Cx;
 use super::registry::rules::load_registrations;
-use super::{Flow, unexpected};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::{
     BootReport, Effect, EffectId, Outcome, PutError, RegistryRefusal, RequestId, Response, Status,
     StoreEffect, StoreOutcome,

@@ -25,13 +25,13 @@ use agentsessions_proto::v1::{
     ForkRequest, ForkResponse, IdentityRef, LogRecord, Session, SnapshotRef,
 };
 
-use super::placement::{Placed, Placement, Provision, needs_memory};
-use super::routing::{for_turn, mapping};
-use super::run::suspend_event;
-use super::session::{Render, Rendered};
-use super::{Flow, unexpected};
 use crate::events;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::placement::{Placed, Placement, Provision, needs_memory};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::routing::{for_turn, mapping};
+use crate::ops::stages::run::suspend_event;
 use crate::vocab::config::MAX_FORK_CHILDREN;
 use crate::vocab::shown;
 use crate::vocab::{

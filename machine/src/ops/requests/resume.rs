@@ -19,21 +19,21 @@ use agentsessions_proto::v1::{
     ControllerFrame, IdentityRef, LogRecord, SnapshotRef, Start, controller_frame::Frame, lifecycle,
 };
 
-use super::load::{Load, Loaded};
-use super::override_check::{Checked, OverrideCheck};
-use super::placement::{Placed, Placement, Provision, needs_memory};
-use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
-use super::run::{CancelCalls, Handed, Handoff, Run};
-use super::session::{Render, Rendered};
-use super::{Flow, unexpected};
 use crate::error::{LogError, TurnError};
 use crate::events::{self, body};
 use crate::invocation::{Ending, Invocation, Mode, Setup, TokenBudget};
 use crate::journal::approval::{self, ApprovalScan, ApprovalState};
 use crate::journal::executions::{self, ExecKind, Execution};
 use crate::journal::legacy;
-use crate::ops::cx::Cx;
-use crate::ops::render;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::override_check::{Checked, OverrideCheck};
+use crate::ops::stages::placement::{Placed, Placement, Provision, needs_memory};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::render;
+use crate::ops::stages::routing::{check_resumed, mapping, resolve, resolve_recorded};
+use crate::ops::stages::run::{CancelCalls, Handed, Handoff, Run};
 use crate::vocab::caller::{Caller, Principal, Role};
 use crate::vocab::shown;
 use crate::vocab::{

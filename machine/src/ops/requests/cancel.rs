@@ -13,13 +13,13 @@
 
 use agentsessions_proto::v1::{CancelRequest, IdentityRef, LogRecord, lifecycle};
 
-use super::load::{Load, Loaded};
-use super::routing::mapping;
-use super::session::{Render, Rendered};
-use super::{Flow, unexpected};
 use crate::events;
 use crate::journal::executions;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::routing::mapping;
 use crate::vocab::shown;
 use crate::vocab::{EffectId, Outcome, RequestId, Response, Status, StoreOutcome};
 

@@ -14,7 +14,7 @@
 //! apply. Ordinary turns and static overrides keep their single Describe.
 
 use super::placement::{describe_error, needs_memory};
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
 use crate::vocab::shown;
 use crate::vocab::{Effect, EffectId, HarnessEffect, HarnessOutcome, Outcome, Route, Status};
 
@@ -103,7 +103,7 @@ impl OverrideCheck {
             "override check got an outcome it did not ask for"
         );
         let Outcome::Harness(HarnessOutcome::Described(result)) = outcome else {
-            super::unexpected("override check", &outcome)
+            crate::ops::unexpected("override check", &outcome)
         };
         match self.step {
             Step::Stored(_) => match result {

@@ -7,14 +7,14 @@
 
 use agentsessions_proto::v1::{IdentityRef, LogRecord, SnapshotRef};
 
-use super::load::{Load, Loaded};
-use super::routing::{check_resumed, mapping, resolve, resolve_recorded};
-use super::run::suspend_event;
-use super::session::{Render, Rendered};
-use super::{Flow, unexpected};
 use crate::events;
 use crate::journal::approval;
-use crate::ops::cx::Cx;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
+use crate::ops::stages::load::{Load, Loaded};
+use crate::ops::stages::present::{Render, Rendered};
+use crate::ops::stages::routing::{check_resumed, mapping, resolve, resolve_recorded};
+use crate::ops::stages::run::suspend_event;
 use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, Outcome, RequestId, Response, RuntimeCall, RuntimeOp, RuntimeReply, Status,

@@ -11,8 +11,8 @@ use agentsessions_proto::v1::{HarnessRegistration, ListHarnessesRequest, ListHar
 use base64::Engine as _;
 
 use super::{registration, static_registration};
-use crate::ops::cx::Cx;
-use crate::ops::{Flow, unexpected};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::config::{DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE};
 use crate::vocab::{
     Effect, EffectId, HarnessRow, Outcome, RequestId, Response, Status, StoreEffect, StoreOutcome,

@@ -19,10 +19,10 @@ use agentsessions_proto::v1::{
     RegisterHarnessRequest, ResourceMetadata, RetireHarnessRequest,
 };
 
-use super::Flow;
-use crate::ops::cx::Cx;
-use crate::ops::registry::rules::decode_stored_spec;
-use crate::ops::render;
+use crate::ops::requests::registry::rules::decode_stored_spec;
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::Flow;
+use crate::ops::stages::render;
 use crate::vocab::{EffectId, HarnessFailure, HarnessRow, Outcome, RequestId};
 
 /// One HarnessRegistry call in flight.

@@ -9,9 +9,11 @@
 use agentsessions_proto::v1::{RegisterHarnessRequest, RegisterHarnessResponse};
 
 use super::registration;
-use crate::ops::cx::Cx;
-use crate::ops::registry::rules::{canonical_spec, route_for_spec, validate_name, validate_spec};
-use crate::ops::{Flow, unexpected};
+use crate::ops::requests::registry::rules::{
+    canonical_spec, route_for_spec, validate_name, validate_spec,
+};
+use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::{Flow, unexpected};
 use crate::vocab::shown;
 use crate::vocab::{
     Effect, EffectId, HarnessRow, Outcome, PutError, RegisterOutcome, RegistryRefusal, RequestId,
