@@ -8,8 +8,8 @@
 
 use agentsessions_proto::v1::{ApprovalRef, ExecState};
 
-use crate::ops::Flow;
 use crate::ops::stages::cx::Cx;
+use crate::ops::stages::flow::Flow;
 use crate::ops::stages::load::{Load, Loaded};
 use crate::vocab::{EffectId, Outcome, RequestId, Response, Status};
 

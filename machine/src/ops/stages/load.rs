@@ -6,7 +6,7 @@ use crate::vocab::StoreOutcome;
 
 use crate::journal::Journal;
 use crate::ops::stages::cx::Cx;
-use crate::ops::unexpected;
+use crate::ops::stages::flow::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
 

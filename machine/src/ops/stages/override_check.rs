@@ -103,7 +103,7 @@ impl OverrideCheck {
             "override check got an outcome it did not ask for"
         );
         let Outcome::Harness(HarnessOutcome::Described(result)) = outcome else {
-            crate::ops::unexpected("override check", &outcome)
+            crate::ops::stages::flow::unexpected("override check", &outcome)
         };
         match self.step {
             Step::Stored(_) => match result {

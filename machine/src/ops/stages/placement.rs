@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use agentsessions_proto::v1::{HarnessDescriptor, Resumability, SnapshotRef};
 
 use crate::ops::stages::cx::Cx;
-use crate::ops::unexpected;
+use crate::ops::stages::flow::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{
     ConnId, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessOutcome, Outcome, Route,

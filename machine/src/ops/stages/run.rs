@@ -11,7 +11,7 @@ use crate::events;
 use crate::invocation::{Action, CancelRefusal, Ending, Finish, Invocation, Mode};
 use crate::journal::approval;
 use crate::ops::stages::cx::Cx;
-use crate::ops::unexpected;
+use crate::ops::stages::flow::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{
     Committed, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, History,
