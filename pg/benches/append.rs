@@ -21,9 +21,9 @@ mod pg;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentsessions_journal::{AppendBatch, JournalStore};
 use agentsessions_machine::events;
 use agentsessions_pg::{PgJournal, PgOptions};
-use agentsessions_shells::journal::{AppendBatch, JournalStore};
 
 const SESSIONS: usize = 64;
 const CONNECTIONS: usize = 8;

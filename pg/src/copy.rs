@@ -24,10 +24,10 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use agentsessions_journal::{PrefixSpan, StoreError};
 use agentsessions_machine::chain::{ChainError, ChainVerifier};
 use agentsessions_proto::v1::{Event, LogRecord};
-use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
-use agentsessions_shells::journal::{PrefixSpan, StoreError};
+use agentsessions_sqlite::{SqliteJournal, SqliteOptions};
 use prost::Message as _;
 use rusqlite::OptionalExtension as _;
 
@@ -226,7 +226,7 @@ impl Side {
             SqliteOptions::default(),
         )?);
         let conn = rusqlite::Connection::open(spec)?;
-        agentsessions_shells::journal::sqlite::schema::configure(&conn)?;
+        agentsessions_sqlite::schema::configure(&conn)?;
         Ok(Side::Sqlite(conn))
     }
 

@@ -30,10 +30,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use agentsessions_journal::compute_text::to_text;
+use agentsessions_journal::encode::encode_event;
+use agentsessions_journal::{AppendBatch, AppendError, StoreError};
 use agentsessions_proto::v1::LogRecord;
-use agentsessions_shells::journal::compute_text::to_text;
-use agentsessions_shells::journal::encode::encode_event;
-use agentsessions_shells::journal::{AppendBatch, AppendError, StoreError};
 use deadpool_postgres::Pool;
 use futures_util::future::{join3, join4};
 use tokio::sync::{mpsc, oneshot};
@@ -88,7 +88,7 @@ struct Pending {
 }
 
 /// Where commit timings go, once a daemon with metrics sets it.
-type Meter = Arc<std::sync::OnceLock<agentsessions_shells::metrics::JournalMeter>>;
+type Meter = Arc<std::sync::OnceLock<agentsessions_journal::Meter>>;
 
 /// The sending side; cloned with the journal. The committer stops once the
 /// last clone is dropped and the queue is drained.
@@ -121,7 +121,7 @@ impl GroupCommitter {
         }
     }
 
-    pub(crate) fn set_meter(&self, meter: agentsessions_shells::metrics::JournalMeter) {
+    pub(crate) fn set_meter(&self, meter: agentsessions_journal::Meter) {
         let _ = self.meter.set(meter);
     }
 

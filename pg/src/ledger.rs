@@ -1,16 +1,15 @@
 //! The tool ledger in the journal's database, so that every daemon on it
 //! answers a (session, idempotency key) from the same entries: a tool call
 //! one daemon finished is never executed again by another that resumes the
-//! turn (`agentsessions_shells::tools::ledger` has the rules; this is the
+//! turn (`agentsessions_journal::ledger` has the rules; this is the
 //! same table, statement for statement).
 //!
 //! Invariant: `start` never overwrites an entry and `finish` only turns a
 //! `started` entry into `done` (or creates one), so the first finished
 //! result is the one every later call gets, whichever daemon asks.
 
+use agentsessions_journal::ledger::{LedgerEntry, LedgerError, LedgerStore, entry_of};
 use agentsessions_proto::v1::ToolResult;
-use agentsessions_shells::tools::ToolError;
-use agentsessions_shells::tools::ledger::{LedgerEntry, LedgerStore, entry_of};
 use deadpool_postgres::Pool;
 use prost::Message as _;
 
@@ -40,9 +39,9 @@ impl std::fmt::Debug for PgLedger {
     }
 }
 
-fn ledger_err(e: impl std::fmt::Display) -> ToolError {
+fn ledger_err(e: impl std::fmt::Display) -> LedgerError {
     // Driver messages name tables and constraints, never bound values.
-    ToolError::Ledger(e.to_string())
+    LedgerError(e.to_string())
 }
 
 impl PgLedger {
@@ -56,7 +55,7 @@ impl PgLedger {
     fn run<T>(
         &self,
         f: impl AsyncFnOnce(&tokio_postgres::Client) -> Result<T, tokio_postgres::Error>,
-    ) -> Result<T, ToolError> {
+    ) -> Result<T, LedgerError> {
         self.runtime.block_on(async {
             let conn = self.pool.get().await.map_err(ledger_err)?;
             f(&conn).await.map_err(ledger_err)
@@ -65,7 +64,7 @@ impl PgLedger {
 }
 
 impl LedgerStore for PgLedger {
-    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError> {
+    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         let row = self.run(async |c| {
             c.query_opt(
                 "SELECT tool, state, result FROM tool_ledger
@@ -79,7 +78,7 @@ impl LedgerStore for PgLedger {
         entry_of(row.get(0), row.get::<_, &str>(1), result.as_deref()).map(Some)
     }
 
-    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError> {
+    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), LedgerError> {
         self.run(async |c| {
             c.execute(
                 "INSERT INTO tool_ledger (session, idempotency_key, tool, state)
@@ -98,7 +97,7 @@ impl LedgerStore for PgLedger {
         key: &str,
         tool: &str,
         result: &ToolResult,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), LedgerError> {
         let blob = result.encode_to_vec();
         self.run(async |c| {
             c.execute(
@@ -114,7 +113,7 @@ impl LedgerStore for PgLedger {
         Ok(())
     }
 
-    fn forget(&self, session: &str) -> Result<usize, ToolError> {
+    fn forget(&self, session: &str) -> Result<usize, LedgerError> {
         let n = self.run(async |c| {
             c.execute("DELETE FROM tool_ledger WHERE session = $1", &[&session])
                 .await
@@ -122,7 +121,7 @@ impl LedgerStore for PgLedger {
         Ok(usize::try_from(n).expect("a row count fits usize"))
     }
 
-    fn sessions(&self) -> Result<Vec<String>, ToolError> {
+    fn sessions(&self) -> Result<Vec<String>, LedgerError> {
         let rows = self.run(async |c| {
             c.query(
                 "SELECT DISTINCT session FROM tool_ledger ORDER BY session",

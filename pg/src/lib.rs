@@ -9,7 +9,7 @@
 //! LISTEN/NOTIFY are used, so the same SQL can later run on the
 //! PostgreSQL-compatible distributed databases.
 //!
-//! The contract is the one every store keeps (`agentsessions_shells::journal`,
+//! The contract is the one every store keeps (`agentsessions_journal`,
 //! checked by `shells/tests/store_contract.rs`, which runs against this store
 //! on a throwaway cluster). A COMMIT whose outcome the client cannot know (the
 //! connection broke during it) is reported as `CommitFailed`, never guessed.
@@ -23,14 +23,14 @@ mod tls;
 
 pub use group::{GroupLimits, GroupStats};
 
-use agentsessions_proto::v1::LogRecord;
-use agentsessions_shells::journal::reopen::{Backoff, Opener, Reopening};
-use agentsessions_shells::journal::{
+use agentsessions_journal::reopen::{Backoff, Opener, Reopening};
+use agentsessions_journal::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
     HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
     RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
     StoreError, Tombstone, VerifyError,
 };
+use agentsessions_proto::v1::LogRecord;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
@@ -219,7 +219,7 @@ impl PgJournal {
 }
 
 impl JournalStore for PgJournal {
-    fn set_meter(&self, meter: agentsessions_shells::metrics::JournalMeter) {
+    fn set_meter(&self, meter: agentsessions_journal::Meter) {
         // Appends outside the group committer are single transactions of
         // their own and go untimed.
         if let Some(group) = &self.group {
@@ -409,4 +409,11 @@ pub async fn create_database(admin_url: &str, name: &str) -> Result<String, Stor
         .map(|(b, _)| b)
         .ok_or_else(|| StoreError::InvalidArgument("journal url has no database".into()))?;
     Ok(format!("{base}/{name}"))
+}
+
+/// What the contract's fork checks count: [`PgJournal::row_counts`].
+impl agentsessions_journal::contract::StoredRows for PgJournal {
+    async fn stored(&self) -> (i64, i64) {
+        self.row_counts().await.expect("the row counts read")
+    }
 }

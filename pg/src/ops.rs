@@ -2,17 +2,17 @@
 //! mirroring `shells/src/journal/sqlite/{write_ops,read_ops}.rs` so both
 //! backends answer every call alike (the store contract suite checks it).
 
-use agentsessions_machine::chain::ChainVerifier;
-use agentsessions_proto::v1::{Event, LogRecord};
-use agentsessions_shells::journal::compute_text::{from_text, to_text};
-use agentsessions_shells::journal::encode::encode_event;
-use agentsessions_shells::journal::lease::{self, LeaseClaim, StoredLease};
-use agentsessions_shells::journal::{
+use agentsessions_journal::compute_text::{from_text, to_text};
+use agentsessions_journal::encode::encode_event;
+use agentsessions_journal::lease::{self, LeaseClaim, StoredLease};
+use agentsessions_journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
     Tombstone, VerifyError, child_spans, page_token,
 };
+use agentsessions_machine::chain::ChainVerifier;
+use agentsessions_proto::v1::{Event, LogRecord};
 use prost::Message as _;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Row, Transaction};

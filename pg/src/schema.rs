@@ -10,7 +10,7 @@
 
 use tokio_postgres::Client;
 
-use agentsessions_shells::journal::StoreError;
+use agentsessions_journal::StoreError;
 
 use crate::backend;
 

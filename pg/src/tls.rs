@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agentsessions_shells::journal::StoreError;
+use agentsessions_journal::StoreError;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use tokio_postgres::config::SslMode;

@@ -6,13 +6,13 @@
 use std::ops::ControlFlow;
 use std::path::Path;
 
+use agentsessions_journal::{AppendBatch, ForkBatch, JournalStore};
 use agentsessions_machine::events;
 use agentsessions_machine::journal::projection::batch_compute_state;
 use agentsessions_pg::copy::{self, CopyError, EventRow, Side};
 use agentsessions_pg::{PgJournal, PgOptions};
 use agentsessions_proto::v1::LogRecord;
-use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
-use agentsessions_shells::journal::{AppendBatch, ForkBatch, JournalStore};
+use agentsessions_sqlite::{SqliteJournal, SqliteOptions};
 use agentsessions_testkit::interop::{fixture_dir, parse_go_records};
 
 #[path = "../../shells/tests/support/pg.rs"]
@@ -322,7 +322,7 @@ async fn fork_children_copy_as_self_contained_journals_that_verify() {
     inputs(&store, child, 651, 3, fence).await;
     fork(&store, grandchild, child, 652).await;
     store
-        .delete_session(agentsessions_shells::journal::DeleteSession {
+        .delete_session(agentsessions_journal::DeleteSession {
             uid: parent.into(),
             expected_last_seq: 700,
             principal: String::new(),

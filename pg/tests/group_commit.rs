@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
+use agentsessions_journal::{AppendBatch, AppendError, JournalStore};
 use agentsessions_machine::events;
 use agentsessions_pg::{PgJournal, PgOptions};
-use agentsessions_shells::journal::{AppendBatch, AppendError, JournalStore};
 
 #[path = "../../shells/tests/support/pg.rs"]
 mod pg;
@@ -115,7 +115,7 @@ async fn two_journals_grouping_over_the_same_sessions_neither_deadlock_nor_lose(
     const APPENDS: usize = 12;
     for s in 0..SESSIONS {
         a.put_session(
-            agentsessions_shells::journal::SessionMeta {
+            agentsessions_journal::SessionMeta {
                 uid: format!("s{s}"),
                 ..Default::default()
             },

@@ -1,8 +1,8 @@
 //! The PostgreSQL schema against a real server: created once whoever
 //! opens first, and a newer version refused before anything is written.
 
+use agentsessions_journal::StoreError;
 use agentsessions_pg::{PgJournal, PgOptions};
-use agentsessions_shells::journal::StoreError;
 
 #[path = "../../shells/tests/support/pg.rs"]
 mod pg;

@@ -2,9 +2,9 @@
 //! cluster with a certificate from a test CA): verified connections work,
 //! and every way of not verifying is refused.
 
+use agentsessions_journal::{JournalStore, StoreError};
 use agentsessions_pg::copy::Side;
 use agentsessions_pg::{PgJournal, PgOptions};
-use agentsessions_shells::journal::{JournalStore, StoreError};
 
 #[path = "../../shells/tests/support/pg.rs"]
 mod pg;

@@ -4,13 +4,13 @@
 //! daemon's own effect translation. Every operation is atomic and durable
 //! when it returns; the simulator layers its crash model on top.
 
+use agentsessions_journal::AppendBatch;
+use agentsessions_journal::convert::{append_error_of, row_of};
+use agentsessions_journal::effects::perform_store_now;
+use agentsessions_journal::memory::{InstantStore, SessionImage as StoredImage, Tables};
 use agentsessions_machine::host::{AppendError, Nanos, SessionRow, StoreEffect, StoreOutcome};
 use agentsessions_machine::journal::projection::batch_compute_state;
 use agentsessions_proto::v1::{Event, LogRecord};
-use agentsessions_shells::daemon::convert::{append_error_of, row_of};
-use agentsessions_shells::daemon::store_effects::perform_store_now;
-use agentsessions_shells::journal::AppendBatch;
-use agentsessions_shells::journal::memory::{InstantStore, SessionImage as StoredImage, Tables};
 
 /// The store. Cloning it forks the whole database (the explorer does).
 #[derive(Debug, Clone, Default)]
@@ -20,7 +20,7 @@ pub struct MemStore {
     pub default_project: String,
 }
 
-fn row_of_stored(info: agentsessions_shells::journal::SessionInfo) -> SessionRow {
+fn row_of_stored(info: agentsessions_journal::SessionInfo) -> SessionRow {
     row_of(info).expect("rows written through the effect translation decode")
 }
 
@@ -34,7 +34,7 @@ impl MemStore {
     }
 
     /// The session's lease as stored (`None`: nobody holds one).
-    pub fn lease(&self, session: &str) -> Option<agentsessions_shells::journal::StoredLease> {
+    pub fn lease(&self, session: &str) -> Option<agentsessions_journal::StoredLease> {
         self.tables.lease(session)
     }
 

@@ -221,7 +221,9 @@ impl<S: JournalStore + 'static> Driver<S> {
 
     /// Keeps `metrics` of what the loop performs and the machine decides.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.ports.store.set_meter(metrics.journal());
+        self.ports
+            .store
+            .set_meter(std::sync::Arc::new(metrics.journal()));
         self.meter = Some(Meter::new(metrics));
         self
     }

@@ -8,7 +8,7 @@
 pub mod app;
 #[cfg(not(madsim))]
 mod boot_count;
-pub mod convert;
+pub use agentsessions_journal::convert;
 #[cfg(not(madsim))]
 mod drive_loop;
 pub mod driver;
@@ -44,7 +44,7 @@ pub mod security;
 #[cfg(not(madsim))]
 mod start;
 pub mod start_error;
-pub mod store_effects;
+pub use agentsessions_journal::effects as store_effects;
 mod stream_set;
 #[cfg(not(madsim))]
 pub mod tool_catalog;

@@ -293,7 +293,7 @@ impl ToolPort for Tools {
 /// database round trip driven by this very runtime).
 async fn on_ledger<T: Send + 'static>(
     ledger: &Arc<dyn LedgerStore>,
-    f: impl FnOnce(&dyn LedgerStore) -> Result<T, crate::tools::ToolError> + Send + 'static,
+    f: impl FnOnce(&dyn LedgerStore) -> Result<T, crate::tools::ledger::LedgerError> + Send + 'static,
 ) -> Result<T, StartError> {
     let ledger = Arc::clone(ledger);
     let fail = |e: String| StartError::Journal(format!("tool ledger: {e}"));

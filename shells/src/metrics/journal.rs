@@ -68,3 +68,13 @@ impl JournalMeter {
         self.append.observe(waited.as_secs_f64());
     }
 }
+
+impl agentsessions_journal::CommitMeter for JournalMeter {
+    fn committed(&self, appends: usize, took: Duration, in_place: bool) {
+        JournalMeter::committed(self, appends, took, in_place);
+    }
+
+    fn appended(&self, waited: Duration) {
+        JournalMeter::appended(self, waited);
+    }
+}

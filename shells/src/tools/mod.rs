@@ -43,10 +43,13 @@ use agentsessions_proto::v1::{ToolCall, ToolResult};
 use crate::model::BoxFuture;
 
 pub mod builtin;
-// The ledger is a SQLite file driven from blocking threads; the madsim
-// simulation brings its own deduplicating executor.
+/// The ledger's contract and rules (the journal crate's) and its SQLite
+/// file. The madsim simulation brings its own deduplicating executor.
 #[cfg(not(madsim))]
-pub mod ledger;
+pub mod ledger {
+    pub use agentsessions_journal::ledger::*;
+    pub use agentsessions_sqlite::ledger::ToolLedger;
+}
 #[cfg(not(madsim))]
 pub mod mcp;
 
@@ -55,6 +58,12 @@ pub use builtin::{AppendNote, EchoArgs};
 pub use ledger::{LedgerEntry, LedgerStore, ToolLedger};
 
 /// Longest tool name quoted in an error.
+impl From<agentsessions_journal::ledger::LedgerError> for ToolError {
+    fn from(e: agentsessions_journal::ledger::LedgerError) -> Self {
+        ToolError::Ledger(e.0)
+    }
+}
+
 #[cfg(not(madsim))]
 const MAX_NAME_IN_ERROR: usize = 64;
 
@@ -471,13 +480,14 @@ impl LedgerExecutor {
     async fn blocking<T, F>(&self, session: &str, key: &str, f: F) -> Result<T, ToolError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn LedgerStore, &str, &str) -> Result<T, ToolError> + Send + 'static,
+        F: FnOnce(&dyn LedgerStore, &str, &str) -> Result<T, ledger::LedgerError> + Send + 'static,
     {
         let ledger = Arc::clone(&self.ledger);
         let (s, k) = (session.to_owned(), key.to_owned());
         tokio::task::spawn_blocking(move || f(&*ledger, &s, &k))
             .await
             .map_err(|_| ToolError::Ledger("worker failed".into()))?
+            .map_err(ToolError::from)
     }
 }
 

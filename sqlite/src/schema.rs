@@ -6,6 +6,7 @@
 //! upgraded (v1 DDL, then each rung), so both end with identical
 //! `sqlite_master` text.
 
+use crate::db;
 use std::time::{Duration, Instant};
 
 use agentsessions_proto::v1::{Event, event};
@@ -13,7 +14,7 @@ use prost::Message as _;
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _};
 
-use crate::journal::StoreError;
+use agentsessions_journal::StoreError;
 
 /// The schema version this build writes and understands.
 pub const SCHEMA_VERSION: i64 = 2;
@@ -118,21 +119,24 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// Sets the per-connection pragmas every journal connection needs.
 pub fn configure(conn: &Connection) -> Result<(), StoreError> {
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(db)?;
     // The hot statements (append, touch, reads) must all stay cached.
     conn.set_prepared_statement_cache_capacity(64);
     // Without the planner stability guarantee, SQLite (built with STAT4)
     // re-plans a statement each time a parameter it planned with, such as
     // a `LIMIT ?`, is bound again: a full re-prepare per tail read. The
     // journal's statements have one good plan whatever the values.
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map_err(db)?;
     Ok(())
 }
 
 /// Reads `user_version` and refuses versions this build cannot use, before
 /// anything is written (switching to WAL already rewrites the header).
 pub fn check_version(conn: &Connection) -> Result<i64, StoreError> {
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db)?;
     if !(0..=SCHEMA_VERSION).contains(&v) {
         return Err(StoreError::UnsupportedSchema {
             found: v,
@@ -146,7 +150,9 @@ pub fn check_version(conn: &Connection) -> Result<i64, StoreError> {
 /// another process opening the same file at the same moment shows up as
 /// SQLITE_BUSY here; retry with exponential backoff inside the same 5 s budget.
 pub fn enable_wal(conn: &Connection) -> Result<(), StoreError> {
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(db)?;
     if mode.eq_ignore_ascii_case("wal") || mode.eq_ignore_ascii_case("memory") {
         return Ok(());
     }
@@ -166,7 +172,7 @@ pub fn enable_wal(conn: &Connection) -> Result<(), StoreError> {
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(Duration::from_millis(250));
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(db(e)),
         }
     }
 }
@@ -174,7 +180,7 @@ pub fn enable_wal(conn: &Connection) -> Result<(), StoreError> {
 /// Durability: with WAL, FULL syncs the WAL on every commit, so an
 /// acknowledged append survives power loss, not only a process crash.
 pub fn enable_full_sync(conn: &Connection) -> Result<(), StoreError> {
-    conn.execute_batch("PRAGMA synchronous=FULL")?;
+    conn.execute_batch("PRAGMA synchronous=FULL").map_err(db)?;
     Ok(())
 }
 
@@ -189,11 +195,11 @@ pub fn migrate(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreError>
     if check_version(conn)? == SCHEMA_VERSION {
         return Ok(());
     }
-    conn.execute_batch("BEGIN IMMEDIATE")?;
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(db)?;
     let result = migrate_locked(conn, now_unix_nanos);
     match result {
         Ok(()) => {
-            conn.execute_batch("COMMIT")?;
+            conn.execute_batch("COMMIT").map_err(db)?;
             Ok(())
         }
         Err(e) => {
@@ -210,7 +216,7 @@ fn migrate_locked(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreErr
     let found = check_version(conn)?;
     let mut v = found;
     if v == 0 {
-        conn.execute_batch(SCHEMA_V1)?;
+        conn.execute_batch(SCHEMA_V1).map_err(db)?;
         v = 1;
     }
     if v == 1 {
@@ -225,7 +231,8 @@ fn migrate_locked(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreErr
         v, SCHEMA_VERSION,
         "every rung up to the current version ran"
     );
-    conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
+    conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))
+        .map_err(db)?;
     Ok(())
 }
 
@@ -233,21 +240,23 @@ fn migrate_locked(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreErr
 /// existing session already uses, so no later registration can take a name
 /// that old journals refer to.
 fn rung_v2(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreError> {
-    conn.execute_batch(RUNG_V2)?;
+    conn.execute_batch(RUNG_V2).map_err(db)?;
     conn.execute(
         "INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at)
          SELECT DISTINCT harness, ?1 FROM sessions WHERE harness <> ''",
         [now_unix_nanos],
-    )?;
+    )
+    .map_err(db)?;
     let mut names = std::collections::BTreeSet::new();
     {
-        let mut stmt =
-            conn.prepare("SELECT session, seq, event FROM events ORDER BY session, seq")?;
-        let mut rows = stmt.query([])?;
-        while let Some(row) = rows.next()? {
-            let session: String = row.get(0)?;
-            let seq: i64 = row.get(1)?;
-            let blob: Vec<u8> = row.get(2)?;
+        let mut stmt = conn
+            .prepare("SELECT session, seq, event FROM events ORDER BY session, seq")
+            .map_err(db)?;
+        let mut rows = stmt.query([]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            let session: String = row.get(0).map_err(db)?;
+            let seq: i64 = row.get(1).map_err(db)?;
+            let blob: Vec<u8> = row.get(2).map_err(db)?;
             let ev = Event::decode(blob.as_slice()).map_err(|e| StoreError::Decode {
                 session,
                 seq,
@@ -260,21 +269,27 @@ fn rung_v2(conn: &Connection, now_unix_nanos: i64) -> Result<(), StoreError> {
             }
         }
     }
-    let mut insert = conn.prepare(
-        "INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at) VALUES (?1, ?2)",
-    )?;
+    let mut insert = conn
+        .prepare("INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at) VALUES (?1, ?2)")
+        .map_err(db)?;
     for name in names {
-        insert.execute(rusqlite::params![name, now_unix_nanos])?;
+        insert
+            .execute(rusqlite::params![name, now_unix_nanos])
+            .map_err(db)?;
     }
     Ok(())
 }
 
 /// `sqlite_master` as (type, name, sql), for comparing schemas in tests.
 pub fn schema_text(conn: &Connection) -> Result<Vec<(String, String, Option<String>)>, StoreError> {
-    let mut stmt = conn.prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")?;
+    let mut stmt = conn
+        .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+        .map_err(db)?;
     let rows = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<Result<Vec<_>, _>>()?;
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .map_err(db)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db)?;
     Ok(rows)
 }
 
@@ -286,6 +301,7 @@ pub fn has_table(conn: &Connection, name: &str) -> Result<bool, StoreError> {
             [name],
             |_| Ok(()),
         )
-        .optional()?
+        .optional()
+        .map_err(db)?
         .is_some())
 }

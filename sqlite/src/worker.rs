@@ -36,7 +36,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::heads::Heads;
-use crate::journal::StoreError;
+use agentsessions_journal::StoreError;
 
 /// Why a whole batch failed.
 #[derive(Debug, Clone)]
@@ -145,7 +145,7 @@ pub struct Shared {
     pub reads_in_place: AtomicU64,
     pub point_reads_on_threads: AtomicU64,
     /// Where commit timings go, once a daemon with metrics sets it.
-    pub meter: std::sync::OnceLock<crate::metrics::JournalMeter>,
+    pub meter: std::sync::OnceLock<agentsessions_journal::Meter>,
     /// The writer's view of session heads (locked only briefly, and only
     /// by whoever holds the writer's connection).
     pub heads: Mutex<Heads>,
@@ -484,7 +484,8 @@ mod tests {
     }
 
     fn insert(conn: &Connection, x: i64) -> Result<(), StoreError> {
-        conn.execute("INSERT INTO t(x) VALUES (?1)", [x])?;
+        conn.execute("INSERT INTO t(x) VALUES (?1)", [x])
+            .map_err(crate::db)?;
         Ok(())
     }
 

@@ -33,7 +33,7 @@ use std::time::Duration;
 use agentsessions_proto::v1::LogRecord;
 use tokio::sync::Notify;
 
-use super::{
+use crate::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
     HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
     RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,

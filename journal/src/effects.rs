@@ -10,20 +10,20 @@ use agentsessions_machine::journal::Journal;
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
 
-use super::convert::{
+use crate::convert::{
     append_error_of, delete_error_of, fault_of, harness_row_of, meta_of, put_error_of, row_of,
 };
-use crate::journal::{
+use crate::{
     AppendBatch, DeleteSession, ForkBatch, JournalStore, ListHarnesses, ListSessions, StaleScan,
     StoreError,
 };
 
-pub(super) fn text(e: StoreError) -> StoreFault {
+pub fn text(e: StoreError) -> StoreFault {
     fault_of(&e)
 }
 
 /// [`perform_store`] against a store whose calls never wait (such as
-/// [`crate::journal::memory::InstantStore`]): the outcome, now.
+/// [`crate::memory::InstantStore`]): the outcome, now.
 pub fn perform_store_now<S: JournalStore>(
     store: &S,
     effect: StoreEffect,
@@ -272,7 +272,7 @@ async fn list_sessions<S: JournalStore>(
         project,
         page_size,
         page_token: after
-            .map(|(t, u)| crate::journal::page_token::encode(t, &u))
+            .map(|(t, u)| crate::page_token::encode(t, &u))
             .unwrap_or_default(),
     };
     let page = store.list_sessions(req).await.map_err(text)?;
@@ -289,7 +289,7 @@ async fn register<S: JournalStore>(
     row: HarnessRow,
     now: Nanos,
 ) -> Result<(HarnessRow, RegisterOutcome), PutError> {
-    let reg = crate::journal::HarnessRegistration {
+    let reg = crate::HarnessRegistration {
         name: row.name,
         uid: row.uid,
         spec: row.spec,
@@ -300,9 +300,9 @@ async fn register<S: JournalStore>(
         .await
         .map_err(put_error_of)?;
     let outcome = match outcome {
-        crate::journal::RegisterOutcome::Created => RegisterOutcome::Created,
-        crate::journal::RegisterOutcome::Unchanged => RegisterOutcome::Unchanged,
-        crate::journal::RegisterOutcome::Reactivated => RegisterOutcome::Reactivated,
+        crate::RegisterOutcome::Created => RegisterOutcome::Created,
+        crate::RegisterOutcome::Unchanged => RegisterOutcome::Unchanged,
+        crate::RegisterOutcome::Reactivated => RegisterOutcome::Reactivated,
     };
     Ok((harness_row_of(row), outcome))
 }
@@ -313,8 +313,8 @@ async fn harness_row<S: JournalStore>(
 ) -> Result<Option<HarnessRow>, StoreFault> {
     match store.harness(name).await {
         Ok(row) => Ok(Some(harness_row_of(row))),
-        Err(crate::journal::RegistryError::NotFound { .. }) => Ok(None),
-        Err(crate::journal::RegistryError::Failed(e)) => Err(fault_of(&e)),
+        Err(crate::RegistryError::NotFound { .. }) => Ok(None),
+        Err(crate::RegistryError::Failed(e)) => Err(fault_of(&e)),
         Err(e) => Err(StoreFault::permanent(e.to_string())),
     }
 }

@@ -45,19 +45,21 @@ use agentsessions_machine::host::PageFill;
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
 pub mod compute_text;
+pub mod contract;
+pub mod convert;
+pub mod effects;
 pub mod encode;
 mod error;
 pub mod lease;
+pub mod ledger;
 pub mod memory;
+mod meter;
 pub mod page_token;
 pub mod reopen;
-// Threads and real files: not available in the madsim simulation, which
-// uses [`memory`] instead.
-#[cfg(not(madsim))]
-pub mod sqlite;
 
 pub use error::{AppendError, BackendError, DeleteError, RegistryError, StoreError, VerifyError};
 pub use lease::{LeaseClaim, StoredLease};
+pub use meter::{CommitMeter, Meter};
 
 /// The project a session lands in when none is given.
 pub const DEFAULT_PROJECT: &str = "default";
@@ -431,7 +433,7 @@ pub struct StalePage {
 pub trait JournalStore: Send + Sync {
     /// Reports commit timings and batch sizes to `meter` from now on.
     /// A store without a writer of its own (the in-memory ones) keeps none.
-    fn set_meter(&self, _meter: crate::metrics::JournalMeter) {}
+    fn set_meter(&self, _meter: crate::Meter) {}
 
     /// Appends `batch.events` atomically as consecutive records after
     /// `batch.expected_last_seq`, and returns the committed records.

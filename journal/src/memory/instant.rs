@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 use agentsessions_proto::v1::LogRecord;
 
 use super::tables::Tables;
-use crate::journal::{
+use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,

@@ -12,7 +12,7 @@ use agentsessions_shells::tools::{
     ToolExecutor, ToolRegistry,
 };
 
-#[path = "../../shells/tests/support/pg.rs"]
+#[path = "support/pg.rs"]
 mod pg;
 
 /// Counts its runs, and the runs told they may be re-drives.

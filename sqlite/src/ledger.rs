@@ -1,23 +1,23 @@
-//! The tool ledger: a durable record of which (session, idempotency key)
-//! pairs have started and finished, with each finished call's result.
+//! The tool ledger in a SQLite file of its own beside the journal
+//! (`<journal>.tools.db`), rather than as a table in the journal. The journal
+//! has a single writer thread, a versioned schema and an owner of its own;
+//! the ledger is written from tool executions at a different cadence, and
+//! keeping it apart means neither contends on the other's lock or migrates
+//! the other's schema. Its durability does not need to be atomic with the
+//! journal: the TOOL_CALL intent is already durable before an execution
+//! starts, and the ledger only has to be durable before the side effect.
 //!
-//! It lives in its own SQLite file beside the journal (`<journal>.tools.db`)
-//! rather than as a table in the journal. The journal has a single writer
-//! thread, a versioned schema and an owner of its own; the ledger is written
-//! from tool executions at a different cadence, and keeping it apart means
-//! neither contends on the other's lock or migrates the other's schema. Its
-//! durability does not need to be atomic with the journal: the TOOL_CALL
-//! intent is already durable before an execution starts, and the ledger only
-//! has to be durable before the side effect happens.
+//! The rules are `agentsessions_journal::ledger`'s; the statements below say
+//! them in SQL (`ON CONFLICT … DO NOTHING` is `on_start`, the guarded
+//! upsert `on_finish`).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
+use agentsessions_journal::ledger::{LedgerEntry, LedgerError, LedgerStore, entry_of};
 use agentsessions_proto::v1::ToolResult;
 use prost::Message as _;
 use rusqlite::{Connection, OptionalExtension, params};
-
-use super::ToolError;
 
 /// Schema version stored in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 1;
@@ -32,81 +32,6 @@ CREATE TABLE IF NOT EXISTS tool_ledger (
     PRIMARY KEY (session, idempotency_key)
 ) WITHOUT ROWID;
 ";
-
-/// What the ledger knows about one key.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LedgerEntry {
-    /// Recorded before the effect; the effect may or may not have happened.
-    Started {
-        /// Tool the key was first used with.
-        tool: String,
-    },
-    /// The effect happened and this was its result.
-    Done {
-        /// Tool the key was used with.
-        tool: String,
-        /// The stored result.
-        result: ToolResult,
-    },
-}
-
-/// Where ledger entries live: this file's SQLite ledger, or a table in a
-/// shared journal database (so several daemons see one ledger). Calls
-/// block; the executor makes them from a blocking thread. Each call is
-/// durable when it returns.
-pub trait LedgerStore: Send + Sync + 'static {
-    /// The entry for (session, key), if any.
-    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError>;
-    /// Records that the effect for (session, key) is about to happen. An
-    /// existing entry is left as it is.
-    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError>;
-    /// Records the effect's result. A result already stored wins: the first
-    /// finished execution is the one every later call is answered with.
-    fn finish(
-        &self,
-        session: &str,
-        key: &str,
-        tool: &str,
-        result: &ToolResult,
-    ) -> Result<(), ToolError>;
-    /// Records the result of a run that was harmless to make twice (it had
-    /// no "started" mark). Its loss only means a re-drive runs the call
-    /// again, so a store may skip the sync it makes for [`finish`]; by
-    /// default it is [`finish`].
-    ///
-    /// [`finish`]: LedgerStore::finish
-    fn finish_unsynced(
-        &self,
-        session: &str,
-        key: &str,
-        tool: &str,
-        result: &ToolResult,
-    ) -> Result<(), ToolError> {
-        self.finish(session, key, tool, result)
-    }
-    /// Forgets every key of `session` (a deleted session); returns how many
-    /// entries went. Repeating it is harmless.
-    fn forget(&self, session: &str) -> Result<usize, ToolError>;
-    /// Sessions with at least one entry, in uid order.
-    fn sessions(&self) -> Result<Vec<String>, ToolError>;
-}
-
-/// An entry from its stored columns (the same in every backend).
-pub fn entry_of(
-    tool: String,
-    state: &str,
-    result: Option<&[u8]>,
-) -> Result<LedgerEntry, ToolError> {
-    match (state, result) {
-        ("started", _) => Ok(LedgerEntry::Started { tool }),
-        ("done", Some(bytes)) => {
-            let result = ToolResult::decode(bytes)
-                .map_err(|_| ToolError::Ledger("stored result is corrupt".into()))?;
-            Ok(LedgerEntry::Done { tool, result })
-        }
-        _ => Err(ToolError::Ledger("stored entry is corrupt".into())),
-    }
-}
 
 /// The durable (session, key) → result store in a SQLite file.
 #[derive(Debug)]
@@ -123,16 +48,16 @@ impl ToolLedger {
     }
 
     /// Opens (creating if needed) the ledger at `path`.
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, ToolError> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, LedgerError> {
         Self::init(Connection::open(path).map_err(ledger_err)?)
     }
 
     /// A ledger that forgets everything when dropped (tests).
-    pub fn open_in_memory() -> Result<Self, ToolError> {
+    pub fn open_in_memory() -> Result<Self, LedgerError> {
         Self::init(Connection::open_in_memory().map_err(ledger_err)?)
     }
 
-    fn init(conn: Connection) -> Result<Self, ToolError> {
+    fn init(conn: Connection) -> Result<Self, LedgerError> {
         // "started" must be on disk before the effect, so every commit syncs.
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(ledger_err)?;
@@ -144,7 +69,7 @@ impl ToolLedger {
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(ledger_err)?;
         if version > SCHEMA_VERSION {
-            return Err(ToolError::Ledger("schema is newer than this build".into()));
+            return Err(LedgerError("schema is newer than this build".into()));
         }
         conn.execute_batch(SCHEMA).map_err(ledger_err)?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -162,7 +87,7 @@ impl ToolLedger {
 }
 
 impl LedgerStore for ToolLedger {
-    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, ToolError> {
+    fn get(&self, session: &str, key: &str) -> Result<Option<LedgerEntry>, LedgerError> {
         let row = self
             .conn()
             .query_row(
@@ -185,7 +110,7 @@ impl LedgerStore for ToolLedger {
         entry_of(tool, &state, result.as_deref()).map(Some)
     }
 
-    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), ToolError> {
+    fn start(&self, session: &str, key: &str, tool: &str) -> Result<(), LedgerError> {
         self.conn()
             .execute(
                 "INSERT INTO tool_ledger (session, idempotency_key, tool, state)
@@ -203,7 +128,7 @@ impl LedgerStore for ToolLedger {
         key: &str,
         tool: &str,
         result: &ToolResult,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), LedgerError> {
         finish_on(&self.conn(), session, key, tool, result)
     }
 
@@ -213,7 +138,7 @@ impl LedgerStore for ToolLedger {
         key: &str,
         tool: &str,
         result: &ToolResult,
-    ) -> Result<(), ToolError> {
+    ) -> Result<(), LedgerError> {
         let conn = self.conn();
         // In WAL mode NORMAL commits without an fsync; the next synced
         // commit (or checkpoint) makes this one durable too.
@@ -225,13 +150,13 @@ impl LedgerStore for ToolLedger {
         restored.map_err(ledger_err)
     }
 
-    fn forget(&self, session: &str) -> Result<usize, ToolError> {
+    fn forget(&self, session: &str) -> Result<usize, LedgerError> {
         self.conn()
             .execute("DELETE FROM tool_ledger WHERE session = ?1", [session])
             .map_err(ledger_err)
     }
 
-    fn sessions(&self) -> Result<Vec<String>, ToolError> {
+    fn sessions(&self) -> Result<Vec<String>, LedgerError> {
         let conn = self.conn();
         let mut stmt = conn
             .prepare("SELECT DISTINCT session FROM tool_ledger ORDER BY session")
@@ -248,7 +173,7 @@ fn finish_on(
     key: &str,
     tool: &str,
     result: &ToolResult,
-) -> Result<(), ToolError> {
+) -> Result<(), LedgerError> {
     conn.execute(
         "INSERT INTO tool_ledger (session, idempotency_key, tool, state, result)
          VALUES (?1, ?2, ?3, 'done', ?4)
@@ -261,8 +186,8 @@ fn finish_on(
     Ok(())
 }
 
-fn ledger_err(e: rusqlite::Error) -> ToolError {
+fn ledger_err(e: rusqlite::Error) -> LedgerError {
     // Driver messages name tables and constraints, never bound values, so
     // no args or keys leak through them.
-    ToolError::Ledger(e.to_string())
+    LedgerError(e.to_string())
 }

@@ -1,14 +1,15 @@
 //! Read operations, run on reader connections (WAL readers see the last
 //! committed state and never block the writer).
 
+use crate::db;
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_machine::host::PageFill;
 use agentsessions_proto::v1::{Event, LogRecord};
 use prost::Message as _;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
-use crate::journal::compute_text::from_text;
-use crate::journal::{
+use agentsessions_journal::compute_text::from_text;
+use agentsessions_journal::{
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, SessionInfo, SessionMeta,
     SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
 };
@@ -21,9 +22,10 @@ const NOT_DELETED: &str = "NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.
 pub fn head(conn: &Connection, session: &str) -> Result<i64, StoreError> {
     let sql =
         format!("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session = ?1 AND {NOT_DELETED}");
-    Ok(conn
-        .prepare_cached(&sql)?
-        .query_row([session], |r| r.get(0))?)
+    conn.prepare_cached(&sql)
+        .map_err(db)?
+        .query_row([session], |r| r.get(0))
+        .map_err(db)
 }
 
 /// The spans of other sessions' records `session`'s journal begins with
@@ -80,12 +82,16 @@ fn segments(
 }
 
 fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> {
-    let seq: i64 = row.get(0)?;
-    let blob = row.get_ref(4)?.as_blob().map_err(|e| StoreError::Decode {
-        session: session.to_owned(),
-        seq,
-        reason: e.to_string(),
-    })?;
+    let seq: i64 = row.get(0).map_err(db)?;
+    let blob = row
+        .get_ref(4)
+        .map_err(db)?
+        .as_blob()
+        .map_err(|e| StoreError::Decode {
+            session: session.to_owned(),
+            seq,
+            reason: e.to_string(),
+        })?;
     let event = Event::decode(blob).map_err(|e| StoreError::Decode {
         session: session.to_owned(),
         seq,
@@ -93,9 +99,9 @@ fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> 
     })?;
     Ok(LogRecord {
         seq,
-        prev_hash: row.get(1)?,
-        content_hash: row.get(2)?,
-        fence: row.get(3)?,
+        prev_hash: row.get(1).map_err(db)?,
+        content_hash: row.get(2).map_err(db)?,
+        fence: row.get(3).map_err(db)?,
         event: Some(event),
     })
 }
@@ -111,7 +117,7 @@ const READ_HELD: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
 
 /// Streams records `from..=to` (`to == 0`: through the head) into `sink`,
 /// so verification never holds a whole chain in memory.
-fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
+fn for_each_record<E: From<StoreError>>(
     conn: &Connection,
     session: &str,
     from_seq: i64,
@@ -119,10 +125,14 @@ fn for_each_record<E: From<StoreError> + From<rusqlite::Error>>(
     mut sink: impl FnMut(LogRecord) -> Result<(), E>,
 ) -> Result<(), E> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
-    for seg in segments(conn, session, from_seq, to)? {
-        let mut stmt = conn.prepare_cached(if seg.own { READ_OWN } else { READ_HELD })?;
-        let mut rows = stmt.query(params![seg.holder, seg.lo, seg.hi])?;
-        while let Some(row) = rows.next()? {
+    for seg in segments(conn, session, from_seq, to).map_err(db)? {
+        let mut stmt = conn
+            .prepare_cached(if seg.own { READ_OWN } else { READ_HELD })
+            .map_err(db)?;
+        let mut rows = stmt
+            .query(params![seg.holder, seg.lo, seg.hi])
+            .map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
             sink(decode_record(&seg.holder, row)?)?;
         }
     }
@@ -147,17 +157,19 @@ pub fn read_at_most(
 ) -> Result<Option<Vec<LogRecord>>, StoreError> {
     let to = if to_seq <= 0 { i64::MAX } else { to_seq };
     let mut out = Vec::new();
-    for seg in segments(conn, session, from_seq, to)? {
+    for seg in segments(conn, session, from_seq, to).map_err(db)? {
         let sql = if seg.own {
             READ_AT_MOST
         } else {
             READ_HELD_AT_MOST
         };
-        let mut stmt = conn.prepare_cached(sql)?;
+        let mut stmt = conn.prepare_cached(sql).map_err(db)?;
         let left = limit - out.len();
         let cap = i64::try_from(left).unwrap_or(i64::MAX).saturating_add(1);
-        let mut rows = stmt.query(params![seg.holder, seg.lo, seg.hi, cap])?;
-        while let Some(row) = rows.next()? {
+        let mut rows = stmt
+            .query(params![seg.holder, seg.lo, seg.hi, cap])
+            .map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
             if out.len() == limit {
                 return Ok(None);
             }
@@ -201,11 +213,6 @@ pub fn read_bounded(
             Self::Failed(e)
         }
     }
-    impl From<rusqlite::Error> for Scan {
-        fn from(e: rusqlite::Error) -> Self {
-            Self::Failed(e.into())
-        }
-    }
     let mut out = Vec::new();
     let mut fill = PageFill::new(max_bytes);
     let scan = for_each_record::<Scan>(conn, session, from_seq, to_seq, |rec| {
@@ -236,38 +243,38 @@ const SESSION_COLUMNS: &str = "s.session, s.project, s.name, s.harness, s.model,
     COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session = s.session), 0)";
 
 fn session_row(row: &Row<'_>) -> Result<SessionInfo, StoreError> {
-    let uid: String = row.get(0)?;
-    let state_text: String = row.get(13)?;
+    let uid: String = row.get(0).map_err(db)?;
+    let state_text: String = row.get(13).map_err(db)?;
     let compute_state = from_text(&state_text).ok_or_else(|| {
         StoreError::Corrupt(format!("session {uid}: compute_state {state_text:?}"))
     })?;
     Ok(SessionInfo {
         meta: SessionMeta {
             uid,
-            project: row.get(1)?,
-            name: row.get(2)?,
-            harness: row.get(3)?,
-            model: row.get(4)?,
-            parent_uid: row.get(5)?,
-            fork_seq: row.get(6)?,
-            created_at: row.get(7)?,
-            updated_at: row.get(8)?,
-            labels: row.get(9)?,
-            annotations: row.get(10)?,
-            origin: row.get(11)?,
-            identity: row.get(12)?,
+            project: row.get(1).map_err(db)?,
+            name: row.get(2).map_err(db)?,
+            harness: row.get(3).map_err(db)?,
+            model: row.get(4).map_err(db)?,
+            parent_uid: row.get(5).map_err(db)?,
+            fork_seq: row.get(6).map_err(db)?,
+            created_at: row.get(7).map_err(db)?,
+            updated_at: row.get(8).map_err(db)?,
+            labels: row.get(9).map_err(db)?,
+            annotations: row.get(10).map_err(db)?,
+            origin: row.get(11).map_err(db)?,
+            identity: row.get(12).map_err(db)?,
         },
         compute_state,
-        fence: row.get(14)?,
-        last_seq: row.get(15)?,
+        fence: row.get(14).map_err(db)?,
+        last_seq: row.get(15).map_err(db)?,
     })
 }
 
 pub fn session_info(conn: &Connection, uid: &str) -> Result<SessionInfo, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.session = ?1");
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut rows = stmt.query([uid])?;
-    match rows.next()? {
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+    let mut rows = stmt.query([uid]).map_err(db)?;
+    match rows.next().map_err(db)? {
         Some(row) => session_row(row),
         None => Err(StoreError::SessionNotFound {
             uid: uid.to_owned(),
@@ -293,9 +300,9 @@ pub fn list_sessions(
             "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = ?1
              ORDER BY s.created_at DESC, s.session ASC LIMIT ?2"
         );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let mut rows = stmt.query(params![project, fetch])?;
-        while let Some(row) = rows.next()? {
+        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+        let mut rows = stmt.query(params![project, fetch]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
             sessions.push(session_row(row)?);
         }
     } else {
@@ -310,9 +317,9 @@ pub fn list_sessions(
                  ORDER BY s.created_at DESC, s.session ASC LIMIT ?4)
              LIMIT ?4"
         );
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let mut rows = stmt.query(params![project, ts, uid, fetch])?;
-        while let Some(row) = rows.next()? {
+        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+        let mut rows = stmt.query(params![project, ts, uid, fetch]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
             sessions.push(session_row(row)?);
         }
     }
@@ -357,9 +364,11 @@ fn harness_from_row(row: &Row<'_>) -> rusqlite::Result<Result<HarnessRow, StoreE
 
 pub fn harness_row(conn: &Connection, name: &str) -> Result<Option<HarnessRow>, StoreError> {
     let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = ?1");
-    conn.prepare_cached(&sql)?
+    conn.prepare_cached(&sql)
+        .map_err(db)?
         .query_row([name], harness_from_row)
-        .optional()?
+        .optional()
+        .map_err(db)?
         .transpose()
 }
 
@@ -374,33 +383,36 @@ pub fn list_harnesses(
         "SELECT {HARNESS_COLUMNS} FROM harnesses
          WHERE name > ?1 AND (?2 OR state = 'active') ORDER BY name LIMIT ?3"
     );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(
-        params![req.after, req.include_retired, req.limit as i64],
-        harness_from_row,
-    )?;
+    let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+    let rows = stmt
+        .query_map(
+            params![req.after, req.include_retired, req.limit as i64],
+            harness_from_row,
+        )
+        .map_err(db)?;
     let mut out = Vec::new();
     for r in rows {
-        out.push(r??);
+        out.push(r.map_err(db)??);
     }
     Ok(out)
 }
 
 /// The tombstone of `uid`, if it was deleted.
 pub fn tombstone(conn: &Connection, uid: &str) -> Result<Option<Tombstone>, StoreError> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT deleted_at, records, principal FROM deleted_sessions WHERE session = ?1",
-        )?
-        .query_row([uid], |r| {
-            Ok(Tombstone {
-                uid: uid.to_owned(),
-                deleted_at: r.get(0)?,
-                records: r.get(1)?,
-                principal: r.get(2)?,
-            })
+    conn.prepare_cached(
+        "SELECT deleted_at, records, principal FROM deleted_sessions WHERE session = ?1",
+    )
+    .map_err(db)?
+    .query_row([uid], |r| {
+        Ok(Tombstone {
+            uid: uid.to_owned(),
+            deleted_at: r.get(0)?,
+            records: r.get(1)?,
+            principal: r.get(2)?,
         })
-        .optional()?)
+    })
+    .optional()
+    .map_err(db)
 }
 
 /// One retention step: walks `scan.scan` rows of the primary key after
@@ -413,16 +425,18 @@ pub fn stale_sessions(conn: &Connection, scan: &StaleScan) -> Result<StalePage, 
         return Err(StoreError::InvalidArgument("scan must be positive".into()));
     }
     let limit = i64::try_from(scan.scan).unwrap_or(i64::MAX);
-    let mut stmt = conn.prepare_cached(
-        "SELECT session, updated_at FROM sessions WHERE session > ?1 ORDER BY session LIMIT ?2",
-    )?;
-    let mut rows = stmt.query(params![scan.after, limit])?;
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT session, updated_at FROM sessions WHERE session > ?1 ORDER BY session LIMIT ?2",
+        )
+        .map_err(db)?;
+    let mut rows = stmt.query(params![scan.after, limit]).map_err(db)?;
     let mut page = StalePage::default();
     let mut seen = 0usize;
     let mut last = String::new();
-    while let Some(row) = rows.next()? {
-        let uid: String = row.get(0)?;
-        let updated_at: i64 = row.get(1)?;
+    while let Some(row) = rows.next().map_err(db)? {
+        let uid: String = row.get(0).map_err(db)?;
+        let updated_at: i64 = row.get(1).map_err(db)?;
         if updated_at < scan.before {
             page.stale.push(uid.clone());
         }
@@ -444,12 +458,10 @@ mod tests {
     #[test]
     fn a_tail_read_reuses_its_prepared_plan_whatever_the_bounds() {
         let conn = Connection::open_in_memory().unwrap();
-        super::super::schema::configure(&conn).unwrap();
-        super::super::schema::migrate(&conn, 1).unwrap();
-        conn.execute_batch(super::super::schema::DELETED_SESSIONS)
-            .unwrap();
-        conn.execute_batch(super::super::schema::SESSION_PREFIXES)
-            .unwrap();
+        crate::schema::configure(&conn).unwrap();
+        crate::schema::migrate(&conn, 1).unwrap();
+        conn.execute_batch(crate::schema::DELETED_SESSIONS).unwrap();
+        conn.execute_batch(crate::schema::SESSION_PREFIXES).unwrap();
         for (from, limit) in [(1, 64), (2, 64), (5, 8), (9, 64)] {
             assert_eq!(
                 read_at_most(&conn, "s", from, 0, limit).unwrap(),

@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
-use crate::journal::lease::{self, LeaseClaim, StoredLease};
-use crate::journal::{
+use crate::lease::{self, LeaseClaim, StoredLease};
+use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
@@ -450,10 +450,10 @@ impl Tables {
         }
         let head = existing.map_or(0, Session::head);
         let current = existing.map_or(0, |s| s.fence);
-        if batch.expected_last_seq != head && !crate::journal::memory::planted!(DropCas) {
+        if batch.expected_last_seq != head && !crate::memory::planted!(DropCas) {
             return Err(AppendError::Conflict { head });
         }
-        if batch.fence < current && !crate::journal::memory::planted!(SkipFenceCheck) {
+        if batch.fence < current && !crate::memory::planted!(SkipFenceCheck) {
             return Err(AppendError::Fenced { current });
         }
         let prev = existing
@@ -495,7 +495,7 @@ impl Tables {
             return Err(AppendError::Conflict { head });
         }
         let current = existing.map_or(0, |s| s.fence);
-        if batch.fence < current && !crate::journal::memory::planted!(SkipFenceCheck) {
+        if batch.fence < current && !crate::memory::planted!(SkipFenceCheck) {
             return Err(AppendError::Fenced { current });
         }
         let (spans, prev) = if batch.at_seq == 0 {
@@ -641,7 +641,7 @@ impl Tables {
     }
 
     fn refuse_deleted(&self, uid: &str) -> Result<(), StoreError> {
-        if self.tombstones.contains_key(uid) && !crate::journal::memory::planted!(IgnoreTombstone) {
+        if self.tombstones.contains_key(uid) && !crate::memory::planted!(IgnoreTombstone) {
             return Err(StoreError::SessionDeleted {
                 uid: uid.to_owned(),
             });
@@ -665,7 +665,7 @@ impl Tables {
         }
         let records = i64::try_from(self.records(&req.uid).len()).expect("fits i64");
         // The planted bug: the tombstone is written but the session stays.
-        if !crate::journal::memory::planted!(DeleteKeepsRecords) {
+        if !crate::memory::planted!(DeleteKeepsRecords) {
             let gone = self.sessions.remove(&req.uid).expect("looked up above");
             // Children keep what they share of it; what it shared of
             // other deleted sessions may be free now.

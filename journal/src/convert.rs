@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use agentsessions_machine::host::{self as m, Nanos};
 use agentsessions_proto::v1::{ComputeState, IdentityRef, Origin};
 
-use crate::journal::{self as store, HarnessState, SessionInfo, SessionMeta};
+use crate::{self as store, HarnessState, SessionInfo, SessionMeta};
 
 /// A stored text field that does not decode.
 #[derive(Debug, thiserror::Error)]
@@ -176,5 +176,5 @@ pub fn delete_error_of(e: store::DeleteError) -> m::DeleteRefusal {
 
 /// Wall-clock now in unix nanos (the shell's clock; the machine has none).
 pub fn now() -> Nanos {
-    crate::journal::system_now_unix_nanos()
+    crate::system_now_unix_nanos()
 }

@@ -7,7 +7,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-use super::StoreError;
+use crate::StoreError;
 
 /// The token for a page that ended at (`created_at`, `uid`).
 pub fn encode(created_at: i64, uid: &str) -> String {

@@ -7,7 +7,7 @@
 
 pub use agentsessions_machine::host::LeaseClaim;
 
-use crate::journal::StoreError;
+use crate::StoreError;
 
 /// A session's lease as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -88,7 +88,7 @@ impl StoreError {
     }
 }
 
-/// Failures of [`crate::journal::JournalStore::append`].
+/// Failures of [`crate::JournalStore::append`].
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
     /// `expected_last_seq` is not the current head.
@@ -101,7 +101,7 @@ pub enum AppendError {
     Failed(#[from] StoreError),
 }
 
-/// Failures of [`crate::journal::JournalStore::delete_session`].
+/// Failures of [`crate::JournalStore::delete_session`].
 #[derive(Debug, thiserror::Error)]
 pub enum DeleteError {
     /// The session moved past the head the deleter decided from.
@@ -111,7 +111,7 @@ pub enum DeleteError {
     Failed(#[from] StoreError),
 }
 
-/// Failures of [`crate::journal::JournalStore::verify`].
+/// Failures of [`crate::JournalStore::verify`].
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// The stored chain does not verify: a record was altered, removed or
@@ -166,39 +166,4 @@ pub enum RegistryError {
     NameCollision { name: String },
     #[error(transparent)]
     Failed(#[from] StoreError),
-}
-
-#[cfg(not(madsim))]
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(Box::new(e))
-    }
-}
-
-#[cfg(not(madsim))]
-impl From<rusqlite::Error> for AppendError {
-    fn from(e: rusqlite::Error) -> Self {
-        AppendError::Failed(e.into())
-    }
-}
-
-#[cfg(not(madsim))]
-impl From<rusqlite::Error> for DeleteError {
-    fn from(e: rusqlite::Error) -> Self {
-        DeleteError::Failed(e.into())
-    }
-}
-
-#[cfg(not(madsim))]
-impl From<rusqlite::Error> for RegistryError {
-    fn from(e: rusqlite::Error) -> Self {
-        RegistryError::Failed(e.into())
-    }
-}
-
-#[cfg(not(madsim))]
-impl From<rusqlite::Error> for VerifyError {
-    fn from(e: rusqlite::Error) -> Self {
-        VerifyError::Failed(e.into())
-    }
 }

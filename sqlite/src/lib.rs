@@ -31,7 +31,7 @@ use crossbeam_channel::{Sender, unbounded};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use super::{
+use agentsessions_journal::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
     HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
     RegisterOutcome, RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan,
@@ -39,12 +39,20 @@ use super::{
 };
 
 mod heads;
+pub mod ledger;
 mod read_ops;
 pub mod schema;
 mod worker;
 mod write_ops;
 
 pub use worker::Faults;
+
+/// A driver error as a store error: a backend failure, whose message names
+/// tables and constraints, never bound values. (`?` turns it into the
+/// operation's own error from there.)
+pub(crate) fn db(e: rusqlite::Error) -> agentsessions_journal::StoreError {
+    agentsessions_journal::StoreError::Backend(Box::new(e))
+}
 
 /// A source of Unix nanoseconds, used only to stamp migration backfills.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -72,7 +80,7 @@ impl Default for SqliteOptions {
             default_project: DEFAULT_PROJECT.to_owned(),
             readers: 2,
             max_batch: 512,
-            clock: Arc::new(super::system_now_unix_nanos),
+            clock: Arc::new(agentsessions_journal::system_now_unix_nanos),
             faults: Faults::default(),
         }
     }
@@ -163,7 +171,7 @@ impl std::fmt::Debug for SqliteJournal {
 }
 
 fn open_connection(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
-    let conn = Connection::open_with_flags(path, flags)?;
+    let conn = Connection::open_with_flags(path, flags).map_err(db)?;
     schema::configure(&conn)?;
     Ok(conn)
 }
@@ -187,9 +195,9 @@ impl SqliteJournal {
         schema::enable_wal(&conn)?;
         schema::enable_full_sync(&conn)?;
         schema::migrate(&conn, (options.clock)())?;
-        conn.execute_batch(schema::DELETED_SESSIONS)?;
-        conn.execute_batch(schema::SESSION_LEASES)?;
-        conn.execute_batch(schema::SESSION_PREFIXES)?;
+        conn.execute_batch(schema::DELETED_SESSIONS).map_err(db)?;
+        conn.execute_batch(schema::SESSION_LEASES).map_err(db)?;
+        conn.execute_batch(schema::SESSION_PREFIXES).map_err(db)?;
 
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -197,17 +205,18 @@ impl SqliteJournal {
             // always attach to the WAL index, and query_only still makes any
             // stray write on a reader fail loudly.
             let r = open_connection(&path, OpenFlags::default())?;
-            r.execute_batch("PRAGMA query_only = ON")?;
+            r.execute_batch("PRAGMA query_only = ON").map_err(db)?;
             reader_conns.push(r);
         }
 
         let quick = open_connection(&path, OpenFlags::default())?;
-        quick.execute_batch("PRAGMA query_only = ON")?;
-        quick.busy_timeout(std::time::Duration::ZERO)?;
+        quick.execute_batch("PRAGMA query_only = ON").map_err(db)?;
+        quick.busy_timeout(std::time::Duration::ZERO).map_err(db)?;
 
         // The checkpointer takes over from SQLite's automatic checkpoint,
         // which stays on at 10x the default threshold as a backstop.
-        conn.execute_batch("PRAGMA wal_autocheckpoint = 10000")?;
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 10000")
+            .map_err(db)?;
         let checkpoint_conn = open_connection(&path, OpenFlags::default())?;
         // A checkpoint syncs the main file before the WAL may be reused only
         // if its own connection is not synchronous=OFF; say FULL explicitly
@@ -543,7 +552,7 @@ impl SqliteJournal {
         let blobs = batch
             .events
             .iter()
-            .map(super::encode::encode_event)
+            .map(agentsessions_journal::encode::encode_event)
             .collect();
         (self.inner.default_project.clone(), blobs)
     }
@@ -585,7 +594,7 @@ pub struct WriterHold {
 }
 
 impl JournalStore for SqliteJournal {
-    fn set_meter(&self, meter: crate::metrics::JournalMeter) {
+    fn set_meter(&self, meter: agentsessions_journal::Meter) {
         // Set once: a second daemon over the same handle keeps the first's.
         let _ = self.inner.shared.meter.set(meter);
     }
@@ -605,7 +614,7 @@ impl JournalStore for SqliteJournal {
         let blobs = batch
             .events
             .iter()
-            .map(super::encode::encode_event)
+            .map(agentsessions_journal::encode::encode_event)
             .collect::<Vec<_>>();
         let shared = self.inner.shared.clone();
         self.submit_write(move |conn| {
@@ -819,5 +828,19 @@ impl JournalStore for SqliteJournal {
                 &shared.heads,
             )
         })
+    }
+}
+
+/// What the contract's fork checks count: rows of `events` and of
+/// `session_prefixes`, read on a connection of their own.
+impl agentsessions_journal::contract::StoredRows for SqliteJournal {
+    async fn stored(&self) -> (i64, i64) {
+        let conn = Connection::open(self.path()).expect("the journal file opens");
+        conn.query_row(
+            "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM session_prefixes)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the row counts read")
     }
 }

@@ -5,6 +5,7 @@
 //! batch's COMMIT. They read their preconditions on the same connection, so
 //! an earlier job of the same batch is visible to a later one.
 
+use crate::db;
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
@@ -12,10 +13,10 @@ use std::sync::Mutex;
 
 use super::heads::{Head, Heads};
 use super::read_ops::{harness_row, spans};
-use crate::journal::compute_text::to_text;
-use crate::journal::encode::encode_event;
-use crate::journal::lease::{self, LeaseClaim, StoredLease};
-use crate::journal::{
+use agentsessions_journal::compute_text::to_text;
+use agentsessions_journal::encode::encode_event;
+use agentsessions_journal::lease::{self, LeaseClaim, StoredLease};
+use agentsessions_journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, HarnessState, RegisterOutcome, RegistryError, SessionMeta, StoreError, Tombstone,
     child_spans,
@@ -57,8 +58,8 @@ pub fn append(
         Some(h) => {
             debug_assert_eq!(
                 (
-                    head_row(conn, &batch.session)?,
-                    fence_row(conn, &batch.session)?
+                    head_row(conn, &batch.session).map_err(db)?,
+                    fence_row(conn, &batch.session).map_err(db)?
                 ),
                 ((h.seq, h.hash.clone()), (h.fence, SessionRow::Complete)),
                 "the cached head of {} is what the database holds",
@@ -67,8 +68,8 @@ pub fn append(
             (h.seq, h.hash, h.fence, SessionRow::Complete)
         }
         None => {
-            let (head, head_hash) = head_row(conn, &batch.session)?;
-            let (current, row) = fence_row(conn, &batch.session)?;
+            let (head, head_hash) = head_row(conn, &batch.session).map_err(db)?;
+            let (current, row) = fence_row(conn, &batch.session).map_err(db)?;
             (head, head_hash, current, row)
         }
     };
@@ -91,7 +92,7 @@ pub fn append(
     let records = batch.chain(head, &head_hash)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    ).map_err(db)?;
     for (rec, blob) in records.iter().zip(blobs) {
         debug_assert_eq!(*blob, encode_event(rec.event.as_ref().expect("chained")));
         match insert.execute(params![
@@ -107,10 +108,10 @@ pub fn append(
             // our write lock, but a clash must still read as a conflict.
             Err(e) if is_constraint(&e) => {
                 return Err(AppendError::Conflict {
-                    head: self::head(conn, &batch.session)?,
+                    head: self::head(conn, &batch.session).map_err(db)?,
                 });
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(db(e).into()),
         }
     }
     let touch = Touch {
@@ -118,10 +119,12 @@ pub fn append(
         state: batch.compute_state.map(to_text),
         now: batch.now_unix_nanos,
     };
-    touch_session(conn, &touch, row, default_project)?;
+    touch_session(conn, &touch, row, default_project).map_err(db)?;
     if let Some(owner) = &batch.release_lease {
-        conn.prepare_cached(RELEASE)?
-            .execute(params![batch.session, owner, batch.fence])?;
+        conn.prepare_cached(RELEASE)
+            .map_err(db)?
+            .execute(params![batch.session, owner, batch.fence])
+            .map_err(db)?;
     }
     let last = records.last().expect("at least one event");
     if row == SessionRow::Complete {
@@ -189,8 +192,8 @@ pub fn fork(
     assert_eq!(blobs.len(), batch.events.len(), "one blob per event");
     lock(heads).forget(&batch.child);
     batch.check()?;
-    let (head, _) = head_row(conn, &batch.child)?;
-    let (current, row) = fence_row(conn, &batch.child)?;
+    let (head, _) = head_row(conn, &batch.child).map_err(db)?;
+    let (current, row) = fence_row(conn, &batch.child).map_err(db)?;
     if row == SessionRow::Missing {
         refuse_deleted(conn, &batch.child)?;
     }
@@ -203,15 +206,17 @@ pub fn fork(
     let mut prev = String::new();
     if batch.at_seq > 0 {
         refuse_deleted(conn, &batch.parent)?;
-        let parent = spans(conn, &batch.parent)?;
+        let parent = spans(conn, &batch.parent).map_err(db)?;
         let holder = parent
             .iter()
             .find(|s| s.first <= batch.at_seq && batch.at_seq <= s.last)
             .map_or(batch.parent.as_str(), |s| s.owner.as_str());
         prev = conn
-            .prepare_cached("SELECT hash FROM events WHERE session = ?1 AND seq = ?2")?
+            .prepare_cached("SELECT hash FROM events WHERE session = ?1 AND seq = ?2")
+            .map_err(db)?
             .query_row(params![holder, batch.at_seq], |r| r.get(0))
-            .optional()?
+            .optional()
+            .map_err(db)?
             .ok_or_else(|| {
                 StoreError::InvalidArgument(format!(
                     "fork parent {} has no record at seq {}",
@@ -220,31 +225,35 @@ pub fn fork(
             })?;
         let mut insert = conn.prepare_cached(
             "INSERT INTO session_prefixes(session, first_seq, last_seq, owner) VALUES (?1, ?2, ?3, ?4)",
-        )?;
+        ).map_err(db)?;
         for span in child_spans(&batch.parent, &parent, batch.at_seq) {
-            insert.execute(params![batch.child, span.first, span.last, span.owner])?;
+            insert
+                .execute(params![batch.child, span.first, span.last, span.owner])
+                .map_err(db)?;
         }
     }
     let records = batch.chain(&prev)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO events(session, seq, prev_hash, hash, fence, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    ).map_err(db)?;
     for (rec, blob) in records.iter().zip(blobs) {
-        insert.execute(params![
-            batch.child,
-            rec.seq,
-            rec.prev_hash,
-            rec.content_hash,
-            batch.fence,
-            blob
-        ])?;
+        insert
+            .execute(params![
+                batch.child,
+                rec.seq,
+                rec.prev_hash,
+                rec.content_hash,
+                batch.fence,
+                blob
+            ])
+            .map_err(db)?;
     }
     let touch = Touch {
         session: &batch.child,
         state: batch.compute_state.map(to_text),
         now: batch.now_unix_nanos,
     };
-    touch_session(conn, &touch, row, default_project)?;
+    touch_session(conn, &touch, row, default_project).map_err(db)?;
     Ok(records)
 }
 
@@ -328,7 +337,8 @@ pub fn mint_fence(
         let held = conn
             .prepare_cached(
                 "SELECT owner, fence, expires_at FROM session_leases WHERE session = ?1",
-            )?
+            )
+            .map_err(db)?
             .query_row([session], |r| {
                 Ok(StoredLease {
                     owner: r.get(0)?,
@@ -336,7 +346,8 @@ pub fn mint_fence(
                     expires_at: r.get(2)?,
                 })
             })
-            .optional()?;
+            .optional()
+            .map_err(db)?;
         lease::check_claim(session, held.as_ref(), claim, now)?;
     }
     let fence: i64 = conn
@@ -349,8 +360,10 @@ pub fn mint_fence(
                 created_at = CASE WHEN created_at = 0 THEN excluded.created_at ELSE created_at END,
                 updated_at = excluded.updated_at
              RETURNING fence",
-        )?
-        .query_row(params![session, default_project, now], |r| r.get(0))?;
+        )
+        .map_err(db)?
+        .query_row(params![session, default_project, now], |r| r.get(0))
+        .map_err(db)?;
     assert!(fence >= 1, "a minted fence is positive");
     lock(heads).fenced(session, fence);
     if let Some(claim) = lease {
@@ -359,8 +372,10 @@ pub fn mint_fence(
             "INSERT INTO session_leases(session, owner, fence, expires_at) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT(session) DO UPDATE SET
                 owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at",
-        )?
-        .execute(params![session, taken.owner, taken.fence, taken.expires_at])?;
+        )
+        .map_err(db)?
+        .execute(params![session, taken.owner, taken.fence, taken.expires_at])
+        .map_err(db)?;
     }
     Ok(fence)
 }
@@ -381,14 +396,18 @@ pub fn hold_lease(
         ));
     }
     let n = if ttl == 0 {
-        conn.prepare_cached(RELEASE)?
-            .execute(params![session, owner, fence])?
+        conn.prepare_cached(RELEASE)
+            .map_err(db)?
+            .execute(params![session, owner, fence])
+            .map_err(db)?
     } else {
         conn.prepare_cached(
             "UPDATE session_leases SET expires_at = ?4
              WHERE session = ?1 AND owner = ?2 AND fence = ?3",
-        )?
-        .execute(params![session, owner, fence, now.saturating_add(ttl)])?
+        )
+        .map_err(db)?
+        .execute(params![session, owner, fence, now.saturating_add(ttl)])
+        .map_err(db)?
     };
     assert!(n <= 1, "a session has one lease row");
     Ok(n == 1)
@@ -425,7 +444,7 @@ pub fn put_session(
             updated_at = ?9,
             labels = excluded.labels, annotations = excluded.annotations,
             origin = excluded.origin, identity = excluded.identity",
-    )?
+    ).map_err(db)?
     .execute(params![
         meta.uid,
         project,
@@ -440,14 +459,14 @@ pub fn put_session(
         meta.annotations,
         meta.origin,
         meta.identity,
-    ])?;
+    ]).map_err(db)?;
     Ok(())
 }
 
 /// A deleted uid takes no write of any kind, so a zombie writer cannot
 /// bring its session back (and no generator can reuse the uid).
 fn refuse_deleted(conn: &Connection, uid: &str) -> Result<(), StoreError> {
-    if is_deleted(conn, uid)? {
+    if is_deleted(conn, uid).map_err(db)? {
         return Err(StoreError::SessionDeleted {
             uid: uid.to_owned(),
         });
@@ -475,11 +494,13 @@ pub fn delete_session(
         return Err(StoreError::InvalidArgument("session uid is required".into()).into());
     }
     refuse_deleted(conn, &req.uid)?;
-    let head = head(conn, &req.uid)?;
+    let head = head(conn, &req.uid).map_err(db)?;
     let has_row = conn
-        .prepare_cached("SELECT 1 FROM sessions WHERE session = ?1")?
+        .prepare_cached("SELECT 1 FROM sessions WHERE session = ?1")
+        .map_err(db)?
         .query_row([&req.uid], |_| Ok(()))
-        .optional()?
+        .optional()
+        .map_err(db)?
         .is_some();
     if !has_row && head == 0 {
         return Err(StoreError::SessionNotFound {
@@ -491,33 +512,48 @@ pub fn delete_session(
         return Err(DeleteError::Conflict { head });
     }
     // Fork children keep the rows they refer to; the rest go now.
-    conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")?
-        .execute(params![req.uid, referenced(conn, &req.uid)?])?;
+    conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")
+        .map_err(db)?
+        .execute(params![req.uid, referenced(conn, &req.uid).map_err(db)?])
+        .map_err(db)?;
     // Its own references go, and with them whatever only they kept of
     // sessions deleted before it.
     let owners: Vec<String> = conn
-        .prepare_cached("SELECT DISTINCT owner FROM session_prefixes WHERE session = ?1")?
-        .query_map([&req.uid], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    conn.prepare_cached("DELETE FROM session_prefixes WHERE session = ?1")?
-        .execute([&req.uid])?;
+        .prepare_cached("SELECT DISTINCT owner FROM session_prefixes WHERE session = ?1")
+        .map_err(db)?
+        .query_map([&req.uid], |r| r.get(0))
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    conn.prepare_cached("DELETE FROM session_prefixes WHERE session = ?1")
+        .map_err(db)?
+        .execute([&req.uid])
+        .map_err(db)?;
     for owner in owners {
-        if is_deleted(conn, &owner)? {
-            conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")?
-                .execute(params![owner, referenced(conn, &owner)?])?;
+        if is_deleted(conn, &owner).map_err(db)? {
+            conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")
+                .map_err(db)?
+                .execute(params![owner, referenced(conn, &owner).map_err(db)?])
+                .map_err(db)?;
         }
     }
     // The journal's length, prefix included (what the session held).
     let records = head;
-    conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")?
-        .execute([&req.uid])?;
-    conn.prepare_cached("DELETE FROM session_leases WHERE session = ?1")?
-        .execute([&req.uid])?;
+    conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")
+        .map_err(db)?
+        .execute([&req.uid])
+        .map_err(db)?;
+    conn.prepare_cached("DELETE FROM session_leases WHERE session = ?1")
+        .map_err(db)?
+        .execute([&req.uid])
+        .map_err(db)?;
     conn.prepare_cached(
         "INSERT INTO deleted_sessions(session, deleted_at, records, principal)
          VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![req.uid, req.now_unix_nanos, records, req.principal])?;
+    )
+    .map_err(db)?
+    .execute(params![req.uid, req.now_unix_nanos, records, req.principal])
+    .map_err(db)?;
     Ok(Tombstone {
         uid: req.uid.clone(),
         deleted_at: req.now_unix_nanos,
@@ -546,7 +582,7 @@ pub fn register_harness(
     now: i64,
 ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
     reg.check()?;
-    if is_reserved(conn, &reg.name)? {
+    if is_reserved(conn, &reg.name).map_err(db)? {
         return Err(RegistryError::NameReserved {
             name: reg.name.clone(),
         });
@@ -556,8 +592,10 @@ pub fn register_harness(
             conn.prepare_cached(
                 "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?5)",
-            )?
-            .execute(params![reg.name, reg.uid, reg.spec, reg.spec_digest, now])?;
+            )
+            .map_err(db)?
+            .execute(params![reg.name, reg.uid, reg.spec, reg.spec_digest, now])
+            .map_err(db)?;
             RegisterOutcome::Created
         }
         Some(row) if row.spec_digest != reg.spec_digest => {
@@ -570,8 +608,8 @@ pub fn register_harness(
             conn.prepare_cached(
                 "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = ?2
                  WHERE name = ?1",
-            )?
-            .execute(params![reg.name, now])?;
+            ).map_err(db)?
+            .execute(params![reg.name, now]).map_err(db)?;
             RegisterOutcome::Reactivated
         }
     };
@@ -594,8 +632,8 @@ pub fn retire_harness(
     conn.prepare_cached(
         "UPDATE harnesses SET state = 'retired', retire_reason = ?2, retired_at = ?3, updated_at = ?3
          WHERE name = ?1 AND state = 'active'",
-    )?
-    .execute(params![name, reason, now])?;
+    ).map_err(db)?
+    .execute(params![name, reason, now]).map_err(db)?;
     harness_row(conn, name)?.ok_or_else(|| RegistryError::NotFound {
         name: name.to_owned(),
     })
@@ -616,11 +654,13 @@ pub fn reserve_harness_names(
             return Err(RegistryError::NameCollision { name: name.clone() });
         }
     }
-    let mut stmt = conn.prepare_cached(
-        "INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at) VALUES (?1, ?2)",
-    )?;
+    let mut stmt = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO reserved_harness_names(name, reserved_at) VALUES (?1, ?2)",
+        )
+        .map_err(db)?;
     for name in names {
-        stmt.execute(params![name, now])?;
+        stmt.execute(params![name, now]).map_err(db)?;
     }
     Ok(())
 }

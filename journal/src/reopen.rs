@@ -24,7 +24,7 @@ use agentsessions_proto::v1::LogRecord;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{
+use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
@@ -73,7 +73,7 @@ struct Inner<S> {
     health: watch::Sender<bool>,
     runtime: tokio::runtime::Handle,
     /// Handed to every handle opened after it was set.
-    meter: std::sync::OnceLock<crate::metrics::JournalMeter>,
+    meter: std::sync::OnceLock<crate::Meter>,
 }
 
 /// A [`JournalStore`] over a backend handle it replaces after failures.
@@ -284,7 +284,7 @@ async fn reopen<S: JournalStore + 'static>(inner: Weak<Inner<S>>, mut pause: Dur
 }
 
 impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
-    fn set_meter(&self, meter: crate::metrics::JournalMeter) {
+    fn set_meter(&self, meter: crate::Meter) {
         if let Some(live) = self.current() {
             live.set_meter(meter.clone());
         }

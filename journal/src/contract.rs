@@ -1,36 +1,187 @@
-//! The journal store contract, run against every backend.
+//! The journal store contract as one suite any backend runs against itself
+//! ([`run`]): what the machine relies on, checked through the trait alone.
+//! CAS on the head, fences, the hash chain, ranged reads, the compute_state
+//! the append carries, session metadata and keyset paging, registry rows and
+//! reservations, the session/registry check, deletion and tombstones,
+//! leases, and fork prefixes.
 //!
-//! Each check is written once, generic over [`JournalStore`], and the
-//! `backends!` macro runs it against each store: SQLite (a file in a temp
-//! dir), the in-memory journal the madsim runs use, and PostgreSQL (a
-//! throwaway cluster started by `scripts/pg-cluster.sh`; see
-//! `support/pg.rs`). The checks cover what the machine relies on: CAS on the head,
-//! fences, the hash chain, ranged reads, the compute_state the append
-//! carries, session metadata and keyset paging, registry rows and
-//! reservations, and the session/registry check.
-//!
-//! Crashes differ by backend and are checked where each models them: the
-//! memory journal's pending, lost and torn writes in
-//! `src/journal/memory/tests.rs`, SQLite under a real SIGKILL in
-//! `tests/crash_kill.rs`.
+//! The memory store runs it in `journal/tests/contract.rs`, SQLite in
+//! `sqlite/tests/contract.rs` and PostgreSQL in `pg/tests/contract.rs`; a new
+//! backend is done when it passes. Crashes differ by backend and are checked
+//! where each models them (the memory journal's pending, lost and torn
+//! writes in `memory/tests.rs`, SQLite under a real SIGKILL in
+//! `tests/crash_kill.rs`).
 
+use std::future::Future;
 use std::time::Duration;
-
-#[path = "support/pg.rs"]
-mod pg;
 
 use agentsessions_machine::chain;
 use agentsessions_machine::events;
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
-use agentsessions_shells::journal::memory::MemoryJournal;
-use agentsessions_shells::journal::memory::{Durability, MemoryDisk};
-use agentsessions_shells::journal::sqlite::{SqliteJournal, SqliteOptions};
-use agentsessions_shells::journal::{
+
+use crate::memory::MemoryJournal;
+use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessState, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
     RegistryError, SessionMeta, StaleScan, StoreError,
 };
+
+/// Every check of the contract, by name, in the order [`run`] runs them.
+pub const CHECKS: &[&str] = &[
+    "appends_chain_from_genesis_and_the_store_verifies_them",
+    "a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing",
+    "an_older_fence_is_fenced_and_a_newer_one_writes",
+    "reads_return_exactly_the_asked_range",
+    "the_compute_state_is_the_one_the_append_carries",
+    "keyset_pages_list_every_session_of_a_project_once_newest_first",
+    "registrations_are_immutable_and_only_their_state_moves",
+    "reservations_are_all_or_nothing_and_block_registration",
+    "a_session_is_stored_only_on_a_harness_the_registry_allows",
+    "a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes",
+    "a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing",
+    "a_stale_scan_walks_the_table_in_bounded_steps",
+    "concurrent_appends_at_one_head_commit_exactly_one",
+    "a_live_lease_refuses_another_owners_mint_and_changes_nothing",
+    "a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence",
+    "concurrent_claims_by_several_hosts_leave_exactly_one_holder",
+    "an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits",
+    "a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own",
+    "a_fork_of_a_fork_reads_through_both_without_copying_either",
+    "a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted",
+    "a_fork_writes_the_same_rows_whatever_the_prefix_length",
+];
+
+/// Runs every check of the contract, each against a fresh store from
+/// `open`, and panics naming the first that fails. Needs a tokio (or madsim)
+/// runtime: some checks race appends or wait for a lease to lapse.
+pub async fn run<J, F, Fut>(mut open: F)
+where
+    J: JournalStore + StoredRows,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = J>,
+{
+    check(
+        "appends_chain_from_genesis_and_the_store_verifies_them",
+        appends_chain_from_genesis_and_the_store_verifies_them(&open().await),
+    )
+    .await;
+    check(
+        "a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing",
+        a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing(&open().await),
+    )
+    .await;
+    check(
+        "an_older_fence_is_fenced_and_a_newer_one_writes",
+        an_older_fence_is_fenced_and_a_newer_one_writes(&open().await),
+    )
+    .await;
+    check(
+        "reads_return_exactly_the_asked_range",
+        reads_return_exactly_the_asked_range(&open().await),
+    )
+    .await;
+    check(
+        "the_compute_state_is_the_one_the_append_carries",
+        the_compute_state_is_the_one_the_append_carries(&open().await),
+    )
+    .await;
+    check(
+        "keyset_pages_list_every_session_of_a_project_once_newest_first",
+        keyset_pages_list_every_session_of_a_project_once_newest_first(&open().await),
+    )
+    .await;
+    check(
+        "registrations_are_immutable_and_only_their_state_moves",
+        registrations_are_immutable_and_only_their_state_moves(&open().await),
+    )
+    .await;
+    check(
+        "reservations_are_all_or_nothing_and_block_registration",
+        reservations_are_all_or_nothing_and_block_registration(&open().await),
+    )
+    .await;
+    check(
+        "a_session_is_stored_only_on_a_harness_the_registry_allows",
+        a_session_is_stored_only_on_a_harness_the_registry_allows(&open().await),
+    )
+    .await;
+    check(
+        "a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes",
+        a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes(&open().await),
+    )
+    .await;
+    check(
+        "a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing",
+        a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing(&open().await),
+    )
+    .await;
+    check(
+        "a_stale_scan_walks_the_table_in_bounded_steps",
+        a_stale_scan_walks_the_table_in_bounded_steps(&open().await),
+    )
+    .await;
+    check(
+        "concurrent_appends_at_one_head_commit_exactly_one",
+        concurrent_appends_at_one_head_commit_exactly_one(&open().await),
+    )
+    .await;
+    check(
+        "a_live_lease_refuses_another_owners_mint_and_changes_nothing",
+        a_live_lease_refuses_another_owners_mint_and_changes_nothing(&open().await),
+    )
+    .await;
+    check(
+        "a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence",
+        a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence(&open().await),
+    )
+    .await;
+    check(
+        "concurrent_claims_by_several_hosts_leave_exactly_one_holder",
+        concurrent_claims_by_several_hosts_leave_exactly_one_holder(&open().await),
+    )
+    .await;
+    check(
+        "an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits",
+        an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits(&open().await),
+    )
+    .await;
+    check(
+        "a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own",
+        a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own(&open().await),
+    )
+    .await;
+    check(
+        "a_fork_of_a_fork_reads_through_both_without_copying_either",
+        a_fork_of_a_fork_reads_through_both_without_copying_either(&open().await),
+    )
+    .await;
+    check(
+        "a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted",
+        a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted(&open().await),
+    )
+    .await;
+    check(
+        "a_fork_writes_the_same_rows_whatever_the_prefix_length",
+        a_fork_writes_the_same_rows_whatever_the_prefix_length(&open().await),
+    )
+    .await;
+}
+
+/// Runs one check, naming it if it panics (the panic's own message says
+/// what broke).
+async fn check(name: &str, run: impl Future<Output = ()>) {
+    struct Named<'a>(&'a str);
+    impl Drop for Named<'_> {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                eprintln!("store contract: check {} failed", self.0);
+            }
+        }
+    }
+    let _named = Named(name);
+    run.await;
+}
 
 const S: &str = "sess-000000000000000000000001";
 
@@ -232,7 +383,7 @@ async fn registrations_are_immutable_and_only_their_state_moves<J: JournalStore>
         limit: 10,
         include_retired,
     };
-    let names = |rows: Vec<agentsessions_shells::journal::HarnessRow>| -> Vec<String> {
+    let names = |rows: Vec<crate::HarnessRow>| -> Vec<String> {
         rows.into_iter().map(|r| r.name).collect()
     };
     assert_eq!(
@@ -464,7 +615,7 @@ fn claim(owner: &str, ttl: Duration, force: bool) -> LeaseClaim {
 // Leases are judged by the store's clock (PostgreSQL's own, the host's for
 // the embedded stores), so these checks pass real time and really wait.
 fn now() -> i64 {
-    agentsessions_shells::journal::system_now_unix_nanos()
+    crate::system_now_unix_nanos()
 }
 
 async fn a_live_lease_refuses_another_owners_mint_and_changes_nothing<J: JournalStore>(j: &J) {
@@ -641,33 +792,17 @@ async fn concurrent_claims_by_several_hosts_leave_exactly_one_holder<J: JournalS
 // ---- fork prefixes -------------------------------------------------------
 
 /// What a backend stores, counted where it keeps it: (records, prefix
-/// spans). A record shared by fork children is stored once.
-trait Stored {
+/// spans). A record shared by fork children is stored once. The fork checks
+/// use it to show a fork costs the same whatever the prefix's length.
+pub trait StoredRows {
+    /// (records, prefix spans) stored now.
     fn stored(&self) -> impl std::future::Future<Output = (i64, i64)>;
 }
 
-impl Stored for SqliteJournal {
-    async fn stored(&self) -> (i64, i64) {
-        let conn = rusqlite::Connection::open(self.path()).unwrap();
-        conn.query_row(
-            "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM session_prefixes)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap()
-    }
-}
-
-impl Stored for MemoryJournal {
+impl StoredRows for MemoryJournal {
     async fn stored(&self) -> (i64, i64) {
         let image = self.disk().durable();
         (image.stored_records() as i64, image.stored_spans() as i64)
-    }
-}
-
-impl Stored for agentsessions_pg::PgJournal {
-    async fn stored(&self) -> (i64, i64) {
-        self.row_counts().await.unwrap()
     }
 }
 
@@ -739,7 +874,7 @@ async fn assert_child_of<J: JournalStore>(j: &J, child: &str, parent: &[LogRecor
 }
 
 async fn a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own<
-    J: JournalStore + Stored,
+    J: JournalStore + StoredRows,
 >(
     j: &J,
 ) {
@@ -804,7 +939,9 @@ async fn a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own<
     assert_eq!((empty[0].seq, empty[0].prev_hash.as_str()), (1, ""));
 }
 
-async fn a_fork_of_a_fork_reads_through_both_without_copying_either<J: JournalStore + Stored>(
+async fn a_fork_of_a_fork_reads_through_both_without_copying_either<
+    J: JournalStore + StoredRows,
+>(
     j: &J,
 ) {
     let (parent, child, grandchild, cousin) = (sid(1), sid(2), sid(3), sid(4));
@@ -834,7 +971,7 @@ async fn a_fork_of_a_fork_reads_through_both_without_copying_either<J: JournalSt
 }
 
 async fn a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted<
-    J: JournalStore + Stored,
+    J: JournalStore + StoredRows,
 >(
     j: &J,
 ) {
@@ -878,7 +1015,9 @@ async fn a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted<
     assert_eq!(log.len(), 5);
 }
 
-async fn a_fork_writes_the_same_rows_whatever_the_prefix_length<J: JournalStore + Stored>(j: &J) {
+async fn a_fork_writes_the_same_rows_whatever_the_prefix_length<J: JournalStore + StoredRows>(
+    j: &J,
+) {
     let mut added = Vec::new();
     for (n, (parent, child)) in [(10, (sid(1), sid(2))), (1_000, (sid(3), sid(4)))] {
         let log = journal_of(j, &parent, n).await;
@@ -890,70 +1029,3 @@ async fn a_fork_writes_the_same_rows_whatever_the_prefix_length<J: JournalStore 
     }
     assert_eq!(added, [(1, 1), (1, 1)], "one record and one span each");
 }
-
-macro_rules! backends {
-    ($($check:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let dir = tempfile::tempdir().unwrap();
-                    let j = super::SqliteJournal::open(
-                        dir.path().join("journal.db"),
-                        super::SqliteOptions::default(),
-                    )
-                    .unwrap();
-                    super::$check(&j).await;
-                }
-            )*
-        }
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let disk = std::sync::Arc::new(super::MemoryDisk::default());
-                    let j = disk.open(super::Durability::After(super::Duration::ZERO));
-                    super::$check(&j).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test]
-                async fn $check() {
-                    let Some(url) = super::pg::fresh_database().await else {
-                        return;
-                    };
-                    let j = agentsessions_pg::PgJournal::open(&url, Default::default())
-                        .await
-                        .unwrap();
-                    super::$check(&j).await;
-                }
-            )*
-        }
-    };
-}
-
-backends!(
-    appends_chain_from_genesis_and_the_store_verifies_them,
-    a_stale_head_is_a_conflict_naming_the_head_and_writes_nothing,
-    an_older_fence_is_fenced_and_a_newer_one_writes,
-    reads_return_exactly_the_asked_range,
-    the_compute_state_is_the_one_the_append_carries,
-    keyset_pages_list_every_session_of_a_project_once_newest_first,
-    registrations_are_immutable_and_only_their_state_moves,
-    reservations_are_all_or_nothing_and_block_registration,
-    a_session_is_stored_only_on_a_harness_the_registry_allows,
-    a_delete_removes_the_session_whole_and_its_uid_takes_no_more_writes,
-    a_delete_decided_at_an_old_head_is_a_conflict_and_deletes_nothing,
-    a_stale_scan_walks_the_table_in_bounded_steps,
-    concurrent_appends_at_one_head_commit_exactly_one,
-    a_live_lease_refuses_another_owners_mint_and_changes_nothing,
-    a_lease_is_renewed_and_released_only_by_its_holder_at_its_fence,
-    concurrent_claims_by_several_hosts_leave_exactly_one_holder,
-    an_append_ending_a_lease_removes_only_its_owners_and_only_if_it_commits,
-    a_fork_child_reads_its_parents_records_and_its_appends_stay_its_own,
-    a_fork_of_a_fork_reads_through_both_without_copying_either,
-    a_deleted_parent_lives_on_in_its_children_until_the_last_is_deleted,
-    a_fork_writes_the_same_rows_whatever_the_prefix_length,
-);

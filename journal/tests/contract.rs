@@ -1,0 +1,17 @@
+//! The store contract on the in-memory journal (the madsim runs' store),
+//! with writes durable after a zero delay.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentsessions_journal::contract;
+use agentsessions_journal::memory::{Durability, MemoryDisk};
+
+#[tokio::test]
+async fn the_memory_journal_keeps_the_store_contract() {
+    contract::run(|| async {
+        let disk = Arc::new(MemoryDisk::default());
+        disk.open(Durability::After(Duration::ZERO))
+    })
+    .await;
+}

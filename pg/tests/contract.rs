@@ -1,0 +1,22 @@
+//! The store contract on PostgreSQL (a throwaway cluster started by
+//! `scripts/pg-cluster.sh`; see `support/pg.rs`), each check on a fresh
+//! database.
+
+#[path = "../../shells/tests/support/pg.rs"]
+mod pg;
+
+use agentsessions_journal::contract;
+use agentsessions_pg::PgJournal;
+
+#[tokio::test]
+async fn the_postgres_journal_keeps_the_store_contract() {
+    // Skipped (loudly) only where no PostgreSQL can be had and this is not CI.
+    if pg::fresh_database().await.is_none() {
+        return;
+    }
+    contract::run(|| async {
+        let url = pg::fresh_database().await.expect("the cluster is up");
+        PgJournal::open(&url, Default::default()).await.unwrap()
+    })
+    .await;
+}
