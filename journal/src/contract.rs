@@ -1029,3 +1029,71 @@ async fn a_fork_writes_the_same_rows_whatever_the_prefix_length<J: JournalStore 
     }
     assert_eq!(added, [(1, 1), (1, 1)], "one record and one span each");
 }
+
+// ---- the tool ledger -------------------------------------------------------
+
+/// The tool ledger's contract ([`crate::ledger`]), on an empty `ledger`:
+/// `start` never overwrites, the first finished result wins (synced or not),
+/// a started key reads back as started, and `forget` removes one session's
+/// keys and nothing else.
+pub fn ledger(ledger: &dyn crate::ledger::LedgerStore) {
+    use crate::ledger::LedgerEntry;
+    use agentsessions_proto::v1::ToolResult;
+    let result = |text: &str| ToolResult {
+        id: text.into(),
+        ..ToolResult::default()
+    };
+    assert_eq!(ledger.get("s1", "k1").unwrap(), None);
+    assert!(ledger.sessions().unwrap().is_empty());
+    ledger.start("s1", "k1", "echo").unwrap();
+    ledger.start("s1", "k1", "other").unwrap();
+    assert_eq!(
+        ledger.get("s1", "k1").unwrap(),
+        Some(LedgerEntry::Started {
+            tool: "echo".into()
+        }),
+        "a second start leaves the first entry"
+    );
+    ledger.finish("s1", "k1", "echo", &result("first")).unwrap();
+    ledger
+        .finish("s1", "k1", "echo", &result("second"))
+        .unwrap();
+    assert_eq!(
+        ledger.get("s1", "k1").unwrap(),
+        Some(LedgerEntry::Done {
+            tool: "echo".into(),
+            result: result("first")
+        }),
+        "the first finished result wins"
+    );
+    ledger.start("s1", "k1", "echo").unwrap();
+    assert!(matches!(
+        ledger.get("s1", "k1").unwrap(),
+        Some(LedgerEntry::Done { .. })
+    ));
+    // A result with no start (a harmless-twice call) lands unsynced, and
+    // still loses to one stored before it.
+    ledger
+        .finish_unsynced("s2", "k1", "get", &result("a"))
+        .unwrap();
+    ledger
+        .finish_unsynced("s2", "k1", "get", &result("b"))
+        .unwrap();
+    assert_eq!(
+        ledger.get("s2", "k1").unwrap(),
+        Some(LedgerEntry::Done {
+            tool: "get".into(),
+            result: result("a")
+        })
+    );
+    ledger.start("s3", "k9", "echo").unwrap();
+    assert_eq!(ledger.sessions().unwrap(), ["s1", "s2", "s3"]);
+    assert_eq!(ledger.forget("s1").unwrap(), 1);
+    assert_eq!(
+        ledger.forget("s1").unwrap(),
+        0,
+        "forgetting twice is harmless"
+    );
+    assert_eq!(ledger.get("s1", "k1").unwrap(), None);
+    assert_eq!(ledger.sessions().unwrap(), ["s2", "s3"]);
+}

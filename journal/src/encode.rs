@@ -295,6 +295,32 @@ fn little_endian(raw: &[u8]) -> u64 {
         .fold(0, |v, (i, b)| v | (u64::from(*b) << (8 * i)))
 }
 
+/// A record from its stored columns, the event decoded from its blob (the
+/// same in every backend; a blob that does not decode names its seq).
+pub fn record_of_columns(
+    session: &str,
+    seq: i64,
+    prev_hash: String,
+    content_hash: String,
+    fence: i64,
+    blob: &[u8],
+) -> Result<agentsessions_proto::v1::LogRecord, crate::StoreError> {
+    debug_assert!(seq >= 1, "stored records start at seq 1");
+    let event =
+        agentsessions_proto::v1::Event::decode(blob).map_err(|e| crate::StoreError::Decode {
+            session: session.to_owned(),
+            seq,
+            reason: e.to_string(),
+        })?;
+    Ok(agentsessions_proto::v1::LogRecord {
+        seq,
+        prev_hash,
+        content_hash,
+        fence,
+        event: Some(event),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

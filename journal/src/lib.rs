@@ -56,6 +56,7 @@ pub mod memory;
 mod meter;
 pub mod page_token;
 pub mod reopen;
+pub mod rules;
 
 pub use error::{AppendError, BackendError, DeleteError, RegistryError, StoreError, VerifyError};
 pub use lease::{LeaseClaim, StoredLease};

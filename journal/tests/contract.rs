@@ -15,3 +15,8 @@ async fn the_memory_journal_keeps_the_store_contract() {
     })
     .await;
 }
+
+#[test]
+fn the_memory_ledger_keeps_the_ledger_contract() {
+    contract::ledger(&agentsessions_journal::ledger::MemoryLedger::default());
+}

@@ -326,22 +326,12 @@ impl Side {
     /// The spans of `session`'s prefix (none in a journal without the
     /// table: a Go host's, or one written before forks referred).
     async fn spans(&self, session: &str) -> Result<Vec<PrefixSpan>, CopyError> {
-        let sql = "SELECT first_seq, last_seq, owner FROM session_prefixes \
-                   WHERE session = $1 ORDER BY first_seq";
         match self {
             Side::Sqlite(c) => {
                 if !self.has_table("session_prefixes")? {
                     return Ok(Vec::new());
                 }
-                let mut stmt = c.prepare_cached(&sqlite_sql(sql))?;
-                let rows = stmt.query_map([session], |r| {
-                    Ok(PrefixSpan {
-                        first: r.get(0)?,
-                        last: r.get(1)?,
-                        owner: r.get(2)?,
-                    })
-                })?;
-                Ok(rows.collect::<Result<_, _>>()?)
+                Ok(agentsessions_sqlite::spans(c, session)?)
             }
             Side::Postgres(c) => {
                 let exists: bool = c
@@ -351,15 +341,7 @@ impl Side {
                 if !exists {
                     return Ok(Vec::new());
                 }
-                Ok(c.query(sql, &[&session])
-                    .await?
-                    .iter()
-                    .map(|r| PrefixSpan {
-                        first: r.get(0),
-                        last: r.get(1),
-                        owner: r.get(2),
-                    })
-                    .collect())
+                Ok(crate::ops::spans(c, session).await?)
             }
         }
     }

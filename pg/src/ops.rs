@@ -3,29 +3,21 @@
 //! backends answer every call alike (the store contract suite checks it).
 
 use agentsessions_journal::compute_text::{from_text, to_text};
-use agentsessions_journal::encode::encode_event;
+use agentsessions_journal::encode::{encode_event, record_of_columns};
 use agentsessions_journal::lease::{self, LeaseClaim, StoredLease};
+use agentsessions_journal::rules::{self, required};
 use agentsessions_journal::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError, child_spans, page_token,
+    Tombstone, VerifyError, child_spans,
 };
 use agentsessions_machine::chain::ChainVerifier;
-use agentsessions_proto::v1::{Event, LogRecord};
-use prost::Message as _;
+use agentsessions_proto::v1::LogRecord;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, GenericClient, Row, Transaction};
 
 use crate::backend;
-
-fn required(what: &str, v: &str) -> Result<(), StoreError> {
-    if v.is_empty() {
-        Err(StoreError::InvalidArgument(format!("{what} is required")))
-    } else {
-        Ok(())
-    }
-}
 
 /// COMMIT: a failure here leaves the outcome unknown to us.
 pub(crate) async fn commit(tx: Transaction<'_>) -> Result<(), StoreError> {
@@ -345,18 +337,7 @@ pub(crate) async fn hold_lease<C: GenericClient>(
 fn decode_record(session: &str, row: &Row) -> Result<LogRecord, StoreError> {
     let seq: i64 = row.get(0);
     let blob: &[u8] = row.get(4);
-    let event = Event::decode(blob).map_err(|e| StoreError::Decode {
-        session: session.to_owned(),
-        seq,
-        reason: e.to_string(),
-    })?;
-    Ok(LogRecord {
-        seq,
-        prev_hash: row.get(1),
-        content_hash: row.get(2),
-        fence: row.get(3),
-        event: Some(event),
-    })
+    record_of_columns(session, seq, row.get(1), row.get(2), row.get(3), blob)
 }
 
 pub(crate) async fn read<C: GenericClient>(
@@ -387,7 +368,10 @@ const READ: &str = "SELECT e.seq, e.prev_hash, e.hash, e.fence, e.event
     ORDER BY e.seq";
 
 /// The spans of `session`'s prefix, in seq order.
-async fn spans<C: GenericClient>(c: &C, session: &str) -> Result<Vec<PrefixSpan>, StoreError> {
+pub(crate) async fn spans<C: GenericClient>(
+    c: &C,
+    session: &str,
+) -> Result<Vec<PrefixSpan>, StoreError> {
     let rows = c
         .query(
             "SELECT first_seq, last_seq, owner FROM session_prefixes
@@ -614,39 +598,28 @@ pub(crate) async fn list_sessions<C: GenericClient>(
     req: &ListSessions,
     default_project: &str,
 ) -> Result<SessionPage, StoreError> {
-    let size = req.page_len();
-    let project = req.project_or(default_project);
-    let fetch = (size + 1) as i64;
-    let rows = if req.page_token.is_empty() {
-        let sql = format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = $1
-             ORDER BY s.created_at DESC, s.session ASC LIMIT $2"
-        );
-        c.query(&sql, &[&project, &fetch]).await
-    } else {
-        let (ts, uid) = page_token::decode(&req.page_token)?;
+    let plan = req.plan(default_project)?;
+    let (project, fetch) = (plan.project, plan.fetch);
+    let rows = if let Some((ts, uid)) = &plan.after {
         let sql = format!(
             "SELECT {SESSION_COLUMNS} FROM sessions s
              WHERE s.project = $1 AND (s.created_at < $2 OR (s.created_at = $2 AND s.session > $3))
              ORDER BY s.created_at DESC, s.session ASC LIMIT $4"
         );
-        c.query(&sql, &[&project, &ts, &uid, &fetch]).await
+        c.query(&sql, &[&project, ts, uid, &fetch]).await
+    } else {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = $1
+             ORDER BY s.created_at DESC, s.session ASC LIMIT $2"
+        );
+        c.query(&sql, &[&project, &fetch]).await
     }
     .map_err(backend)?;
-    let mut sessions = rows
+    let sessions = rows
         .iter()
         .map(session_row)
         .collect::<Result<Vec<_>, _>>()?;
-    let mut next_page_token = String::new();
-    if sessions.len() > size {
-        sessions.truncate(size);
-        let last = sessions.last().expect("size >= 1");
-        next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
-    }
-    Ok(SessionPage {
-        sessions,
-        next_page_token,
-    })
+    Ok(SessionPage::cut(sessions, plan.size))
 }
 
 const HARNESS_COLUMNS: &str =
@@ -688,9 +661,7 @@ pub(crate) async fn list_harnesses<C: GenericClient>(
     c: &C,
     req: &ListHarnesses,
 ) -> Result<Vec<HarnessRow>, StoreError> {
-    if req.limit == 0 {
-        return Err(StoreError::InvalidArgument("limit must be positive".into()));
-    }
+    req.check()?;
     let sql = format!(
         "SELECT {HARNESS_COLUMNS} FROM harnesses
          WHERE name > $1 AND ($2 OR state = 'active') ORDER BY name LIMIT $3"
@@ -721,45 +692,37 @@ pub(crate) async fn register_harness(
 ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
     reg.check()?;
     let tx = c.transaction().await.map_err(backend)?;
-    if is_reserved(&tx, &reg.name).await? {
-        return Err(RegistryError::NameReserved {
-            name: reg.name.clone(),
-        });
-    }
+    let reserved = is_reserved(&tx, &reg.name).await?;
     // Insert-if-absent first, so two registrations of one name serialize
-    // on the row.
-    let inserted = tx
-        .execute(
-            "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, 'active', $5, $5) ON CONFLICT (name) DO NOTHING",
-            &[&reg.name, &reg.uid, &reg.spec, &reg.spec_digest, &now],
-        )
-        .await
-        .map_err(backend)?;
-    let outcome = if inserted == 1 {
-        RegisterOutcome::Created
+    // on the row; what the rule decides from is the row as it was.
+    let inserted = !reserved
+        && tx
+            .execute(
+                "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, 'active', $5, $5) ON CONFLICT (name) DO NOTHING",
+                &[&reg.name, &reg.uid, &reg.spec, &reg.spec_digest, &now],
+            )
+            .await
+            .map_err(backend)?
+            == 1;
+    let existing = if inserted || reserved {
+        None
     } else {
         let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = $1 FOR UPDATE");
         let row = tx.query_one(&sql, &[&reg.name]).await.map_err(backend)?;
-        let row = harness_from_row(&row)?;
-        if row.spec_digest != reg.spec_digest {
-            return Err(RegistryError::SpecConflict {
-                name: reg.name.clone(),
-            });
-        }
-        if row.state == HarnessState::Active {
-            RegisterOutcome::Unchanged
-        } else {
-            tx.execute(
-                "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = $2
-                 WHERE name = $1",
-                &[&reg.name, &now],
-            )
-            .await
-            .map_err(backend)?;
-            RegisterOutcome::Reactivated
-        }
+        Some(harness_from_row(&row)?)
     };
+    let outcome = rules::register(reg, reserved, existing.as_ref())?;
+    assert_eq!(inserted, outcome == RegisterOutcome::Created);
+    if outcome == RegisterOutcome::Reactivated {
+        tx.execute(
+            "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = $2
+             WHERE name = $1",
+            &[&reg.name, &now],
+        )
+        .await
+        .map_err(backend)?;
+    }
     let row = harness_row(&tx, &reg.name)
         .await?
         .ok_or_else(|| StoreError::Corrupt("registered row vanished".into()))?;
@@ -774,10 +737,9 @@ pub(crate) async fn retire_harness<C: GenericClient>(
     reason: &str,
     now: i64,
 ) -> Result<HarnessRow, RegistryError> {
-    if name.is_empty() {
-        return Err(StoreError::InvalidArgument("harness name is required".into()).into());
-    }
-    // Only an active row changes, so a repeat keeps the first time and reason.
+    rules::check_retire(name)?;
+    // Only an active row changes, so a repeat keeps the first time and
+    // reason (`rules::retire`).
     c.execute(
         "UPDATE harnesses SET state = 'retired', retire_reason = $2, retired_at = $3, updated_at = $3
          WHERE name = $1 AND state = 'active'",
@@ -799,14 +761,7 @@ pub(crate) async fn reserve_harness_names(
 ) -> Result<(), RegistryError> {
     let tx = c.transaction().await.map_err(backend)?;
     for name in names {
-        if name.is_empty() {
-            return Err(
-                StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
-            );
-        }
-        if harness_row(&tx, name).await?.is_some() {
-            return Err(RegistryError::NameCollision { name: name.clone() });
-        }
+        rules::check_reservation(name, harness_row(&tx, name).await?.is_some())?;
     }
     for name in names {
         tx.execute(
@@ -836,15 +791,7 @@ pub(crate) async fn put_session_on_active_harness(
         .map_err(backend)?
         .map(|r| harness_from_row(&r))
         .transpose()?;
-    let name = || meta.harness.clone();
-    match (registered, row) {
-        (true, None) => return Err(RegistryError::NotFound { name: name() }),
-        (true, Some(r)) if r.state == HarnessState::Retired => {
-            return Err(RegistryError::Retired { name: name() });
-        }
-        (false, Some(_)) => return Err(RegistryError::NameCollision { name: name() }),
-        _ => {}
-    }
+    rules::session_harness(&meta.harness, registered, row.as_ref())?;
     put_session(&tx, meta, now, default_project).await?;
     commit(tx).await?;
     Ok(())
@@ -855,9 +802,9 @@ pub(crate) async fn delete_session(
     c: &mut Client,
     req: &DeleteSession,
 ) -> Result<Tombstone, DeleteError> {
-    required("session uid", &req.uid)?;
+    rules::required("session uid", &req.uid)?;
     let tx = c.transaction().await.map_err(backend)?;
-    refuse_deleted(&tx, &req.uid).await?;
+    let deleted = refuse_deleted(&tx, &req.uid).await.is_err();
     // The row lock orders the delete with appends of the same session.
     let has_row = tx
         .query_opt(
@@ -868,15 +815,7 @@ pub(crate) async fn delete_session(
         .map_err(backend)?
         .is_some();
     let head = head(&tx, &req.uid).await?;
-    if !has_row && head == 0 {
-        return Err(StoreError::SessionNotFound {
-            uid: req.uid.clone(),
-        }
-        .into());
-    }
-    if req.expected_last_seq != head {
-        return Err(DeleteError::Conflict { head });
-    }
+    let records = rules::check_delete(req, deleted, has_row, head)?;
     // Fork children keep the rows they refer to (a fork of this session
     // holds its row share-locked until it commits, so every span naming
     // it is visible here); the rest go now.
@@ -922,8 +861,6 @@ pub(crate) async fn delete_session(
             .map_err(backend)?;
         }
     }
-    // The journal's length, prefix included (what the session held).
-    let records = head;
     tx.execute("DELETE FROM session_leases WHERE session = $1", &[&req.uid])
         .await
         .map_err(backend)?;
@@ -937,12 +874,7 @@ pub(crate) async fn delete_session(
     .await
     .map_err(backend)?;
     commit(tx).await?;
-    Ok(Tombstone {
-        uid: req.uid.clone(),
-        deleted_at: req.now_unix_nanos,
-        records,
-        principal: req.principal.clone(),
-    })
+    Ok(rules::tombstone(req, records))
 }
 
 pub(crate) async fn tombstone<C: GenericClient>(
@@ -969,9 +901,7 @@ pub(crate) async fn stale_sessions<C: GenericClient>(
     c: &C,
     scan: &StaleScan,
 ) -> Result<StalePage, StoreError> {
-    if scan.scan == 0 {
-        return Err(StoreError::InvalidArgument("scan must be positive".into()));
-    }
+    scan.check()?;
     let limit = i64::try_from(scan.scan).unwrap_or(i64::MAX);
     let rows = c
         .query(

@@ -20,3 +20,16 @@ async fn the_postgres_journal_keeps_the_store_contract() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_postgres_ledger_keeps_the_ledger_contract() {
+    let Some(url) = pg::fresh_database().await else {
+        return;
+    };
+    let j = PgJournal::open(&url, Default::default()).await.unwrap();
+    let ledger = j.tool_ledger();
+    // Its calls block on the runtime, as the executor makes them.
+    tokio::task::spawn_blocking(move || contract::ledger(&ledger))
+        .await
+        .unwrap();
+}

@@ -45,6 +45,7 @@ pub mod schema;
 mod worker;
 mod write_ops;
 
+pub use read_ops::spans;
 pub use worker::Faults;
 
 /// A driver error as a store error: a backend failure, whose message names

@@ -2,16 +2,16 @@
 //! committed state and never block the writer).
 
 use crate::db;
+use agentsessions_journal::encode::record_of_columns;
 use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_machine::host::PageFill;
-use agentsessions_proto::v1::{Event, LogRecord};
-use prost::Message as _;
+use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
 use agentsessions_journal::compute_text::from_text;
 use agentsessions_journal::{
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, SessionInfo, SessionMeta,
-    SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError, page_token,
+    SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
 };
 
 /// A deleted session reads as nothing, even while rows of it are kept for
@@ -92,18 +92,14 @@ fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> 
             seq,
             reason: e.to_string(),
         })?;
-    let event = Event::decode(blob).map_err(|e| StoreError::Decode {
-        session: session.to_owned(),
+    record_of_columns(
+        session,
         seq,
-        reason: e.to_string(),
-    })?;
-    Ok(LogRecord {
-        seq,
-        prev_hash: row.get(1).map_err(db)?,
-        content_hash: row.get(2).map_err(db)?,
-        fence: row.get(3).map_err(db)?,
-        event: Some(event),
-    })
+        row.get(1).map_err(db)?,
+        row.get(2).map_err(db)?,
+        row.get(3).map_err(db)?,
+        blob,
+    )
 }
 
 const READ_OWN: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
@@ -291,22 +287,10 @@ pub fn list_sessions(
     req: &ListSessions,
     default_project: &str,
 ) -> Result<SessionPage, StoreError> {
-    let size = req.page_len();
-    let project = req.project_or(default_project);
-    let fetch = (size + 1) as i64;
-    let mut sessions = Vec::with_capacity(size + 1);
-    if req.page_token.is_empty() {
-        let sql = format!(
-            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = ?1
-             ORDER BY s.created_at DESC, s.session ASC LIMIT ?2"
-        );
-        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
-        let mut rows = stmt.query(params![project, fetch]).map_err(db)?;
-        while let Some(row) = rows.next().map_err(db)? {
-            sessions.push(session_row(row)?);
-        }
-    } else {
-        let (ts, uid) = page_token::decode(&req.page_token)?;
+    let plan = req.plan(default_project)?;
+    let (project, fetch) = (plan.project, plan.fetch);
+    let mut sessions = Vec::with_capacity(plan.size + 1);
+    if let Some((ts, uid)) = plan.after {
         let sql = format!(
             "SELECT * FROM (SELECT {SESSION_COLUMNS} FROM sessions s
                  WHERE s.project = ?1 AND s.created_at = ?2 AND s.session > ?3
@@ -322,21 +306,18 @@ pub fn list_sessions(
         while let Some(row) = rows.next().map_err(db)? {
             sessions.push(session_row(row)?);
         }
+    } else {
+        let sql = format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.project = ?1
+             ORDER BY s.created_at DESC, s.session ASC LIMIT ?2"
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
+        let mut rows = stmt.query(params![project, fetch]).map_err(db)?;
+        while let Some(row) = rows.next().map_err(db)? {
+            sessions.push(session_row(row)?);
+        }
     }
-    let mut next_page_token = String::new();
-    if sessions.len() > size {
-        sessions.truncate(size);
-        let last = sessions.last().expect("size >= 1");
-        next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
-    }
-    debug_assert!(sessions.windows(2).all(|w| {
-        (w[0].meta.created_at, std::cmp::Reverse(&w[0].meta.uid))
-            > (w[1].meta.created_at, std::cmp::Reverse(&w[1].meta.uid))
-    }));
-    Ok(SessionPage {
-        sessions,
-        next_page_token,
-    })
+    Ok(SessionPage::cut(sessions, plan.size))
 }
 
 const HARNESS_COLUMNS: &str =
@@ -376,9 +357,7 @@ pub fn list_harnesses(
     conn: &Connection,
     req: &ListHarnesses,
 ) -> Result<Vec<HarnessRow>, StoreError> {
-    if req.limit == 0 {
-        return Err(StoreError::InvalidArgument("limit must be positive".into()));
-    }
+    req.check()?;
     let sql = format!(
         "SELECT {HARNESS_COLUMNS} FROM harnesses
          WHERE name > ?1 AND (?2 OR state = 'active') ORDER BY name LIMIT ?3"
@@ -421,9 +400,7 @@ pub fn tombstone(conn: &Connection, uid: &str) -> Result<Option<Tombstone>, Stor
 /// index on purpose: every append rewrites it, and an index would make
 /// every append pay for the background scan.
 pub fn stale_sessions(conn: &Connection, scan: &StaleScan) -> Result<StalePage, StoreError> {
-    if scan.scan == 0 {
-        return Err(StoreError::InvalidArgument("scan must be positive".into()));
-    }
+    scan.check()?;
     let limit = i64::try_from(scan.scan).unwrap_or(i64::MAX);
     let mut stmt = conn
         .prepare_cached(

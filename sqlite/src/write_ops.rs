@@ -6,6 +6,7 @@
 //! an earlier job of the same batch is visible to a later one.
 
 use crate::db;
+use agentsessions_journal::rules;
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, ErrorCode, OptionalExtension as _, params};
 
@@ -490,10 +491,8 @@ pub fn delete_session(
     heads: &Mutex<Heads>,
 ) -> Result<Tombstone, DeleteError> {
     lock(heads).forget(&req.uid);
-    if req.uid.is_empty() {
-        return Err(StoreError::InvalidArgument("session uid is required".into()).into());
-    }
-    refuse_deleted(conn, &req.uid)?;
+    rules::required("session uid", &req.uid)?;
+    let deleted = is_deleted(conn, &req.uid).map_err(db)?;
     let head = head(conn, &req.uid).map_err(db)?;
     let has_row = conn
         .prepare_cached("SELECT 1 FROM sessions WHERE session = ?1")
@@ -502,15 +501,7 @@ pub fn delete_session(
         .optional()
         .map_err(db)?
         .is_some();
-    if !has_row && head == 0 {
-        return Err(StoreError::SessionNotFound {
-            uid: req.uid.clone(),
-        }
-        .into());
-    }
-    if req.expected_last_seq != head {
-        return Err(DeleteError::Conflict { head });
-    }
+    let records = rules::check_delete(req, deleted, has_row, head)?;
     // Fork children keep the rows they refer to; the rest go now.
     conn.prepare_cached("DELETE FROM events WHERE session = ?1 AND seq > ?2")
         .map_err(db)?
@@ -537,8 +528,6 @@ pub fn delete_session(
                 .map_err(db)?;
         }
     }
-    // The journal's length, prefix included (what the session held).
-    let records = head;
     conn.prepare_cached("DELETE FROM sessions WHERE session = ?1")
         .map_err(db)?
         .execute([&req.uid])
@@ -554,12 +543,7 @@ pub fn delete_session(
     .map_err(db)?
     .execute(params![req.uid, req.now_unix_nanos, records, req.principal])
     .map_err(db)?;
-    Ok(Tombstone {
-        uid: req.uid.clone(),
-        deleted_at: req.now_unix_nanos,
-        records,
-        principal: req.principal.clone(),
-    })
+    Ok(rules::tombstone(req, records))
 }
 
 /// The last of `owner`'s seqs a fork child's span names (0: none).
@@ -581,14 +565,10 @@ pub fn register_harness(
     reg: &HarnessRegistration,
     now: i64,
 ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
-    reg.check()?;
-    if is_reserved(conn, &reg.name).map_err(db)? {
-        return Err(RegistryError::NameReserved {
-            name: reg.name.clone(),
-        });
-    }
-    let outcome = match harness_row(conn, &reg.name)? {
-        None => {
+    let reserved = is_reserved(conn, &reg.name).map_err(db)?;
+    let outcome = rules::register(reg, reserved, harness_row(conn, &reg.name)?.as_ref())?;
+    match outcome {
+        RegisterOutcome::Created => {
             conn.prepare_cached(
                 "INSERT INTO harnesses(name, uid, spec, spec_digest, state, created_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?5)",
@@ -596,23 +576,16 @@ pub fn register_harness(
             .map_err(db)?
             .execute(params![reg.name, reg.uid, reg.spec, reg.spec_digest, now])
             .map_err(db)?;
-            RegisterOutcome::Created
         }
-        Some(row) if row.spec_digest != reg.spec_digest => {
-            return Err(RegistryError::SpecConflict {
-                name: reg.name.clone(),
-            });
-        }
-        Some(row) if row.state == HarnessState::Active => RegisterOutcome::Unchanged,
-        Some(_) => {
+        RegisterOutcome::Unchanged => {}
+        RegisterOutcome::Reactivated => {
             conn.prepare_cached(
                 "UPDATE harnesses SET state = 'active', retire_reason = '', retired_at = 0, updated_at = ?2
                  WHERE name = ?1",
             ).map_err(db)?
             .execute(params![reg.name, now]).map_err(db)?;
-            RegisterOutcome::Reactivated
         }
-    };
+    }
     let row = harness_row(conn, &reg.name)?
         .ok_or_else(|| StoreError::Corrupt("registered row vanished".into()))?;
     debug_assert_eq!(row.state, HarnessState::Active);
@@ -625,10 +598,9 @@ pub fn retire_harness(
     reason: &str,
     now: i64,
 ) -> Result<HarnessRow, RegistryError> {
-    if name.is_empty() {
-        return Err(StoreError::InvalidArgument("harness name is required".into()).into());
-    }
-    // Only an active row changes, so a repeat keeps the first time and reason.
+    rules::check_retire(name)?;
+    // Only an active row changes, so a repeat keeps the first time and
+    // reason (`rules::retire`).
     conn.prepare_cached(
         "UPDATE harnesses SET state = 'retired', retire_reason = ?2, retired_at = ?3, updated_at = ?3
          WHERE name = ?1 AND state = 'active'",
@@ -645,14 +617,7 @@ pub fn reserve_harness_names(
     now: i64,
 ) -> Result<(), RegistryError> {
     for name in names {
-        if name.is_empty() {
-            return Err(
-                StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
-            );
-        }
-        if harness_row(conn, name)?.is_some() {
-            return Err(RegistryError::NameCollision { name: name.clone() });
-        }
+        rules::check_reservation(name, harness_row(conn, name)?.is_some())?;
     }
     let mut stmt = conn
         .prepare_cached(
@@ -674,24 +639,7 @@ pub fn put_session_on_active_harness(
     heads: &Mutex<Heads>,
 ) -> Result<(), RegistryError> {
     let row = harness_row(conn, &meta.harness)?;
-    match (registered, row) {
-        (true, None) => {
-            return Err(RegistryError::NotFound {
-                name: meta.harness.clone(),
-            });
-        }
-        (true, Some(r)) if r.state == HarnessState::Retired => {
-            return Err(RegistryError::Retired {
-                name: meta.harness.clone(),
-            });
-        }
-        (false, Some(_)) => {
-            return Err(RegistryError::NameCollision {
-                name: meta.harness.clone(),
-            });
-        }
-        _ => {}
-    }
+    rules::session_harness(&meta.harness, registered, row.as_ref())?;
     put_session(conn, meta, now, default_project, heads)?;
     Ok(())
 }

@@ -15,3 +15,8 @@ async fn the_sqlite_journal_keeps_the_store_contract() {
     })
     .await;
 }
+
+#[test]
+fn the_sqlite_ledger_keeps_the_ledger_contract() {
+    contract::ledger(&agentsessions_sqlite::ledger::ToolLedger::open_in_memory().unwrap());
+}

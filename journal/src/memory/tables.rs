@@ -12,11 +12,12 @@ use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
 use crate::lease::{self, LeaseClaim, StoredLease};
+use crate::rules::{self, required};
 use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, RegisterOutcome,
     RegistryError, SessionInfo, SessionMeta, SessionPage, StalePage, StaleScan, StoreError,
-    Tombstone, VerifyError, child_spans, page_token,
+    Tombstone, VerifyError, child_spans,
 };
 
 /// One `sessions` row plus its `events`: the records it wrote, after the
@@ -151,14 +152,6 @@ impl SessionImage {
 /// A fork at a seq the parent does not hold.
 fn no_record(parent: &str, seq: i64) -> StoreError {
     StoreError::InvalidArgument(format!("fork parent {parent} has no record at seq {seq}"))
-}
-
-fn required(what: &str, v: &str) -> Result<(), StoreError> {
-    if v.is_empty() {
-        Err(StoreError::InvalidArgument(format!("{what} is required")))
-    } else {
-        Ok(())
-    }
 }
 
 impl Tables {
@@ -331,9 +324,7 @@ impl Tables {
 
     /// One bounded retention step, as the SQLite store's.
     pub fn stale_sessions(&self, scan: &StaleScan) -> Result<StalePage, StoreError> {
-        if scan.scan == 0 {
-            return Err(StoreError::InvalidArgument("scan must be positive".into()));
-        }
+        scan.check()?;
         let mut page = StalePage::default();
         let window: Vec<&Session> = self
             .sessions
@@ -370,13 +361,8 @@ impl Tables {
         req: &ListSessions,
         default_project: &str,
     ) -> Result<SessionPage, StoreError> {
-        let size = req.page_len();
-        let project = req.project_or(default_project);
-        let after = if req.page_token.is_empty() {
-            None
-        } else {
-            Some(page_token::decode(&req.page_token)?)
-        };
+        let plan = req.plan(default_project)?;
+        let (project, after) = (plan.project, &plan.after);
         let mut rows: Vec<SessionInfo> = self
             .sessions
             .values()
@@ -395,16 +381,7 @@ impl Tables {
                 .cmp(&a.meta.created_at)
                 .then_with(|| a.meta.uid.cmp(&b.meta.uid))
         });
-        let mut next_page_token = String::new();
-        if rows.len() > size {
-            rows.truncate(size);
-            let last = rows.last().expect("size >= 1");
-            next_page_token = page_token::encode(last.meta.created_at, &last.meta.uid);
-        }
-        Ok(SessionPage {
-            sessions: rows,
-            next_page_token,
-        })
+        Ok(SessionPage::cut(rows, plan.size))
     }
 
     pub fn harness(&self, name: &str) -> Result<HarnessRow, RegistryError> {
@@ -417,9 +394,7 @@ impl Tables {
     }
 
     pub fn list_harnesses(&self, req: &ListHarnesses) -> Result<Vec<HarnessRow>, StoreError> {
-        if req.limit == 0 {
-            return Err(StoreError::InvalidArgument("limit must be positive".into()));
-        }
+        req.check()?;
         Ok(self
             .harnesses
             .values()
@@ -651,18 +626,10 @@ impl Tables {
 
     /// Removes the session's row and records and leaves its tombstone.
     pub fn delete_session(&mut self, req: &DeleteSession) -> Result<Tombstone, DeleteError> {
-        required("session uid", &req.uid)?;
-        self.refuse_deleted(&req.uid)?;
-        let Some(session) = self.sessions.get(&req.uid) else {
-            return Err(StoreError::SessionNotFound {
-                uid: req.uid.clone(),
-            }
-            .into());
-        };
-        let head = session.head();
-        if req.expected_last_seq != head {
-            return Err(DeleteError::Conflict { head });
-        }
+        let deleted = self.refuse_deleted(&req.uid).is_err();
+        let found = self.sessions.get(&req.uid);
+        let head = found.map_or(0, Session::head);
+        rules::check_delete(req, deleted, found.is_some(), head)?;
         let records = i64::try_from(self.records(&req.uid).len()).expect("fits i64");
         // The planted bug: the tombstone is written but the session stays.
         if !crate::memory::planted!(DeleteKeepsRecords) {
@@ -679,12 +646,7 @@ impl Tables {
                 self.release(&owner);
             }
         }
-        let tombstone = Tombstone {
-            uid: req.uid.clone(),
-            deleted_at: req.now_unix_nanos,
-            records,
-            principal: req.principal.clone(),
-        };
+        let tombstone = rules::tombstone(req, records);
         self.tombstones.insert(req.uid.clone(), tombstone.clone());
         Ok(tombstone)
     }
@@ -694,42 +656,22 @@ impl Tables {
         reg: &HarnessRegistration,
         now: i64,
     ) -> Result<(HarnessRow, RegisterOutcome), RegistryError> {
-        reg.check()?;
-        if self.reserved.contains(&reg.name) {
-            return Err(RegistryError::NameReserved {
-                name: reg.name.clone(),
-            });
-        }
-        match self.harnesses.get_mut(&reg.name) {
-            None => {
-                let row = HarnessRow {
-                    name: reg.name.clone(),
-                    uid: reg.uid.clone(),
-                    spec: reg.spec.clone(),
-                    spec_digest: reg.spec_digest.clone(),
-                    state: HarnessState::Active,
-                    retire_reason: String::new(),
-                    retired_at: 0,
-                    created_at: now,
-                    updated_at: now,
-                };
+        let reserved = self.reserved.contains(&reg.name);
+        let outcome = rules::register(reg, reserved, self.harnesses.get(&reg.name))?;
+        let row = match outcome {
+            RegisterOutcome::Created => {
+                let row = rules::new_harness_row(reg, now);
                 self.harnesses.insert(reg.name.clone(), row.clone());
-                Ok((row, RegisterOutcome::Created))
+                row
             }
-            Some(row) if row.spec_digest != reg.spec_digest => Err(RegistryError::SpecConflict {
-                name: reg.name.clone(),
-            }),
-            Some(row) if row.state == HarnessState::Active => {
-                Ok((row.clone(), RegisterOutcome::Unchanged))
+            RegisterOutcome::Unchanged => self.harnesses[&reg.name].clone(),
+            RegisterOutcome::Reactivated => {
+                let row = self.harnesses.get_mut(&reg.name).expect("the rule saw it");
+                rules::reactivate(row, now);
+                row.clone()
             }
-            Some(row) => {
-                row.state = HarnessState::Active;
-                row.retire_reason.clear();
-                row.retired_at = 0;
-                row.updated_at = now;
-                Ok((row.clone(), RegisterOutcome::Reactivated))
-            }
-        }
+        };
+        Ok((row, outcome))
     }
 
     /// Only an active row changes, so a repeat keeps the first reason/time.
@@ -739,32 +681,20 @@ impl Tables {
         reason: &str,
         now: i64,
     ) -> Result<HarnessRow, RegistryError> {
-        required("harness name", name)?;
+        rules::check_retire(name)?;
         let row = self
             .harnesses
             .get_mut(name)
             .ok_or_else(|| RegistryError::NotFound {
                 name: name.to_owned(),
             })?;
-        if row.state == HarnessState::Active {
-            row.state = HarnessState::Retired;
-            row.retire_reason = reason.to_owned();
-            row.retired_at = now;
-            row.updated_at = now;
-        }
+        rules::retire(row, reason, now);
         Ok(row.clone())
     }
 
     pub fn reserve_harness_names(&mut self, names: &[String]) -> Result<(), RegistryError> {
         for name in names {
-            if name.is_empty() {
-                return Err(
-                    StoreError::InvalidArgument("reserved harness name is empty".into()).into(),
-                );
-            }
-            if self.harnesses.contains_key(name) {
-                return Err(RegistryError::NameCollision { name: name.clone() });
-            }
+            rules::check_reservation(name, self.harnesses.contains_key(name))?;
         }
         self.reserved.extend(names.iter().cloned());
         Ok(())
@@ -777,15 +707,7 @@ impl Tables {
         now: i64,
         default_project: &str,
     ) -> Result<(), RegistryError> {
-        let name = || meta.harness.clone();
-        match (registered, self.harnesses.get(&meta.harness)) {
-            (true, None) => return Err(RegistryError::NotFound { name: name() }),
-            (true, Some(r)) if r.state == HarnessState::Retired => {
-                return Err(RegistryError::Retired { name: name() });
-            }
-            (false, Some(_)) => return Err(RegistryError::NameCollision { name: name() }),
-            _ => {}
-        }
+        rules::session_harness(&meta.harness, registered, self.harnesses.get(&meta.harness))?;
         self.put_session(meta, now, default_project)?;
         Ok(())
     }
