@@ -35,7 +35,8 @@ pub fn perform_store_now<S: JournalStore>(
     }
 }
 
-/// Performs one journal effect against the store.
+/// Performs one store effect against the store: the journal's own here,
+/// rows and the registry in [`perform_rows`].
 pub async fn perform_store<S: JournalStore>(
     store: &S,
     effect: StoreEffect,
@@ -130,6 +131,13 @@ pub async fn perform_store<S: JournalStore>(
             let read = store.read(&session, 1, 0).await.map_err(text);
             (id, StoreOutcome::Journal(read.map(Journal::from_records)))
         }
+        rows => perform_rows(store, rows).await,
+    }
+}
+
+/// The session-row, retention and registry effects of [`perform_store`].
+async fn perform_rows<S: JournalStore>(store: &S, effect: StoreEffect) -> (EffectId, StoreOutcome) {
+    match effect {
         StoreEffect::GetSession { id, session } => {
             let r = match store.session_info(&session).await {
                 Ok(info) => row_of(info)
@@ -237,6 +245,7 @@ pub async fn perform_store<S: JournalStore>(
                 .map_err(put_error_of);
             (id, StoreOutcome::Reserved(r))
         }
+        journal => unreachable!("{} is a journal effect", journal.name()),
     }
 }
 

@@ -155,6 +155,11 @@ impl ChainVerifier {
         }
         self.prev_hash.clear();
         self.prev_hash.push_str(&rec.content_hash);
+        // hex_eq accepted it, so the head is now a hash of our own form.
+        debug_assert!(
+            canon::is_sha256_hex(&self.prev_hash),
+            "a verified hash is 64 lowercase hex digits"
+        );
         self.next_seq = seq.checked_add(1);
         Ok(())
     }
@@ -165,10 +170,16 @@ impl ChainVerifier {
 fn hex_eq(digest: &[u8], stored: &str) -> bool {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let s = stored.as_bytes();
-    s.len() == digest.len() * 2
+    let eq = s.len() == digest.len() * 2
         && digest.iter().enumerate().all(|(i, &b)| {
             s[2 * i] == HEX[(b >> 4) as usize] && s[2 * i + 1] == HEX[(b & 0xf) as usize]
-        })
+        });
+    debug_assert_eq!(
+        eq,
+        stored == hex_lower(digest),
+        "equal to the hex text exactly"
+    );
+    eq
 }
 
 /// Verifies a whole chain: the first record is seq 1 with prev_hash `""`.
@@ -184,7 +195,16 @@ pub fn verify_from(
     records: &[LogRecord],
 ) -> Result<(), ChainError> {
     let mut v = ChainVerifier::resume(prev_hash, first_seq);
-    records.iter().try_for_each(|r| v.push(r))
+    let verified = records.iter().try_for_each(|r| v.push(r));
+    debug_assert!(
+        verified.is_err()
+            || i64::try_from(records.len())
+                .ok()
+                .and_then(|n| first_seq.checked_add(n))
+                == v.next_seq(),
+        "a verified range moves the head past its every record"
+    );
+    verified
 }
 
 #[cfg(test)]

@@ -59,7 +59,9 @@ impl LogError {
 
     /// Shorthand for an invalid-log error.
     pub fn invalid(detail: impl Into<String>) -> Self {
-        Self::InvalidExecutionLog(detail.into())
+        let detail = detail.into();
+        debug_assert!(!detail.is_empty(), "an invalid log says what is wrong");
+        Self::InvalidExecutionLog(detail)
     }
 
     /// Shorthand for a divergence with only a detail text.
@@ -85,8 +87,10 @@ pub struct Divergence {
 impl Divergence {
     /// A divergence with only a detail text.
     pub fn new(detail: impl Into<String>) -> Self {
+        let detail = detail.into();
+        debug_assert!(!detail.is_empty(), "a divergence says what diverged");
         Self {
-            detail: detail.into(),
+            detail,
             ..Self::default()
         }
     }

@@ -42,14 +42,19 @@ pub fn output(execution_id: &str, message: Message) -> Event {
 
 /// END{COMPLETED}: the only terminal state the host writes.
 pub fn end_completed(execution_id: &str) -> Event {
-    event(
+    let ev = event(
         execution_id,
         EventKind::EventEnd,
         Body::End(HarnessEnd {
             state: "COMPLETED".to_owned(),
             error: None,
         }),
-    )
+    );
+    debug_assert!(
+        !is_canceled_end(&ev),
+        "a completed END never reads as canceled"
+    );
+    ev
 }
 
 /// The END state of a canceled execution.
@@ -57,14 +62,19 @@ pub const CANCELED: &str = "CANCELED";
 
 /// END{CANCELED}: a Cancel ended the execution.
 pub fn end_canceled(execution_id: &str) -> Event {
-    event(
+    let ev = event(
         execution_id,
         EventKind::EventEnd,
         Body::End(HarnessEnd {
             state: CANCELED.to_owned(),
             error: None,
         }),
-    )
+    );
+    debug_assert!(
+        is_canceled_end(&ev),
+        "the END a Cancel writes reads as canceled"
+    );
+    ev
 }
 
 /// True for an END that a Cancel wrote.
@@ -108,6 +118,11 @@ pub fn approval_result(
     actor: Option<IdentityRef>,
     now: Timestamp,
 ) -> Event {
+    // The machine's clock is Unix nanos from 0, well inside 0001..9999.
+    debug_assert!(
+        now.validate().is_ok(),
+        "a decision's time has a canonical form"
+    );
     let mut ev = event(
         execution_id,
         EventKind::EventApprovalResult,
@@ -128,7 +143,7 @@ pub fn by(mut ev: Event, actor: Option<&IdentityRef>) -> Event {
 
 /// A session-scoped LIFECYCLE marker (no execution id).
 pub fn lifecycle(kind: lifecycle::Kind, detail: &str) -> Event {
-    event(
+    let ev = event(
         "",
         EventKind::EventLifecycle,
         Body::Lifecycle(Lifecycle {
@@ -136,7 +151,13 @@ pub fn lifecycle(kind: lifecycle::Kind, detail: &str) -> Event {
             detail: detail.to_owned(),
             ..Lifecycle::default()
         }),
-    )
+    );
+    debug_assert_eq!(
+        is_cancel_marker(&ev),
+        kind == lifecycle::Kind::LifecycleCancel,
+        "a marker reads as a cancel exactly when it is one"
+    );
+    ev
 }
 
 /// LIFECYCLE{FORK} written as a child's first new record.
@@ -152,14 +173,20 @@ pub fn assistant_text(text: &str) -> Message {
 /// An EXECUTOR_ERROR receipt for call `id` saying `why`, in its error and
 /// its content (so a model reading only content is told too).
 pub fn error_receipt(id: &str, why: String) -> ToolResult {
-    ToolResult {
+    let receipt = ToolResult {
         id: id.to_owned(),
         is_error: true,
         content: text_message("tool", &why).parts,
         error: why,
         code: agentsessions_proto::v1::tool_result::Code::ExecutorError as i32,
         ..ToolResult::default()
-    }
+    };
+    debug_assert!(
+        matches!(receipt.content.as_slice(),
+            [Part { part: Some(part::Part::Text(t)), .. }] if t.text == receipt.error),
+        "the content tells a model what the error tells the host"
+    );
+    receipt
 }
 
 /// A message with one text part.

@@ -79,6 +79,10 @@ pub fn input_hash(req: &ModelRequest<'_>) -> Result<String, InputHashError> {
         // Writing to a String cannot fail.
         let _ = write!(out, "{b:02x}");
     }
+    debug_assert!(
+        out.len() == 64 && out.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        "an input hash is 64 lowercase hex digits"
+    );
     Ok(out)
 }
 
@@ -115,6 +119,7 @@ pub fn encode_go_json(req: &ModelRequest<'_>) -> Result<Vec<u8>, InputHashError>
         w.tool_choice(choice)?;
     }
     w.raw("}");
+    debug_assert_eq!(w.depth, 0, "every level entered was left");
     Ok(w.out.into_bytes())
 }
 
@@ -139,6 +144,13 @@ impl GoJson {
     }
 
     fn field(&mut self, first: bool, name: &str) {
+        debug_assert!(
+            name.starts_with(|c: char| c.is_ascii_uppercase())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric()),
+            "an exported Go field name needs no escaping"
+        );
+        // No value ends in `{`, so only a first member follows one.
+        debug_assert_eq!(first, self.out.ends_with('{'), "first member of its object");
         if !first {
             self.out.push(',');
         }
@@ -160,6 +172,7 @@ impl GoJson {
     /// safe inside HTML, and U+2028/U+2029 escaped for JavaScript.
     fn string(&mut self, s: &str) {
         const HEX: &[u8; 16] = b"0123456789abcdef";
+        let start = self.out.len();
         self.out.push('"');
         for c in s.chars() {
             match c {
@@ -182,6 +195,11 @@ impl GoJson {
             }
         }
         self.out.push('"');
+        // A byte is copied, or escaped in at most six (`\u003c`).
+        debug_assert!(
+            (s.len() + 2..=6 * s.len() + 2).contains(&(self.out.len() - start)),
+            "a string literal is its text, escaped, in quotes"
+        );
     }
 
     /// A Go `[]byte`: padded standard base64, `null` for nil (empty).
@@ -189,10 +207,16 @@ impl GoJson {
         if b.is_empty() {
             self.raw("null");
         } else {
+            let start = self.out.len();
             self.out.push('"');
             self.out
                 .push_str(&base64::engine::general_purpose::STANDARD.encode(b));
             self.out.push('"');
+            debug_assert_eq!(
+                self.out.len() - start,
+                b.len().div_ceil(3) * 4 + 2,
+                "padded base64 in quotes"
+            );
         }
     }
 
@@ -206,6 +230,7 @@ impl GoJson {
             return Err(InputHashError::NonFiniteNumber { value: f });
         }
         let (digits, point) = shortest_digits(f);
+        let start = self.out.len();
         // Go keeps the sign of -0 too ("-0").
         if f.is_sign_negative() {
             self.out.push('-');
@@ -236,6 +261,11 @@ impl GoJson {
             let sign = if e < 0 { '-' } else { '+' };
             let _ = write!(self.out, "{first}{dot}{rest}e{sign}{}", e.abs());
         }
+        debug_assert_eq!(
+            self.out[start..].parse::<f64>().ok(),
+            Some(f),
+            "the shortest digits read back as the same float"
+        );
         Ok(())
     }
 
@@ -273,7 +303,9 @@ impl GoJson {
     /// tool members are omitempty.
     fn part(&mut self, p: &Part) -> Result<(), InputHashError> {
         self.enter()?;
+        let depth = self.depth;
         self.part_members(p)?;
+        debug_assert_eq!(self.depth, depth, "nested levels were left");
         self.depth -= 1;
         Ok(())
     }
@@ -469,6 +501,10 @@ impl GoJson {
     fn object(&mut self, s: &pbjson_types::Struct) -> Result<(), InputHashError> {
         let mut keys: Vec<&String> = s.fields.keys().collect();
         keys.sort_unstable();
+        debug_assert!(
+            keys.windows(2).all(|w| w[0] < w[1]),
+            "map keys are distinct, so sorted strictly"
+        );
         self.out.push('{');
         for (i, k) in keys.into_iter().enumerate() {
             if i > 0 {
@@ -484,7 +520,9 @@ impl GoJson {
 
     fn value(&mut self, v: &pbjson_types::Value) -> Result<(), InputHashError> {
         self.enter()?;
+        let depth = self.depth;
         self.value_inner(v)?;
+        debug_assert_eq!(self.depth, depth, "nested levels were left");
         self.depth -= 1;
         Ok(())
     }
@@ -529,5 +567,7 @@ fn shortest_digits(f: f64) -> (String, i32) {
     let lead = all.len() - all.trim_start_matches('0').len();
     let digits = all.trim_start_matches('0').trim_end_matches('0').to_owned();
     let point = int.len() as i32 - lead as i32 + exp;
+    debug_assert_eq!(digits.is_empty(), f == 0.0, "only zero has no digits");
+    debug_assert!(digits.bytes().all(|b| b.is_ascii_digit()));
     (digits, point)
 }

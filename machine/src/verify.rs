@@ -111,6 +111,11 @@ impl ChainCheck {
             });
         }
         self.count += 1;
+        // The chain starts at seq 1 and takes each seq once, in order.
+        debug_assert!(
+            record.seq >= 1 && self.count <= record.seq as u64,
+            "one count per verified seq"
+        );
         Ok(())
     }
 
@@ -118,12 +123,14 @@ impl ChainCheck {
     /// number of records verified.
     pub fn finish(self) -> Result<u64, VerifyError> {
         let ends_at = self.chain.next_seq().map_or(i64::MAX, |n| n - 1);
+        debug_assert!(ends_at >= 0, "the chain starts at seq 1");
         if ends_at != self.last_seq {
             return Err(VerifyError::Truncated {
                 ends_at,
                 last_seq: self.last_seq,
             });
         }
+        debug_assert!(self.count <= ends_at as u64, "at most one count per seq");
         Ok(self.count)
     }
 }
@@ -132,7 +139,9 @@ impl ChainCheck {
 pub fn check_all(records: &[LogRecord], last_seq: i64) -> Result<u64, VerifyError> {
     let mut check = ChainCheck::new(last_seq);
     records.iter().try_for_each(|r| check.push(r))?;
-    check.finish()
+    let count = check.finish()?;
+    debug_assert_eq!(count, records.len() as u64, "every record was verified");
+    Ok(count)
 }
 
 #[cfg(test)]

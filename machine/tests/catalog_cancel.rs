@@ -509,3 +509,31 @@ fn cancel_of_a_short_turn_already_marked_writes_nothing() {
     agentsessions_machine::journal::executions::project(&world.store.records(&sid))
         .expect("the journal still projects");
 }
+
+#[test]
+fn a_deadline_passing_while_a_canceled_turn_renders_its_session_replies_nothing_twice() {
+    let mut world = World::default();
+    let sid = create(&mut world, "");
+    world.pause_on = Some(Box::new(|e| matches!(e, Effect::Model(_))));
+    let mut req = exec_req(&sid, "", "slow");
+    req.deadline_unix = world.now / 1_000_000_000 + 5;
+    let turn = world.start(Request::Exec(req));
+    // The Cancel's records commit and the turn ends; the session it
+    // answers the Cancel with is still being read when the deadline passes.
+    world.pause_on = Some(Box::new(|e| {
+        matches!(e, Effect::Store(StoreEffect::GetSession { .. }))
+    }));
+    let canceling = world.start(cancel(&sid, "", "stop"));
+    assert!(!world.replied(canceling), "the session's render is held");
+    world.advance(10 * 1_000_000_000);
+    world.release();
+    let call = world.take(canceling);
+    assert_eq!(call.code(), Code::Ok, "the Cancel is answered: {call:?}");
+    let turn = world.take(turn);
+    assert_eq!(
+        turn.code(),
+        Code::Cancelled,
+        "one reply, the first: {turn:?}"
+    );
+    assert_canceled_tail(&world, &sid, "stop");
+}

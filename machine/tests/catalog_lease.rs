@@ -20,6 +20,9 @@ const TTL: i64 = 15 * SECOND;
 fn host(id: &str) -> World {
     let mut c = config();
     c.lease = Some(LeaseConfig::new(id, TTL));
+    // Held turns here are slow, not silent: their harness's first event
+    // may take longer than the heartbeats these tests step through.
+    c.connect_timeout_ms = 3_600_000;
     World::new(c)
 }
 
@@ -27,6 +30,7 @@ fn host(id: &str) -> World {
 fn beside(world: &World, id: &str) -> World {
     let mut c = config();
     c.lease = Some(LeaseConfig::new(id, TTL));
+    c.connect_timeout_ms = 3_600_000;
     let mut other = World::with_store(c, world.store.clone());
     other.now = world.now;
     other

@@ -13,4 +13,5 @@ pub mod journal;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod telemetry;
 pub mod tools;

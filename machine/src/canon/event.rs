@@ -19,6 +19,7 @@ use agentsessions_proto::v1::{
 };
 use agentsessions_proto::wkt::Timestamp;
 use base64::Engine as _;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use super::jcs::{cmp_utf16, needs_utf16_resort, write_i64, write_i64_string, write_str};
@@ -30,79 +31,101 @@ use super::{CanonError, MAX_DEPTH};
 struct Obj<'a> {
     out: &'a mut Vec<u8>,
     first: bool,
+    /// The last member's key, to check the order.
+    last: &'static str,
 }
 
 impl<'a> Obj<'a> {
     fn open(out: &'a mut Vec<u8>) -> Self {
         out.push(b'{');
-        Obj { out, first: true }
+        Obj {
+            out,
+            first: true,
+            last: "",
+        }
     }
 
     fn close(self) {
+        // Every member goes through `key`, so an object without one is bare.
+        debug_assert!(!self.first || self.out.last() == Some(&b'{'));
         self.out.push(b'}');
     }
 
     /// Starts a member; `k` is a proto field name, which needs no escaping.
-    fn key(&mut self, k: &str) -> &mut Vec<u8> {
+    fn key(&mut self, k: &'static str) -> &mut Vec<u8> {
+        debug_assert!(
+            !k.is_empty()
+                && k.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+            "a proto field name needs no escaping"
+        );
+        // ASCII names: byte order is JCS's UTF-16 order.
+        debug_assert!(
+            self.first || self.last < k,
+            "members in sorted key order: {:?} after {:?}",
+            k,
+            self.last
+        );
         if !self.first {
             self.out.push(b',');
         }
         self.first = false;
+        self.last = k;
         self.out.push(b'"');
         self.out.extend_from_slice(k.as_bytes());
         self.out.extend_from_slice(b"\":");
         self.out
     }
 
-    fn string(&mut self, k: &str, v: &str) {
+    fn string(&mut self, k: &'static str, v: &str) {
         if !v.is_empty() {
             self.string_set(k, v);
         }
     }
 
     /// A string with explicit presence (oneof member): written even if empty.
-    fn string_set(&mut self, k: &str, v: &str) {
+    fn string_set(&mut self, k: &'static str, v: &str) {
         let out = self.key(k);
         write_str(out, v);
     }
 
-    fn int64(&mut self, k: &str, v: i64) {
+    fn int64(&mut self, k: &'static str, v: i64) {
         if v != 0 {
             self.int64_set(k, v);
         }
     }
 
-    fn int64_set(&mut self, k: &str, v: i64) {
+    fn int64_set(&mut self, k: &'static str, v: i64) {
         let out = self.key(k);
         write_i64_string(out, v);
     }
 
-    fn int32(&mut self, k: &str, v: i32) {
+    fn int32(&mut self, k: &'static str, v: i32) {
         if v != 0 {
             let out = self.key(k);
             write_i64(out, i64::from(v));
         }
     }
 
-    fn boolean(&mut self, k: &str, v: bool) {
+    fn boolean(&mut self, k: &'static str, v: bool) {
         if v {
             self.key(k).extend_from_slice(b"true");
         }
     }
 
-    fn bytes(&mut self, k: &str, v: &[u8]) {
+    fn bytes(&mut self, k: &'static str, v: &[u8]) {
         if !v.is_empty() {
             self.bytes_set(k, v);
         }
     }
 
-    fn bytes_set(&mut self, k: &str, v: &[u8]) {
+    fn bytes_set(&mut self, k: &'static str, v: &[u8]) {
         let out = self.key(k);
         write_base64(out, v);
     }
 
     /// An enum field: omitted at 0, its name when known, else the number.
-    fn enumeration(&mut self, k: &str, v: i32, name: Option<&'static str>) {
+    fn enumeration(&mut self, k: &'static str, v: i32, name: Option<&'static str>) {
         if v == 0 {
             return;
         }
@@ -110,6 +133,11 @@ impl<'a> Obj<'a> {
         match name {
             // Enum value names are identifiers: no escaping needed.
             Some(n) => {
+                debug_assert!(
+                    n.bytes()
+                        .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'),
+                    "an enum value name needs no escaping"
+                );
                 out.push(b'"');
                 out.extend_from_slice(n.as_bytes());
                 out.push(b'"');
@@ -120,7 +148,7 @@ impl<'a> Obj<'a> {
 
     fn repeated<T>(
         &mut self,
-        k: &str,
+        k: &'static str,
         items: &[T],
         depth: usize,
         mut write: impl FnMut(&mut Vec<u8>, &T, usize) -> Result<(), CanonError>,
@@ -128,6 +156,7 @@ impl<'a> Obj<'a> {
         if items.is_empty() {
             return Ok(());
         }
+        debug_assert!(depth <= MAX_DEPTH, "every caller checked its depth");
         let out = self.key(k);
         out.push(b'[');
         for (i, item) in items.iter().enumerate() {
@@ -142,10 +171,12 @@ impl<'a> Obj<'a> {
 
     fn structure(
         &mut self,
-        k: &str,
+        k: &'static str,
         v: Option<&pbjson_types::Struct>,
         depth: usize,
     ) -> Result<(), CanonError> {
+        // One level past a checked message at most; write_struct checks.
+        debug_assert!(depth <= MAX_DEPTH + 1);
         match v {
             Some(s) => {
                 let out = self.key(k);
@@ -168,6 +199,12 @@ fn write_base64(out: &mut Vec<u8>, v: &[u8]) {
         .unwrap_or(0);
     // The buffer was sized exactly, so `written == len` always holds.
     debug_assert_eq!(written, len);
+    debug_assert!(
+        out[start + 1..start + 1 + written]
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')),
+        "base64 needs no JSON escaping"
+    );
     out.truncate(start + 1 + written);
     out.push(b'"');
 }
@@ -200,6 +237,7 @@ fn body_key(b: &event::Body) -> &'static str {
 
 fn write_body(out: &mut Vec<u8>, b: &event::Body, depth: usize) -> Result<(), CanonError> {
     use event::Body;
+    let start = out.len();
     match b {
         Body::Message(m) => write_message(out, m, depth)?,
         Body::Model(m) => write_model_call(out, m, depth)?,
@@ -214,6 +252,7 @@ fn write_body(out: &mut Vec<u8>, b: &event::Body, depth: usize) -> Result<(), Ca
         Body::ExecutionStart(e) => write_execution_start(out, e),
         Body::Parked(p) => write_approval_ref(out, p),
     }
+    debug_assert_eq!(out.get(start), Some(&b'{'), "every body is a message");
     Ok(())
 }
 
@@ -254,6 +293,7 @@ pub(crate) fn write_event(out: &mut Vec<u8>, ev: &Event) -> Result<(), CanonErro
     }
     // Anything sorting after "ts" ("usage"): the sentinel is above every key.
     body_before(&mut o, "\u{7f}")?;
+    debug_assert!(body.is_none(), "the body was written");
     o.close();
     Ok(())
 }
@@ -274,6 +314,7 @@ fn write_timestamp(out: &mut Vec<u8>, ts: &Timestamp) -> Result<(), CanonError> 
     let (year, month, day) = civil_from_days(days);
     let mut b = [0u8; 32];
     // validate() bounds the year to 1..=9999, so four digits suffice.
+    debug_assert!((1..=9999).contains(&year), "validate() bounds the year");
     put_digits(&mut b[0..4], year as u64);
     b[4] = b'-';
     put_digits(&mut b[5..7], month);
@@ -287,6 +328,7 @@ fn write_timestamp(out: &mut Vec<u8>, ts: &Timestamp) -> Result<(), CanonError> 
     put_digits(&mut b[17..19], (secs_of_day % 60) as u64);
     let mut n = 19;
     // Fraction digits come in groups of three, trailing zero groups dropped.
+    debug_assert!((0..1_000_000_000).contains(&ts.nanos));
     let nanos = ts.nanos as u64; // validate() guarantees 0..1e9
     let (frac, width) = if nanos == 0 {
         (0, 0)
@@ -304,6 +346,10 @@ fn write_timestamp(out: &mut Vec<u8>, ts: &Timestamp) -> Result<(), CanonError> 
     }
     b[n] = b'Z';
     n += 1;
+    debug_assert!(
+        matches!(n, 20 | 24 | 27 | 30),
+        "seconds and 0, 3, 6 or 9 fraction digits"
+    );
     out.push(b'"');
     out.extend_from_slice(&b[..n]);
     out.push(b'"');
@@ -316,6 +362,7 @@ fn put_digits(dst: &mut [u8], mut v: u64) {
         *d = b'0' + (v % 10) as u8;
         v /= 10;
     }
+    debug_assert_eq!(v, 0, "the value fits its width");
 }
 
 /// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01,
@@ -330,6 +377,7 @@ fn civil_from_days(days: i64) -> (i64, u64, u64) {
     let day = (doy - (153 * mp + 2) / 5 + 1) as u64;
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u64;
     let year = yoe + era * 400 + i64::from(month <= 2);
+    debug_assert!((1..=12).contains(&month) && (1..=31).contains(&day));
     (year, month, day)
 }
 
@@ -473,10 +521,22 @@ fn write_string_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
     if map.keys().any(|k| needs_utf16_resort(k)) {
         let mut entries: Vec<(&String, &String)> = map.iter().collect();
         entries.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
+        debug_assert!(
+            entries
+                .windows(2)
+                .all(|w| cmp_utf16(w[0].0, w[1].0) == Ordering::Less),
+            "map keys are distinct, so sorted strictly"
+        );
         for (i, (k, v)) in entries.into_iter().enumerate() {
             write(out, i, k, v);
         }
     } else {
+        debug_assert!(
+            map.keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| cmp_utf16(a, b) == Ordering::Less),
+            "without such keys, byte order is UTF-16 order"
+        );
         for (i, (k, v)) in map.iter().enumerate() {
             write(out, i, k, v);
         }

@@ -38,6 +38,7 @@ const HEX_LOWER: &[u8; 16] = b"0123456789abcdef";
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
+    let first = out.len();
     out.push(b'"');
     let mut start = 0;
     let mut i = 0;
@@ -62,6 +63,11 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     }
     out.extend_from_slice(&bytes[start..]);
     out.push(b'"');
+    // Each byte is copied or escaped in at most six (`\u00xx`).
+    debug_assert!(
+        (bytes.len() + 2..=6 * bytes.len() + 2).contains(&(out.len() - first)),
+        "a string literal is its bytes, escaped, in quotes"
+    );
 }
 
 /// Whether any of the eight bytes in `w` is `"`, `\` or below 0x20, by the
@@ -73,10 +79,20 @@ fn word_needs_escape(w: u64) -> bool {
     let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
     let quote = has_zero(w ^ (ONES * u64::from(b'"')));
     let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
-    (below_space | quote | backslash) != 0
+    let needs = (below_space | quote | backslash) != 0;
+    debug_assert_eq!(
+        needs,
+        w.to_le_bytes().iter().any(|&b| ESCAPE[b as usize] != 0),
+        "the word test agrees with the escape table"
+    );
+    needs
 }
 
 fn write_escape(out: &mut Vec<u8>, b: u8, class: u8) {
+    debug_assert!(
+        class != 0 && class == ESCAPE[b as usize],
+        "only a byte the table escapes is escaped, by its class"
+    );
     if class == 1 {
         let c = match b {
             0x08 => b'b',
@@ -84,7 +100,11 @@ fn write_escape(out: &mut Vec<u8>, b: u8, class: u8) {
             0x0a => b'n',
             0x0c => b'f',
             0x0d => b'r',
-            other => other, // '"' and '\\' escape as themselves
+            other => {
+                // '"' and '\\' escape as themselves.
+                debug_assert!(matches!(other, b'"' | b'\\'), "no other short escape");
+                other
+            }
         };
         out.extend_from_slice(&[b'\\', c]);
     } else {
@@ -101,10 +121,13 @@ fn write_escape(out: &mut Vec<u8>, b: u8, class: u8) {
 
 /// Appends a decimal integer (no quotes).
 pub fn write_i64(out: &mut Vec<u8>, v: i64) {
+    let start = out.len();
     if v < 0 {
         out.push(b'-');
     }
     write_u64(out, v.unsigned_abs());
+    // i64::MIN, the longest, is a sign and 19 digits.
+    debug_assert!(out.len() - start <= 20, "an i64 is at most 20 characters");
 }
 
 /// Appends a decimal unsigned integer (no quotes).
@@ -119,14 +142,20 @@ pub fn write_u64(out: &mut Vec<u8>, mut v: u64) {
             break;
         }
     }
+    debug_assert!(
+        buf[i] != b'0' || i == buf.len() - 1,
+        "no leading zero but in 0 itself"
+    );
     out.extend_from_slice(&buf[i..]);
 }
 
 /// Appends an int64 in its proto3-JSON form: a decimal JSON string.
 pub fn write_i64_string(out: &mut Vec<u8>, v: i64) {
+    let start = out.len();
     out.push(b'"');
     write_i64(out, v);
     out.push(b'"');
+    debug_assert!(out.len() - start >= 3, "a quoted int64 has a digit");
 }
 
 /// Appends a finite double the way ECMAScript `Number.prototype.toString`
@@ -145,6 +174,8 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> Result<(), CanonError> {
         out.push(b'0');
         return Ok(());
     }
+    // format_finite's precondition; zero was written above.
+    debug_assert!(v.is_finite() && v != 0.0);
     let mut buf = ryu_js::Buffer::new();
     out.extend_from_slice(buf.format_finite(v).as_bytes());
     Ok(())
@@ -160,26 +191,35 @@ pub fn write_f64(out: &mut Vec<u8>, v: f64) -> Result<(), CanonError> {
 /// EE/EF, and two differing bytes are either both lead bytes or both
 /// continuation bytes of equally long sequences, so the remap is safe.
 pub fn cmp_utf16(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    match a.iter().zip(b).position(|(x, y)| x != y) {
-        None => a.len().cmp(&b.len()),
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let order = match x.iter().zip(y).position(|(p, q)| p != q) {
+        None => x.len().cmp(&y.len()),
         Some(i) => {
-            let rank = |x: u8| -> u16 {
-                if x == 0xEE || x == 0xEF {
-                    u16::from(x) + 0x10
+            let rank = |c: u8| -> u16 {
+                if c == 0xEE || c == 0xEF {
+                    u16::from(c) + 0x10
                 } else {
-                    u16::from(x)
+                    u16::from(c)
                 }
             };
-            rank(a[i]).cmp(&rank(b[i]))
+            rank(x[i]).cmp(&rank(y[i]))
         }
-    }
+    };
+    debug_assert_eq!(
+        order,
+        a.encode_utf16().cmp(b.encode_utf16()),
+        "byte order with EE/EF lifted is UTF-16 order"
+    );
+    order
 }
 
 /// Whether a key contains bytes whose UTF-8 order may differ from UTF-16
 /// order (see [`cmp_utf16`]). Keys without them keep their byte order.
 pub fn needs_utf16_resort(key: &str) -> bool {
-    key.as_bytes().iter().any(|&b| b >= 0xEE)
+    let needs = key.as_bytes().iter().any(|&b| b >= 0xEE);
+    // Lead bytes EE..F4 start exactly the characters from U+E000 up.
+    debug_assert_eq!(needs, key.chars().any(|c| c >= '\u{e000}'));
+    needs
 }
 
 /// Hex-encodes bytes in lowercase.
@@ -189,7 +229,14 @@ pub fn hex_lower(bytes: &[u8]) -> String {
         s.push(HEX_LOWER[(b >> 4) as usize] as char);
         s.push(HEX_LOWER[(b & 0xf) as usize] as char);
     }
+    debug_assert_eq!(s.len(), bytes.len() * 2, "two hex digits a byte");
     s
+}
+
+/// Whether `s` has the form of a SHA-256 content hash: exactly 64
+/// lowercase hex digits.
+pub fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| HEX_LOWER.contains(&b))
 }
 
 /// Appends the RFC 8785 form of an arbitrary JSON value.
@@ -204,6 +251,7 @@ pub fn write_json_value(
             limit: super::MAX_DEPTH,
         });
     }
+    let start = out.len();
     match v {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
@@ -235,6 +283,7 @@ pub fn write_json_value(
             out.push(b'}');
         }
     }
+    debug_assert!(out.len() > start, "every JSON value has a non-empty form");
     Ok(())
 }
 
@@ -251,6 +300,7 @@ fn write_json_number(out: &mut Vec<u8>, n: &serde_json::Number) -> Result<(), Ca
         return Ok(());
     }
     if let Some(u) = n.as_u64() {
+        debug_assert!(u > i64::MAX as u64, "as_i64 took every smaller integer");
         if u > MAX_SAFE_INTEGER {
             return Err(CanonError::IntegerNotJsonSafe {
                 value: u.to_string(),

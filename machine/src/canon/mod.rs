@@ -18,7 +18,7 @@ mod value;
 use agentsessions_proto::v1::{Event, HarnessSpec};
 use sha2::{Digest, Sha256};
 
-pub use jcs::{cmp_utf16, hex_lower};
+pub use jcs::{cmp_utf16, hex_lower, is_sha256_hex};
 
 /// Deepest nesting (messages, Struct/List levels) the writers descend into.
 /// Protobuf decoding already stops at 100 message levels; the limit only
@@ -61,6 +61,11 @@ impl CanonError {
             } else {
                 format!("[{key:?}]")
             };
+            debug_assert_eq!(
+                seg.starts_with('['),
+                !plain,
+                "a key is bracketed exactly when it is not a plain identifier"
+            );
             join(seg, p)
         })
     }
@@ -71,22 +76,38 @@ impl CanonError {
     }
 
     fn map_path(self, f: impl FnOnce(String) -> String) -> Self {
-        match self {
+        let kind = std::mem::discriminant(&self);
+        let mapped = match self {
             Self::NonFiniteNumber { path } => Self::NonFiniteNumber { path: f(path) },
             Self::MissingValueKind { path } => Self::MissingValueKind { path: f(path) },
             other => other,
-        }
+        };
+        debug_assert_eq!(
+            std::mem::discriminant(&mapped),
+            kind,
+            "a path prefix keeps the error's kind"
+        );
+        mapped
     }
 }
 
 fn join(head: String, tail: String) -> String {
-    if tail.is_empty() {
+    debug_assert!(!head.is_empty(), "a path segment is never empty");
+    let dot = !tail.is_empty() && !tail.starts_with('[');
+    let len = head.len() + usize::from(dot) + tail.len();
+    let joined = if tail.is_empty() {
         head
     } else if tail.starts_with('[') {
         head + &tail
     } else {
         head + "." + &tail
-    }
+    };
+    debug_assert_eq!(
+        joined.len(),
+        len,
+        "a dot only between a name and what follows"
+    );
+    joined
 }
 
 /// Canonical bytes of an event alone: JCS(proto3-JSON(event)). Used as an
@@ -94,6 +115,11 @@ fn join(head: String, tail: String) -> String {
 pub fn canonical_event(ev: &Event) -> Result<Vec<u8>, CanonError> {
     let mut out = Vec::with_capacity(512);
     event::write_event(&mut out, ev)?;
+    debug_assert!(
+        out.first() == Some(&b'{') && out.last() == Some(&b'}'),
+        "an event is a JSON object"
+    );
+    debug_assert!(std::str::from_utf8(&out).is_ok(), "JCS output is UTF-8");
     Ok(out)
 }
 
@@ -102,6 +128,7 @@ pub fn canonical_event(ev: &Event) -> Result<Vec<u8>, CanonError> {
 pub fn canonical_record(prev_hash: &str, seq: i64, ev: &Event) -> Result<Vec<u8>, CanonError> {
     let mut out = Vec::with_capacity(512 + prev_hash.len());
     canonical_record_into(&mut out, prev_hash, seq, ev)?;
+    debug_assert!(std::str::from_utf8(&out).is_ok(), "JCS output is UTF-8");
     Ok(out)
 }
 
@@ -114,8 +141,13 @@ pub fn canonical_record_into(
     ev: &Event,
 ) -> Result<(), CanonError> {
     // The three envelope keys are already in sorted order.
+    let start = out.len();
     out.extend_from_slice(b"{\"event\":");
     event::write_event(out, ev)?;
+    debug_assert!(
+        out[start..].starts_with(b"{\"event\":{") && out.last() == Some(&b'}'),
+        "the event member is an object"
+    );
     out.extend_from_slice(b",\"prev_hash\":");
     jcs::write_str(out, prev_hash);
     out.extend_from_slice(b",\"seq\":");
@@ -132,7 +164,9 @@ pub fn content_hash(prev_hash: &str, seq: i64, ev: &Event) -> Result<String, Can
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex_lower(&Sha256::digest(bytes))
+    let hex = hex_lower(&Sha256::digest(bytes));
+    debug_assert!(is_sha256_hex(&hex), "a SHA-256 is 64 lowercase hex digits");
+    hex
 }
 
 /// Registry digest of a harness spec: `"sha256:" + hex(sha256(JCS(proto3-JSON(spec))))`.
@@ -142,13 +176,19 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 pub fn spec_digest(spec: &HarnessSpec) -> Result<String, CanonError> {
     let value = serde_json::to_value(spec).map_err(|e| CanonError::Proto3Json(e.to_string()))?;
     let bytes = canonical_json_value(&value)?;
-    Ok(format!("sha256:{}", sha256_hex(&bytes)))
+    let digest = format!("sha256:{}", sha256_hex(&bytes));
+    debug_assert!(
+        digest.strip_prefix("sha256:").is_some_and(is_sha256_hex),
+        "a spec digest is \"sha256:\" and 64 lowercase hex digits"
+    );
+    Ok(digest)
 }
 
 /// RFC 8785 canonical bytes of an arbitrary JSON value.
 pub fn canonical_json_value(v: &serde_json::Value) -> Result<Vec<u8>, CanonError> {
     let mut out = Vec::new();
     jcs::write_json_value(&mut out, v, 0)?;
+    debug_assert!(!out.is_empty(), "every JSON value has a non-empty form");
     Ok(out)
 }
 
@@ -157,5 +197,9 @@ pub fn canonical_json_value(v: &serde_json::Value) -> Result<Vec<u8>, CanonError
 pub fn canonical_struct(s: &pbjson_types::Struct) -> Result<Vec<u8>, CanonError> {
     let mut out = Vec::new();
     value::write_struct(&mut out, s, 0)?;
+    debug_assert!(
+        out.first() == Some(&b'{') && out.last() == Some(&b'}'),
+        "a Struct is a JSON object"
+    );
     Ok(out)
 }

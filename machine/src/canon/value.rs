@@ -4,6 +4,8 @@
 //! code units and prints numbers in ECMAScript form. protojson refuses NaN,
 //! infinities and a Value with no kind, so those are errors here too.
 
+use std::cmp::Ordering;
+
 use pbjson_types::value::Kind;
 use pbjson_types::{ListValue, Struct, Value};
 
@@ -26,6 +28,12 @@ pub(crate) fn write_struct(out: &mut Vec<u8>, s: &Struct, depth: usize) -> Resul
         _ => {
             let mut entries: Vec<(&String, &Value)> = s.fields.iter().collect();
             entries.sort_unstable_by(|a, b| cmp_utf16(a.0, b.0));
+            debug_assert!(
+                entries
+                    .windows(2)
+                    .all(|w| cmp_utf16(w[0].0, w[1].0) == Ordering::Less),
+                "map keys are distinct, so sorted strictly"
+            );
             for (i, (k, v)) in entries.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
@@ -39,12 +47,15 @@ pub(crate) fn write_struct(out: &mut Vec<u8>, s: &Struct, depth: usize) -> Resul
 }
 
 fn write_entry(out: &mut Vec<u8>, k: &str, v: &Value, depth: usize) -> Result<(), CanonError> {
+    debug_assert!(depth <= MAX_DEPTH, "write_struct checked the depth");
     write_str(out, k);
     out.push(b':');
     write_value(out, v, depth + 1).map_err(|e| e.at_key(k))
 }
 
 pub(crate) fn write_value(out: &mut Vec<u8>, v: &Value, depth: usize) -> Result<(), CanonError> {
+    // Callers are one level below a checked struct or list.
+    debug_assert!(depth <= MAX_DEPTH + 1);
     match &v.kind {
         None => Err(CanonError::MissingValueKind {
             path: String::new(),
@@ -72,6 +83,7 @@ fn write_list(out: &mut Vec<u8>, l: &ListValue, depth: usize) -> Result<(), Cano
     if depth > MAX_DEPTH {
         return Err(CanonError::TooDeep { limit: MAX_DEPTH });
     }
+    let start = out.len();
     out.push(b'[');
     for (i, item) in l.values.iter().enumerate() {
         if i > 0 {
@@ -80,5 +92,7 @@ fn write_list(out: &mut Vec<u8>, l: &ListValue, depth: usize) -> Result<(), Cano
         write_value(out, item, depth + 1).map_err(|e| e.at_index(i))?;
     }
     out.push(b']');
+    // Brackets, a comma between items, and at least one byte per item.
+    debug_assert!(out.len() - start >= 2 * l.values.len().max(1));
     Ok(())
 }

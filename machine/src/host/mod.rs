@@ -64,6 +64,11 @@ impl std::fmt::Debug for Host {
 impl Host {
     /// A host with `config`, drawing ids from `ids`.
     pub fn new(config: HostConfig, ids: Box<dyn IdSource + Send>) -> Self {
+        // The shells refuse such settings at startup (LeaseConfig::problem).
+        assert!(
+            config.lease.as_ref().is_none_or(|l| l.problem().is_none()),
+            "a lease config that can hold a lease"
+        );
         Self {
             core: Core::new(config, ids),
             ops: BTreeMap::new(),
@@ -160,7 +165,9 @@ impl Host {
         }
         self.next_op += 1;
         let id = OpId(self.next_op);
-        self.requests.insert(request, id);
+        debug_assert!(!self.ops.contains_key(&id), "operation ids are fresh");
+        let earlier = self.requests.insert(request, id);
+        assert!(earlier.is_none(), "request ids are unique while in flight");
         Some(id)
     }
 
@@ -204,6 +211,7 @@ impl Host {
         input: HarnessInput,
     ) -> Result<(), NotDrained> {
         self.enter(now)?;
+        self.core.first_events.heard(conn);
         // Input on a closed connection is late and meaningless.
         if let Some(id) = self.core.conn_owner(conn) {
             self.dispatch(id, |op, cx| op.on_harness(cx, conn, input));
@@ -215,6 +223,7 @@ impl Host {
     pub fn handle_cancel(&mut self, now: Nanos, request: RequestId) -> Result<(), NotDrained> {
         self.enter(now)?;
         if let Some(id) = self.requests.get(&request).copied() {
+            debug_assert!(self.ops.contains_key(&id), "a request's operation is live");
             self.dispatch(id, |op, cx| op.on_cancel(cx));
         }
         Ok(())
@@ -254,13 +263,23 @@ impl Host {
 
     /// Operations in flight (a host at rest holds none).
     pub fn in_flight(&self) -> usize {
+        debug_assert!(
+            self.ops.len() <= self.requests.len(),
+            "every operation serves a request"
+        );
         self.ops.len()
     }
 
     /// Registers a harness route at run time (startup loading of stored
     /// registrations goes through here too).
     pub fn add_route(&mut self, name: &str, route: Route) -> bool {
-        self.core.add_route(name, route)
+        let registered = route.registered;
+        let added = self.core.add_route(name, route);
+        debug_assert!(
+            !added || self.is_static(name) != registered,
+            "an added route is served under its name"
+        );
+        added
     }
 
     /// True for a configured (not registered) harness name.
@@ -272,13 +291,24 @@ impl Host {
     /// `config.reserved`, sorted and de-duplicated. See [`registry`] for why
     /// a collision must fail the boot.
     pub fn reserved_names(&self) -> Vec<String> {
-        self.core.reserved_names()
+        let names = self.core.reserved_names();
+        debug_assert!(
+            names.windows(2).all(|w| w[0] < w[1]) && names.iter().all(|n| !n.is_empty()),
+            "reserved names are named, sorted and distinct"
+        );
+        names
     }
 
     /// Loads stored registration rows at boot; returns the (name, reason)
     /// pairs this host could not serve. See [`registry`] for the rules.
     pub fn load_registrations(&mut self, rows: &[HarnessRow]) -> Vec<(String, String)> {
-        crate::ops::requests::registry::rules::load_registrations(&mut self.core, rows)
+        let isolated =
+            crate::ops::requests::registry::rules::load_registrations(&mut self.core, rows);
+        debug_assert!(
+            isolated.len() <= rows.len(),
+            "a row is isolated once at most"
+        );
+        isolated
     }
 
     /// Why this host cannot serve a stored registration, if it was marked.
@@ -301,8 +331,23 @@ impl Host {
                 self.dispatch(id, |op, cx| op.on_deadline(cx));
             }
         }
+        // A harness silent past its first-event bound: its connection
+        // fails as if the harness had said it was unavailable.
+        let bound_ms = self.core.config.connect_timeout_ms;
+        while let Some(conn) = self.core.first_events.pop_due(now) {
+            if let Some(id) = self.core.conn_owner(conn) {
+                let text = format!("no event within {bound_ms} ms of Start");
+                self.dispatch(id, |op, cx| {
+                    op.on_harness(cx, conn, HarnessInput::Unavailable(text))
+                });
+            }
+        }
         self.core.renew_due(now);
         debug_assert!(self.core.next_deadline().is_none_or(|at| at > now));
+        debug_assert!(
+            self.requests.values().all(|id| self.ops.contains_key(id)),
+            "every request in flight has its operation"
+        );
         Ok(())
     }
 
@@ -316,6 +361,10 @@ impl Host {
                 core: &mut self.core,
                 op: id,
             },
+        );
+        debug_assert!(
+            !self.ops.contains_key(&id),
+            "an operation runs out of the table"
         );
         self.settle(id, op, flow);
     }
@@ -339,10 +388,18 @@ impl Host {
                 self.finish(id);
             }
         }
+        debug_assert!(
+            self.ops.len() <= self.core.config.max_in_flight,
+            "the in-flight cap holds"
+        );
     }
 
     /// Drops finished operation `id`; returns the requests it served.
     fn finish(&mut self, id: OpId) -> Vec<RequestId> {
+        debug_assert!(
+            !self.ops.contains_key(&id),
+            "a finishing operation left the table"
+        );
         let requests: Vec<RequestId> = self
             .requests
             .iter()

@@ -51,11 +51,19 @@ pub struct ApprovalState {
 impl ApprovalState {
     /// A request is out and no decision has been recorded.
     pub fn is_pending_request(&self) -> bool {
+        assert!(
+            self.decision.is_none() || self.request.is_some(),
+            "a decision follows its request"
+        );
         self.request.is_some() && self.decision.is_none()
     }
 
     /// The host has written the receipt.
     pub fn has_receipt(&self) -> bool {
+        assert!(
+            self.receipt.is_none() || self.decision.is_some(),
+            "a receipt answers a decision"
+        );
         self.receipt.is_some()
     }
 
@@ -66,21 +74,30 @@ impl ApprovalState {
 
     /// Seq of the APPROVAL_RESULT.
     pub fn decision_seq(&self) -> Option<i64> {
+        assert!(self.decision.is_none() || self.request.is_some());
         self.decision.as_ref().map(|r| r.seq)
     }
 
     /// The recorded decision.
     pub fn decision_body(&self) -> Option<&ApprovalResult> {
-        self.decision
+        let decided = self
+            .decision
             .as_ref()
             .and_then(event)
-            .and_then(body::approval_result)
+            .and_then(body::approval_result);
+        debug_assert_eq!(
+            decided.is_some(),
+            self.decision.is_some(),
+            "the scan accepts only a decision with its payload"
+        );
+        decided
     }
 
     /// Stamps what depends on the whole scanned range: its head, and
     /// whether the call precedes the last fork marker (`last_fork`, 0 for
     /// none) and so belongs to the parent.
     pub(super) fn settle(&mut self, head: i64, last_fork: i64) {
+        assert!(self.call_seq > 0, "a gate opens at a committed record");
         self.head = head;
         self.inherited =
             last_fork > 0 && self.call_seq < last_fork && !crate::planted!(AcceptInheritedApproval);
@@ -94,6 +111,15 @@ impl ApprovalState {
         invocation: Option<ExecutionStart>,
     ) -> Self {
         assert!(call_seq > 0, "a gated call is a committed record");
+        assert!(
+            !execution_id.is_empty(),
+            "the walk refuses id-less evidence"
+        );
+        assert!(
+            !call.id.is_empty() && !call.idempotency_key.is_empty(),
+            "a gated call is addressable and keyed"
+        );
+        debug_assert!(is_gated(call));
         Self {
             execution_id: execution_id.to_owned(),
             call: call.clone(),
@@ -127,6 +153,10 @@ pub struct ApprovalScan {
 impl ApprovalScan {
     /// The gate the session is waiting on, if any.
     pub fn selected(&self) -> Option<&ApprovalState> {
+        assert!(
+            self.selected.is_none_or(|i| i < self.states.len()),
+            "the selection indexes a scanned gate"
+        );
         self.selected.and_then(|i| self.states.get(i))
     }
 
@@ -149,6 +179,14 @@ impl ApprovalScan {
     /// The gate of `execution_id` for call `tool_call_id` (gated ids are
     /// unique within an execution).
     pub fn for_call(&self, execution_id: &str, tool_call_id: &str) -> Option<&ApprovalState> {
+        debug_assert!(
+            self.states
+                .iter()
+                .filter(|s| s.execution_id == execution_id && s.call.id == tool_call_id)
+                .count()
+                <= 1,
+            "gated call ids are unique within an execution"
+        );
         self.states
             .iter()
             .find(|s| s.execution_id == execution_id && s.call.id == tool_call_id)
@@ -170,6 +208,7 @@ impl ApprovalScan {
 /// piece of evidence aborts the scan.
 pub fn scan(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan, LogError> {
     check_cursor(through_seq)?;
+    assert!(through_seq >= 0);
     let within = |r: &&LogRecord| through_seq == 0 || r.seq <= through_seq;
     // Most journals never use the gate: one pass over the kinds settles
     // that without grouping every record by execution.
@@ -221,6 +260,8 @@ fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan,
             members.push(r);
         }
     }
+    debug_assert_eq!(groups.len(), by_id.len(), "one group per execution id");
+    debug_assert!(groups.iter().all(|(_, members)| !members.is_empty()));
 
     let mut states = Vec::new();
     let mut selected = None;
@@ -238,6 +279,7 @@ fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan,
     for s in &mut states {
         s.settle(head, last_fork);
     }
+    debug_assert!(selected.is_none_or(|i| i < states.len()));
     Ok(ApprovalScan {
         states,
         selected,
@@ -247,6 +289,7 @@ fn scan_grouped(records: &[LogRecord], through_seq: i64) -> Result<ApprovalScan,
 
 /// An execution takes part in the gate protocol if any record of it does.
 fn is_gated_group(members: &[&LogRecord]) -> bool {
+    debug_assert!(!members.is_empty(), "a group holds its first record");
     members.iter().copied().any(is_gated_record)
 }
 
@@ -276,6 +319,7 @@ fn carries_approval_seqs(res: &ToolResult) -> bool {
 }
 
 fn continuation(id: &str, call_id: &str, r: &LogRecord) -> LogError {
+    debug_assert!(!id.is_empty(), "the walk refuses id-less evidence first");
     LogError::invalid(format!(
         "execution {id} continued past an unresolved approval call {call_id} (seq {}, {})",
         r.seq,
@@ -284,10 +328,12 @@ fn continuation(id: &str, call_id: &str, r: &LogRecord) -> LogError {
 }
 
 fn bad(id: &str, r: &LogRecord, what: &str) -> LogError {
+    debug_assert!(!id.is_empty(), "the walk refuses id-less evidence first");
     LogError::invalid(format!("execution {id} seq {}: {what}", r.seq))
 }
 
 fn diverged(id: &str, r: &LogRecord, what: &str) -> LogError {
+    debug_assert!(!id.is_empty(), "the walk refuses id-less evidence first");
     LogError::diverged(format!(
         "approval evidence of execution {id} seq {}: {what}",
         r.seq
@@ -316,6 +362,10 @@ pub(super) fn walk_gated_group(
     let mut calls: BTreeMap<&str, bool> = BTreeMap::new();
 
     for (j, &r) in members.iter().enumerate() {
+        debug_assert!(
+            open.is_none_or(|o| (first_state..states.len()).contains(&o)),
+            "the open gate is one of this execution's"
+        );
         let k = kind(r);
         let ev = event(r);
         let open_state = open.and_then(|o| states.get(o));
@@ -394,6 +444,12 @@ pub(super) fn walk_gated_group(
     for s in states.iter_mut().skip(first_state) {
         s.completed = completed;
     }
+    debug_assert!(
+        states
+            .iter()
+            .skip(first_state)
+            .all(|s| s.execution_id == id)
+    );
     Ok(())
 }
 
@@ -438,6 +494,10 @@ fn gate_for_call<'a>(
     if r.seq <= 0 {
         return Err(bad(id, r, "gated call at a non-positive seq"));
     }
+    debug_assert!(
+        !calls.contains_key(call.id.as_str()),
+        "a gated call id is new to its execution"
+    );
     calls.insert(call.id.as_str(), true);
     Ok(Some(ApprovalState::opened(id, r.seq, call, marker.clone())))
 }
@@ -496,6 +556,7 @@ fn check_receipt(
     res: Option<&ToolResult>,
     s: &ApprovalState,
 ) -> Result<(), LogError> {
+    debug_assert!(s.receipt.is_none(), "a receipt closes its gate");
     let Some(res) = res else {
         return Err(bad(id, r, "approval receipt without payload"));
     };
@@ -561,7 +622,12 @@ pub fn denial_receipt(call_id: &str, request_seq: i64, decision_seq: i64) -> Too
         code: Code::ApprovalDenied as i32,
         ..ToolResult::default()
     };
-    bind(result, call_id, request_seq, decision_seq)
+    let receipt = bind(result, call_id, request_seq, decision_seq);
+    debug_assert!(receipt_matches_decision(
+        &ApprovalResult::default(),
+        &receipt
+    ));
+    receipt
 }
 
 /// The receipt the host writes after running an approved gate. An executor
@@ -587,5 +653,16 @@ pub fn executor_receipt(
     } else {
         Code::Unspecified as i32
     };
-    bind(result, call_id, request_seq, decision_seq)
+    let receipt = bind(result, call_id, request_seq, decision_seq);
+    debug_assert!(
+        receipt_matches_decision(
+            &ApprovalResult {
+                approved: true,
+                ..ApprovalResult::default()
+            },
+            &receipt
+        ),
+        "an executor receipt is what an approval allows"
+    );
+    receipt
 }

@@ -68,6 +68,11 @@ pub struct Execution {
 
 impl Execution {
     fn new(id: &str, kind: ExecKind, start: usize) -> Self {
+        debug_assert_eq!(
+            id.is_empty(),
+            kind == ExecKind::Legacy,
+            "only a legacy execution has no id"
+        );
         Self {
             id: id.to_owned(),
             kind,
@@ -91,6 +96,11 @@ impl Execution {
             Some(m) => self.inputs.push(m.clone()),
             None => self.input_missing_payload = true,
         }
+        assert!(self.inputs.len() <= self.input_records);
+        assert!(
+            self.input_missing_payload || self.inputs.len() == self.input_records,
+            "every input record without a message is flagged"
+        );
     }
 }
 
@@ -104,6 +114,7 @@ pub struct Projection {
 
 /// Effects of a modern execution: everything replay serves back in order.
 fn is_modern_effect(k: EventKind) -> bool {
+    debug_assert_ne!(k, EventKind::EventLifecycle, "markers are skipped before");
     matches!(
         k,
         EventKind::EventModelCall
@@ -119,13 +130,18 @@ fn is_modern_effect(k: EventKind) -> bool {
 /// Effects of a legacy run. USAGE is left out on purpose: the released host
 /// never served it back, and served Usage stays a no-op for legacy turns.
 fn is_legacy_effect(k: EventKind) -> bool {
-    matches!(
+    let legacy = matches!(
         k,
         EventKind::EventModelCall
             | EventKind::EventOutput
             | EventKind::EventToolCall
             | EventKind::EventToolResult
-    )
+    );
+    debug_assert!(
+        !legacy || is_modern_effect(k),
+        "a legacy effect is served by modern turns too"
+    );
+    legacy
 }
 
 /// Projects the whole journal into executions and validates the input
@@ -133,6 +149,7 @@ fn is_legacy_effect(k: EventKind) -> bool {
 /// here: replay skips them and recovery validates only the one it picks.
 pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
     let prefix_end = legacy_prefix(records)?;
+    assert!(prefix_end <= records.len());
     let mut executions = Vec::new();
 
     if let Some(legacy) = legacy_replay_projection(records, prefix_end) {
@@ -166,6 +183,7 @@ pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
         let Some(e) = executions.get_mut(slot) else {
             continue;
         };
+        debug_assert_eq!(e.id, id, "the map indexes the execution of its id");
         let ev = event(r);
         match k {
             EventKind::EventExecutionStart => {
@@ -203,6 +221,21 @@ pub fn project(records: &[LogRecord]) -> Result<Projection, LogError> {
     {
         last.canceled = true;
     }
+    debug_assert!(
+        executions.iter().all(|e| e.start < records.len()
+            && e.stream.windows(2).all(|w| w[0] < w[1])
+            && e.stream
+                .iter()
+                .all(|i| (e.start..records.len()).contains(i))),
+        "an execution's effects follow its start, in journal order"
+    );
+    debug_assert!(
+        executions
+            .iter()
+            .skip(1)
+            .all(|e| e.kind != ExecKind::Legacy),
+        "only the first execution is legacy"
+    );
     for e in executions.iter().filter(|e| e.completed) {
         validate_inputs(e)?;
     }
@@ -230,6 +263,7 @@ fn legacy_replay_projection(records: &[LogRecord], prefix_end: usize) -> Option<
     if replay_end == 0 {
         return None;
     }
+    assert!(replay_end <= prefix_end);
     let mut e = Execution::new("", ExecKind::Legacy, 0);
     e.history_end = replay_end;
     let mut first_input = None;
@@ -248,6 +282,10 @@ fn legacy_replay_projection(records: &[LogRecord], prefix_end: usize) -> Option<
         }
     }
     e.anchor = first_input.or(first_record);
+    debug_assert!(
+        e.anchor.is_some(),
+        "a replayed prefix holds a legacy record (at least its END)"
+    );
     Some(e)
 }
 
@@ -280,6 +318,11 @@ fn legacy_resume_projection(records: &[LogRecord], prefix_end: usize) -> Option<
         .filter(|(_, r)| is_legacy_effect(kind(r)))
         .map(|(j, _)| last_input + 1 + j)
         .collect();
+    assert_eq!(
+        e.input_records, 1,
+        "a legacy turn resumes from its last INPUT"
+    );
+    debug_assert!(e.stream.iter().all(|&i| last_input < i && i < prefix_end));
     Some(e)
 }
 
@@ -288,6 +331,13 @@ fn legacy_resume_projection(records: &[LogRecord], prefix_end: usize) -> Option<
 /// malformed or not, are left out, and so are canceled ones: their harness
 /// was stopped mid-run, so a re-run would ask for effects never recorded.
 pub fn replay_selection(p: &Projection) -> Vec<&Execution> {
+    debug_assert!(
+        p.executions
+            .iter()
+            .skip(1)
+            .all(|e| e.kind != ExecKind::Legacy),
+        "only the first execution is legacy"
+    );
     p.executions
         .iter()
         .filter(|e| (e.kind == ExecKind::Legacy || e.completed) && !e.canceled)
@@ -311,6 +361,7 @@ pub fn select_pending(
     if last.kind == ExecKind::Legacy {
         return Ok(legacy_resume_projection(records, p.prefix_end));
     }
+    assert!(!last.id.is_empty(), "an id-bearing execution");
     Ok(Some(last.clone()))
 }
 
@@ -319,6 +370,7 @@ pub fn select_pending(
 /// against. A short, unfinished invocation is told apart (re-Exec instead of
 /// Resume); every other mismatch is plain corruption.
 pub fn validate_inputs(e: &Execution) -> Result<(), LogError> {
+    assert!(e.inputs.len() <= e.input_records);
     check_input_counts(
         &e.id,
         e.marker.as_ref(),
@@ -391,6 +443,12 @@ pub fn check_inherited_intent(records: &[LogRecord], e: &Execution) -> Result<()
             _ => {}
         }
     }
+    // Every call a fork copied is one the count held then, and each is
+    // resolved at most once.
+    debug_assert!(
+        (0..=unresolved).contains(&inherited),
+        "inherited intents are a part of the unresolved ones"
+    );
     if inherited > 0 {
         return Err(LogError::InheritedToolIntent(format!(
             ": execution {}",
@@ -405,6 +463,12 @@ pub fn check_inherited_intent(records: &[LogRecord], e: &Execution) -> Result<()
 /// call (which needs a stateless-replay harness). Unpinned legacy and
 /// markerless turns never add a Describe dependency.
 pub fn needs_describe(selected: &[&Execution], records: &[LogRecord]) -> bool {
+    debug_assert!(
+        selected
+            .iter()
+            .all(|e| e.stream.iter().all(|&i| i < records.len())),
+        "the executions were projected from these records"
+    );
     selected.iter().any(|e| {
         let pinned = e
             .marker

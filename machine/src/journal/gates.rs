@@ -55,8 +55,10 @@ impl GateFold {
     pub(crate) fn push(&mut self, records: &Vector<Arc<LogRecord>>, index: usize) {
         assert_eq!(index + 1, records.len(), "records are pushed in order");
         let r = &records[index];
+        debug_assert_eq!(r.seq, index as i64 + 1, "a journal's seqs count from 1");
         if kind(r) == EventKind::EventLifecycle {
             if is_fork(r) {
+                assert!(r.seq > self.last_fork, "seqs ascend");
                 self.last_fork = r.seq;
             }
             return;
@@ -79,6 +81,7 @@ impl GateFold {
         };
         let group = self.groups.get_mut(gi).expect("indexed group exists");
         group.last = index;
+        assert!(group.first <= group.last);
         group.gated |= is_gated_record(r);
         if group.gated {
             let group = group.clone();
@@ -88,6 +91,8 @@ impl GateFold {
 
     /// Walks gated group `gi` again over all its records.
     fn walk(&mut self, records: &Vector<Arc<LogRecord>>, gi: usize, group: &Group) {
+        assert!(group.gated, "only gated executions are walked");
+        debug_assert_eq!(self.groups.len(), self.by_id.len(), "one group per id");
         let members: Vec<&LogRecord> = records
             .focus()
             .narrow(group.first..=group.last)
@@ -109,6 +114,11 @@ impl GateFold {
                 .map(|(&g, _)| g),
             other => other,
         };
+        debug_assert!(
+            self.first_error
+                .is_none_or(|e| self.walked.get(&e).is_some_and(|w| w.is_err())),
+            "the first error names a failed walk"
+        );
     }
 
     /// The scan's error, if any gated execution holds bad evidence.
@@ -121,6 +131,7 @@ impl GateFold {
     /// execution, when that one is gated), as the scan through `head`
     /// would select it. O(1) in the journal's length.
     pub(crate) fn selected(&self, head: i64) -> Result<Option<ApprovalState>, LogError> {
+        assert!(head >= self.last_fork, "the fork marker is a record taken");
         if let Some(e) = self.error() {
             return Err(e.clone());
         }
@@ -140,6 +151,7 @@ impl GateFold {
     /// The whole scan through `head` (the last record pushed): every gate,
     /// copied. O(gates).
     pub(crate) fn scan(&self, head: i64) -> Result<ApprovalScan, LogError> {
+        assert!(head >= self.last_fork, "the fork marker is a record taken");
         if let Some(e) = self.error() {
             return Err(e.clone());
         }
@@ -156,6 +168,7 @@ impl GateFold {
                 s
             }));
         }
+        debug_assert!(selected.is_none_or(|i| i < states.len()));
         Ok(ApprovalScan {
             states,
             selected,

@@ -15,9 +15,14 @@ pub(crate) fn check_input_counts(
     missing_payload: bool,
     completed: bool,
 ) -> Result<(), LogError> {
+    debug_assert!(
+        !missing_payload || records > 0,
+        "a missing payload is counted as an input record"
+    );
     let Some(marker) = marker else {
         return Ok(());
     };
+    debug_assert!(!id.is_empty(), "only id-bearing executions carry a marker");
     let Some(count) = marker.input_count else {
         return Err(LogError::invalid(format!(
             "execution {id} start has no input count"

@@ -17,6 +17,13 @@ use crate::error::LogError;
 /// Kinds the v0.1.2 writer could journal. Anything else without an id is
 /// evidence of corruption or of a newer writer that lost its ids.
 fn is_legacy_kind(k: EventKind) -> bool {
+    debug_assert!(
+        !matches!(
+            k,
+            EventKind::EventLifecycle | EventKind::EventExecutionStart
+        ),
+        "markers and modern starts are sorted out before"
+    );
     matches!(
         k,
         EventKind::EventInput
@@ -45,7 +52,9 @@ pub fn legacy_prefix(records: &[LogRecord]) -> Result<usize, LogError> {
         }
         fold.push(r);
     }
-    fold.prefix()
+    let prefix = fold.prefix();
+    debug_assert!(prefix.iter().all(|&n| n <= records.len()));
+    prefix
 }
 
 /// [`legacy_prefix`] one record at a time: the boundary is settled by the
@@ -86,6 +95,7 @@ impl LegacyFold {
                     i + 1
                 )))
             } else {
+                assert!(i > 0, "a legacy record precedes the boundary");
                 Ok(i)
             });
             return;
@@ -103,12 +113,19 @@ impl LegacyFold {
         }
         self.has_legacy = true;
         self.last_legacy = k;
+        debug_assert!(is_legacy_kind(self.last_legacy));
     }
 
     /// [`legacy_prefix`] of the records pushed so far.
     pub(crate) fn prefix(&self) -> Result<usize, LogError> {
         match &self.decided {
-            Some(settled) => settled.clone(),
+            Some(settled) => {
+                debug_assert!(
+                    settled.iter().all(|&n| n < self.len),
+                    "settled by a record pushed"
+                );
+                settled.clone()
+            }
             None => Ok(if self.has_legacy { self.len } else { 0 }),
         }
     }
@@ -146,6 +163,7 @@ pub fn compat_invocation_id(session_uid: &str, record: &LogRecord) -> Result<Str
         id.push(char::from(HEX[usize::from(b >> 4)]));
         id.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
+    assert_eq!(id.len(), 7 + 64, "legacy- and a SHA-256 in hex");
     Ok(id)
 }
 
@@ -153,6 +171,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `\u00XX`-style escape for a byte or a BMP code point.
 fn push_u_escape(out: &mut Vec<u8>, cp: u32) {
+    debug_assert!(cp <= 0xffff, "four hex digits: a byte or a BMP code point");
     out.extend_from_slice(b"\\u");
     for shift in [12u32, 8, 4, 0] {
         // The mask keeps the index below 16.
@@ -165,6 +184,7 @@ fn push_u_escape(out: &mut Vec<u8>, cp: u32) {
 /// characters, `\u00XX` for the rest, `<`, `>`, `&` and U+2028/U+2029 as
 /// `\uXXXX`, everything else verbatim.
 fn go_json_string(out: &mut Vec<u8>, s: &str) {
+    let start = out.len();
     out.push(b'"');
     for c in s.chars() {
         match c {
@@ -184,6 +204,10 @@ fn go_json_string(out: &mut Vec<u8>, s: &str) {
         }
     }
     out.push(b'"');
+    debug_assert!(
+        out.len() >= start + s.len() + 2,
+        "escaping never shortens the text"
+    );
 }
 
 /// Copies already-compact JSON (the canonical event has no insignificant
@@ -191,6 +215,7 @@ fn go_json_string(out: &mut Vec<u8>, s: &str) {
 /// embedded raw value. These characters can only occur inside strings in
 /// valid JSON, so a byte scan is exact.
 fn go_html_escape_raw(out: &mut Vec<u8>, raw: &[u8]) {
+    let start = out.len();
     let mut i = 0;
     while i < raw.len() {
         let b = raw[i];
@@ -209,6 +234,10 @@ fn go_html_escape_raw(out: &mut Vec<u8>, raw: &[u8]) {
         }
         i += 1;
     }
+    debug_assert!(
+        out.len() >= start + raw.len(),
+        "escaping never drops a byte"
+    );
 }
 
 #[cfg(test)]

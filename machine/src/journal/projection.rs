@@ -110,6 +110,12 @@ pub(crate) fn status_from(
             request_seq,
         })
     });
+    debug_assert!(
+        pending
+            .as_ref()
+            .is_none_or(|p| !p.execution_id.is_empty() && !p.tool_call_id.is_empty()),
+        "a scanned gate names its execution and its call"
+    );
     Ok(SessionStatus {
         exec_state: if pending.is_some() {
             ExecState::ExecAwaiting
@@ -124,6 +130,7 @@ pub(crate) fn status_from(
 /// END: walking back over host markers, the first END or execution record
 /// decides.
 fn last_execution_canceled(records: &[LogRecord], last_seq: i64) -> bool {
+    debug_assert!(last_seq > 0, "a zero cursor reads nothing");
     let within = records.iter().rev().filter(|r| r.seq <= last_seq);
     for r in within {
         let Some(ev) = r.event.as_ref() else {

@@ -38,7 +38,9 @@ pub(crate) fn is_gated(call: &ToolCall) -> bool {
 /// details so they read like the reference's.
 pub(crate) fn kind_name(kind: EventKind) -> &'static str {
     let full = kind.as_str_name();
-    full.strip_prefix("EVENT_").unwrap_or(full)
+    let name = full.strip_prefix("EVENT_").unwrap_or(full);
+    debug_assert!(!name.is_empty(), "every kind has a name past its prefix");
+    name
 }
 
 /// True for a LIFECYCLE{FORK} marker.

@@ -47,6 +47,7 @@ impl Journal {
                 break;
             }
         }
+        debug_assert_eq!(j.len() as i64, j.head(), "seqs count from 1");
         j
     }
 
@@ -56,6 +57,7 @@ impl Journal {
             return Err(e.clone());
         }
         let expected = self.summary.head() + 1;
+        assert!(expected >= 1, "the head is a seq or 0");
         let refused = if record.seq != expected {
             Some(ChainError::Gap {
                 seq: record.seq,
@@ -76,6 +78,7 @@ impl Journal {
         self.records.push_back(Arc::new(record));
         self.summary.push(&self.records, index);
         debug_assert_eq!(self.records.len() as i64, self.summary.head());
+        assert!(self.last().is_some_and(|r| r.seq == expected));
         Ok(())
     }
 
@@ -84,7 +87,12 @@ impl Journal {
         &mut self,
         records: impl IntoIterator<Item = LogRecord>,
     ) -> Result<(), ChainError> {
-        records.into_iter().try_for_each(|r| self.push(r))
+        let result = records.into_iter().try_for_each(|r| self.push(r));
+        debug_assert!(
+            result.is_ok() || self.broken.is_some(),
+            "a refused record leaves the journal broken"
+        );
+        result
     }
 
     /// Why a record was refused, if one was.
@@ -94,6 +102,11 @@ impl Journal {
 
     /// The summary of the records held.
     pub fn summary(&self) -> &Summary {
+        assert_eq!(
+            self.summary.head(),
+            self.records.len() as i64,
+            "the summary has taken exactly these records"
+        );
         &self.summary
     }
 
@@ -104,6 +117,7 @@ impl Journal {
 
     /// True when no record is held.
     pub fn is_empty(&self) -> bool {
+        assert_eq!(self.records.is_empty(), self.head() == 0);
         self.records.is_empty()
     }
 
@@ -114,13 +128,23 @@ impl Journal {
 
     /// The last record.
     pub fn last(&self) -> Option<&LogRecord> {
-        self.records.last().map(|r| &**r)
+        let last = self.records.last().map(|r| &**r);
+        assert!(
+            last.is_none_or(|r| r.seq == self.head()),
+            "the last record is the head"
+        );
+        last
     }
 
     /// The record at `seq`.
     pub fn get(&self, seq: i64) -> Option<&LogRecord> {
         let i = usize::try_from(seq.checked_sub(1)?).ok()?;
-        self.records.get(i).map(|r| &**r)
+        let found = self.records.get(i).map(|r| &**r);
+        assert!(
+            found.is_none_or(|r| r.seq == seq),
+            "record i holds seq i + 1"
+        );
+        found
     }
 
     /// The records in seq order.
@@ -149,7 +173,12 @@ impl Journal {
             .ok()
             .filter(|&n| n > 0)
             .map_or(self.len(), |n| n.min(self.len()));
-        self.iter().take(n).cloned().collect()
+        let through: Vec<LogRecord> = self.iter().take(n).cloned().collect();
+        debug_assert!(
+            through.last().is_none_or(|r| r.seq == through.len() as i64),
+            "a prefix of the journal ends at its length"
+        );
+        through
     }
 }
 

@@ -40,22 +40,27 @@ pub struct Summary {
 
 /// What a USAGE record counts against a token budget.
 pub fn usage_tokens(u: &agentsessions_proto::v1::Usage) -> i64 {
-    u.input_tokens.max(0).saturating_add(u.output_tokens.max(0))
+    let tokens = u.input_tokens.max(0).saturating_add(u.output_tokens.max(0));
+    assert!(tokens >= 0, "negative counts count as nothing");
+    tokens
 }
 
 /// The tokens of every USAGE record in `records`.
 pub fn tokens_in(records: &[LogRecord]) -> i64 {
-    records
+    let tokens = records
         .iter()
         .filter_map(|r| r.event.as_ref())
         .filter_map(crate::events::body::usage)
         .map(usage_tokens)
-        .fold(0, i64::saturating_add)
+        .fold(0, i64::saturating_add);
+    assert!(tokens >= 0);
+    tokens
 }
 
 impl Summary {
     /// Takes `records[index]`, just appended (already checked to link).
     pub(crate) fn push(&mut self, records: &Vector<Arc<LogRecord>>, index: usize) {
+        assert_eq!(index + 1, records.len(), "the record just appended");
         let r = &records[index];
         assert_eq!(r.seq, self.head + 1, "records are summarized in order");
         self.head = r.seq;
@@ -70,6 +75,7 @@ impl Summary {
         if let Some(u) = r.event.as_ref().and_then(crate::events::body::usage) {
             self.tokens = self.tokens.saturating_add(usage_tokens(u));
         }
+        assert!(self.tokens >= 0);
     }
 
     /// Tokens committed in USAGE records so far.
@@ -79,11 +85,13 @@ impl Summary {
 
     /// Seq of the last record (0: empty).
     pub fn head(&self) -> i64 {
+        assert!(self.head >= 0, "a seq or 0");
         self.head
     }
 
     /// Hash of the last record ("" when empty).
     pub fn head_hash(&self) -> &str {
+        debug_assert!(self.head > 0 || self.head_hash.is_empty());
         &self.head_hash
     }
 
@@ -91,7 +99,12 @@ impl Summary {
     ///
     /// [`legacy_prefix`]: super::legacy::legacy_prefix
     pub fn legacy_prefix(&self) -> Result<usize, LogError> {
-        self.legacy.prefix()
+        let prefix = self.legacy.prefix();
+        debug_assert!(
+            prefix.iter().all(|&n| (n as i64) <= self.head),
+            "the prefix ends within the records taken"
+        );
+        prefix
     }
 
     /// The gate the session waits on, as `approval::scan(records, 0)`

@@ -168,6 +168,10 @@ impl Op {
         req: &agentsessions_proto::v1::CancelRequest,
         actor: Option<&agentsessions_proto::v1::IdentityRef>,
     ) -> Flow {
+        debug_assert!(
+            !req.session.is_empty(),
+            "routed by the guard of its session, which has a name"
+        );
         match self {
             Self::Exec(op) => op.on_cancel_request(cx, request, req, actor),
             Self::Resume(op) => op.on_cancel_request(cx, request, req, actor),

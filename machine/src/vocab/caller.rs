@@ -47,6 +47,12 @@ pub struct Principal {
 impl Principal {
     /// The identity written on records and compared with session creators.
     pub fn identity(&self) -> IdentityRef {
+        // "api-key", "mtls", or the JWT issuer the auth file must name: a
+        // verified caller's identity is never the empty one (no actor).
+        debug_assert!(
+            !self.issuer.is_empty(),
+            "a verified principal has an issuer"
+        );
         IdentityRef {
             principal: self.name.clone(),
             issuer: self.issuer.clone(),
@@ -56,16 +62,28 @@ impl Principal {
 
     /// True when some grant gives `role` on `project`.
     pub fn may(&self, role: Role, project: &str) -> bool {
-        self.grants
+        let may = self
+            .grants
             .iter()
-            .any(|g| g.role.implies(role) && g.scope.covers(project))
+            .any(|g| g.role.implies(role) && g.scope.covers(project));
+        debug_assert!(
+            !may || self.may_somewhere(role),
+            "a grant on one project is a grant somewhere"
+        );
+        may
     }
 
     /// True when some grant gives `role` on every project.
     pub fn may_everywhere(&self, role: Role) -> bool {
-        self.grants
+        let may = self
+            .grants
             .iter()
-            .any(|g| g.role.implies(role) && g.scope == Scope::Any)
+            .any(|g| g.role.implies(role) && g.scope == Scope::Any);
+        debug_assert!(
+            !may || self.may_somewhere(role),
+            "a grant everywhere is a grant somewhere"
+        );
+        may
     }
 
     /// True when some grant gives `role` on at least one project.
@@ -94,6 +112,11 @@ pub enum Scope {
 
 impl Scope {
     fn covers(&self, project: &str) -> bool {
+        // Only parsing builds a project scope, and it maps "" and "*" away.
+        debug_assert!(
+            !matches!(self, Self::Project(p) if p.is_empty() || p == "*"),
+            "a project scope names one project"
+        );
         match self {
             Self::Any => true,
             Self::Project(p) => p == project,
@@ -118,21 +141,28 @@ pub enum Role {
 impl Role {
     /// True when holding `self` grants `wanted`.
     pub fn implies(self, wanted: Role) -> bool {
-        match self {
+        let implies = match self {
             Self::Admin => true,
             Self::Writer | Self::Approver => wanted == self || wanted == Self::Reader,
             Self::Reader => wanted == Self::Reader,
-        }
+        };
+        debug_assert!(
+            implies || (wanted != self && wanted != Self::Reader),
+            "every role implies itself and reader"
+        );
+        implies
     }
 
     /// The role's name as configured.
     pub fn name(self) -> &'static str {
-        match self {
+        let name = match self {
             Self::Reader => "reader",
             Self::Writer => "writer",
             Self::Approver => "approver",
             Self::Admin => "admin",
-        }
+        };
+        debug_assert!(!name.contains(':'), "the role follows a grant's last ':'");
+        name
     }
 }
 
@@ -156,16 +186,17 @@ impl std::str::FromStr for Grant {
     /// Parses `"project:role"`; the role follows the last `:`, so a project
     /// name may itself contain one.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (project, role) = s
+        let (project, role_name) = s
             .rsplit_once(':')
             .ok_or_else(|| GrantError::Shape(s.to_owned()))?;
-        let role = match role {
+        let role = match role_name {
             "reader" => Role::Reader,
             "writer" => Role::Writer,
             "approver" => Role::Approver,
             "admin" => Role::Admin,
             _ => return Err(GrantError::Role(s.to_owned())),
         };
+        debug_assert_eq!(role.name(), role_name, "parsing and Role::name agree");
         let scope = match project {
             "" => return Err(GrantError::NoProject(s.to_owned())),
             "*" => Scope::Any,
@@ -177,10 +208,18 @@ impl std::str::FromStr for Grant {
 
 impl std::fmt::Display for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.scope {
-            Scope::Any => write!(f, "*:{}", self.role.name()),
-            Scope::Project(p) => write!(f, "{p}:{}", self.role.name()),
-        }
+        let project = match &self.scope {
+            Scope::Any => "*",
+            Scope::Project(p) => p.as_str(),
+        };
+        debug_assert_eq!(
+            format!("{project}:{}", self.role.name())
+                .parse::<Self>()
+                .as_ref(),
+            Ok(self),
+            "a grant prints as it parses"
+        );
+        write!(f, "{project}:{}", self.role.name())
     }
 }
 

@@ -114,11 +114,14 @@ impl HostConfig {
     /// The token budget of a session with `labels`: its label when that is
     /// a positive integer, else the host's.
     pub fn token_budget(&self, labels: &BTreeMap<String, String>) -> Option<i64> {
-        labels
+        let budget = labels
             .get(TOKEN_BUDGET_LABEL)
             .and_then(|v| v.parse::<i64>().ok())
             .filter(|&n| n > 0)
-            .or(self.session_token_budget)
+            .or(self.session_token_budget);
+        // The daemon takes only a positive --session-token-budget.
+        debug_assert!(budget.is_none_or(|n| n > 0), "a budget is positive");
+        budget
     }
 }
 
@@ -136,7 +139,7 @@ impl Default for HostConfig {
                 spec: None,
             },
         );
-        Self {
+        let config = Self {
             default_project: "default".to_owned(),
             default_harness: "echo".to_owned(),
             harnesses,
@@ -150,7 +153,12 @@ impl Default for HostConfig {
             models: None,
             tools: super::tools::ToolGate::default(),
             session_token_budget: None,
-        }
+        };
+        debug_assert!(
+            config.harnesses.contains_key(&config.default_harness),
+            "the default harness has a route"
+        );
+        config
     }
 }
 
@@ -158,18 +166,26 @@ impl Default for HostConfig {
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 10_000;
 /// Default [`HostConfig::connect_timeout_ms`].
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+// A default host takes calls, and gives a harness time to answer.
+const _: () = assert!(DEFAULT_MAX_IN_FLIGHT > 0 && DEFAULT_CONNECT_TIMEOUT_MS > 0);
 /// Most children one Fork may create.
 pub const MAX_FORK_CHILDREN: i32 = 128;
 /// Default page size of ListSessions and ListHarnesses.
 pub const DEFAULT_PAGE_SIZE: usize = 50;
 /// Largest page size; larger requests are clamped.
 pub const MAX_PAGE_SIZE: usize = 500;
+// A page asks the store for 1..=MAX_PAGE_SIZE rows, the default included.
+const _: () = assert!(0 < DEFAULT_PAGE_SIZE && DEFAULT_PAGE_SIZE <= MAX_PAGE_SIZE);
 /// Session rows one retention step looks at.
 pub const RETENTION_SCAN: usize = 256;
 /// Deletions one retention step has in flight at once.
 pub const RETENTION_PARALLEL: usize = 16;
+// A retention step with nothing to scan, or no deletion slot, never ends.
+const _: () = assert!(RETENTION_SCAN > 0 && RETENTION_PARALLEL > 0);
 /// Records read per ReadLog effect when streaming a Replay.
 pub const REPLAY_PAGE: i64 = 1024;
+// A Replay page ends at `next + REPLAY_PAGE - 1`: it must hold a record.
+const _: () = assert!(REPLAY_PAGE > 0);
 /// Encoded bytes a Replay page stops at (one record past it at most), so
 /// a reader holds about this much however large the journal's records.
 pub const REPLAY_PAGE_BYTES: usize = 1 << 20;

@@ -324,11 +324,10 @@ pub enum HarnessEffect {
         backend: Backend,
         /// Harness address from the runtime.
         address: String,
-        /// The connection's id for later frames and events.
+        /// The connection's id for later frames and events. Its harness
+        /// must send a first event within `connect_timeout_ms` of the first
+        /// frame, or the machine fails the connection as unavailable.
         conn: ConnId,
-        /// The harness must send its first event within this bound, or the
-        /// connection fails with [`HarnessInput::Unavailable`](super::HarnessInput::Unavailable).
-        first_event_timeout_ms: u64,
     },
     /// Send a frame on a connection (failures come back as harness input).
     Send {
@@ -536,19 +535,26 @@ pub struct Pace {
 #[derive(Debug, Clone, Copy)]
 pub struct PageFill {
     left: usize,
+    /// `add` said the page is full: it ends there.
+    full: bool,
 }
 
 impl PageFill {
     /// An empty page bounded by `max_bytes`.
     pub fn new(max_bytes: usize) -> Self {
-        Self { left: max_bytes }
+        Self {
+            left: max_bytes,
+            full: false,
+        }
     }
 
     /// Counts `record`; true when the page is full and ends with it.
     pub fn add(&mut self, record: &agentsessions_proto::v1::LogRecord) -> bool {
+        debug_assert!(!self.full, "a full page takes no more records");
         self.left = self
             .left
             .saturating_sub(prost::Message::encoded_len(record));
-        self.left == 0
+        self.full = self.left == 0;
+        self.full
     }
 }

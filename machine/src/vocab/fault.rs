@@ -59,20 +59,31 @@ impl StoreFault {
 
     /// The same failure, its text prefixed with what was being done.
     pub fn within(&self, what: impl std::fmt::Display) -> Self {
-        Self {
+        let fault = Self {
             kind: self.kind,
             message: format!("{what}: {}", self.message),
-        }
+        };
+        debug_assert!(
+            fault.message.ends_with(self.message.as_str()),
+            "only a prefix"
+        );
+        fault
     }
 
     /// The reply status for this failure while doing `what`.
     pub fn status(&self, what: impl std::fmt::Display) -> Status {
         let message = format!("{what}: {}", self.message);
-        match self.kind {
+        let status = match self.kind {
             FaultKind::Permanent => Status::internal(message),
             FaultKind::Transient => Status::unavailable(message),
             FaultKind::Busy => Status::aborted(message),
-        }
+        };
+        debug_assert_eq!(
+            status.code == super::status::Code::Unavailable,
+            self.is_transient(),
+            "UNAVAILABLE exactly when the store is down"
+        );
+        status
     }
 }
 

@@ -25,6 +25,13 @@ pub struct History {
 impl History {
     /// The history of shared journal records (seq order).
     pub fn from_shared(records: Vector<Arc<LogRecord>>) -> Self {
+        debug_assert!(
+            records
+                .iter()
+                .zip(records.iter().skip(1))
+                .all(|(a, b)| a.seq < b.seq),
+            "a journal's records come in seq order"
+        );
         Self { records }
     }
 

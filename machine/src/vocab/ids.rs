@@ -46,22 +46,31 @@ impl CountingIds {
         Self { next: start }
     }
     fn bump(&mut self) -> u64 {
-        self.next += 1;
+        self.next = self.next.wrapping_add(1);
+        assert_ne!(self.next, 0, "ids are never zero: the counter wrapped");
         self.next
     }
 }
 
 impl IdSource for CountingIds {
     fn session_uid(&mut self) -> String {
-        format!("sess-{:024x}", self.bump())
+        let uid = format!("sess-{:024x}", self.bump());
+        debug_assert_eq!(uid.len(), 5 + 24, "sess- and 24 hex digits");
+        uid
     }
     fn execution_id(&mut self) -> String {
-        format!("{:016x}", self.bump())
+        let id = format!("{:016x}", self.bump());
+        debug_assert_eq!(id.len(), 16, "a u64 is 16 hex digits");
+        id
     }
     fn model_call_id(&mut self) -> String {
-        format!("{:016x}", self.bump())
+        let id = format!("{:016x}", self.bump());
+        debug_assert_eq!(id.len(), 16, "a u64 is 16 hex digits");
+        id
     }
     fn harness_uid(&mut self) -> String {
-        format!("harness-{:024x}", self.bump())
+        let uid = format!("harness-{:024x}", self.bump());
+        debug_assert_eq!(uid.len(), 8 + 24, "harness- and 24 hex digits");
+        uid
     }
 }

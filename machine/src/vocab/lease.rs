@@ -57,14 +57,19 @@ impl LeaseConfig {
     /// Panics on settings that could never hold a lease (the shells refuse
     /// them at startup through [`LeaseConfig::problem`]).
     pub fn check(&self) {
-        if let Some(p) = self.problem() {
-            panic!("lease config: {p}");
-        }
+        let problem = self.problem();
+        assert!(
+            problem.is_none(),
+            "lease config: {}",
+            problem.unwrap_or_default()
+        );
     }
 }
 
 /// Default lease length (15 s) for hosts sharing a journal.
 pub const DEFAULT_LEASE: Nanos = 15_000_000_000;
+// `LeaseConfig::new(_, DEFAULT_LEASE)` has a heartbeat shorter than the lease.
+const _: () = assert!(DEFAULT_LEASE / 3 >= 1);
 
 /// What a fence mint asks of the session's lease.
 #[derive(Debug, Clone, PartialEq, Eq)]

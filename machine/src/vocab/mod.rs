@@ -16,6 +16,7 @@ pub mod ids;
 pub mod lease;
 pub mod outcome;
 pub mod request;
+pub mod routes;
 pub mod rows;
 pub mod shown;
 pub mod signal;

@@ -34,10 +34,13 @@ impl Shown<'_> {
             let escaped = c.escape_debug();
             let len = escaped.clone().map(char::len_utf8).sum::<usize>();
             if used + len > SHOWN_MAX {
+                debug_assert!(at < self.0.len(), "a cut leaves something out");
                 return write!(f, "…(+{} bytes)", self.0.len() - at);
             }
             used += len;
+            debug_assert!(used <= SHOWN_MAX);
             for e in escaped {
+                debug_assert!(!e.is_control(), "a control character is escaped");
                 fmt::Write::write_char(f, e)?;
             }
         }

@@ -24,12 +24,17 @@ pub enum TurnOutcome {
 impl TurnOutcome {
     /// The label value: lowercase, stable.
     pub fn as_str(self) -> &'static str {
-        match self {
+        let label = match self {
             Self::Completed => "completed",
             Self::Parked => "parked",
             Self::Failed => "failed",
             Self::Canceled => "canceled",
-        }
+        };
+        debug_assert!(
+            label.bytes().all(|b| b.is_ascii_lowercase()),
+            "a lowercase label"
+        );
+        label
     }
 }
 
@@ -60,3 +65,5 @@ pub enum Signal {
 /// Signals kept for the shell at most; past this the oldest go (a shell
 /// drains after every input, so only a shell that never drains loses any).
 pub const SIGNAL_QUEUE: usize = 4096;
+// A full queue drops its oldest to keep the newest: it holds at least one.
+const _: () = assert!(SIGNAL_QUEUE > 0);

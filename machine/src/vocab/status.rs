@@ -55,6 +55,11 @@ pub struct Status {
 impl Status {
     /// A status with `code` and `message`.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
+        assert_ne!(
+            code,
+            Code::Ok,
+            "a Status reports a failure; success is a Response"
+        );
         Self {
             code,
             message: message.into(),
@@ -96,6 +101,8 @@ impl Status {
 
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // `new` refuses OK; the fields are public, so check again here.
+        debug_assert_ne!(self.code, Code::Ok, "a Status reports a failure");
         write!(f, "{:?}: {}", self.code, self.message)
     }
 }

@@ -24,11 +24,13 @@ pub enum Policy {
 impl Policy {
     /// The name used in flags and on pages.
     pub fn name(self) -> &'static str {
-        match self {
+        let name = match self {
             Self::Auto => "auto",
             Self::Approval => "approval",
             Self::Deny => "deny",
-        }
+        };
+        debug_assert!(!name.contains('='), "the policy follows a rule's last '='");
+        name
     }
 }
 
@@ -56,16 +58,17 @@ impl std::str::FromStr for ToolRule {
     type Err = RuleError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (pattern, policy) = s
+        let (pattern, word) = s
             .rsplit_once('=')
             .filter(|(p, _)| !p.is_empty())
             .ok_or_else(|| RuleError::Shape(s.to_owned()))?;
-        let policy = match policy {
+        let policy = match word {
             "auto" => Policy::Auto,
             "approval" => Policy::Approval,
             "deny" => Policy::Deny,
             _ => return Err(RuleError::Policy(s.to_owned())),
         };
+        debug_assert_eq!(policy.name(), word, "parsing and Policy::name agree");
         Ok(Self {
             pattern: pattern.to_owned(),
             policy,
@@ -88,7 +91,7 @@ impl ToolRule {
 
 /// `*` matches any run (possibly empty); everything else matches itself.
 fn glob(pattern: &str, text: &str) -> bool {
-    match pattern.split_once('*') {
+    let matched = match pattern.split_once('*') {
         None => pattern == text,
         Some((head, tail)) => {
             let Some(rest) = text.strip_prefix(head) else {
@@ -96,7 +99,12 @@ fn glob(pattern: &str, text: &str) -> bool {
             };
             (0..=rest.len()).any(|n| rest.is_char_boundary(n) && glob(tail, &rest[n..]))
         }
-    }
+    };
+    debug_assert!(
+        !matched || pattern.bytes().filter(|&b| b != b'*').count() <= text.len(),
+        "a match holds every literal byte of the pattern"
+    );
+    matched
 }
 
 /// One tool the host can run, as its server describes it. The hints are
@@ -130,14 +138,21 @@ pub struct Catalog {
 impl Catalog {
     /// A catalog of `tools` (a later duplicate name replaces an earlier).
     pub fn new(tools: impl IntoIterator<Item = CatalogTool>) -> Self {
-        Self {
+        let catalog = Self {
             tools: tools.into_iter().map(|t| (t.name.clone(), t)).collect(),
-        }
+        };
+        debug_assert!(
+            catalog.tools.iter().all(|(k, t)| *k == t.name),
+            "each tool is filed under its name"
+        );
+        catalog
     }
 
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&CatalogTool> {
-        self.tools.get(name)
+        let tool = self.tools.get(name);
+        debug_assert!(tool.is_none_or(|t| t.name == name));
+        tool
     }
 
     /// Every tool, by name.
@@ -167,16 +182,21 @@ impl ToolGate {
                 up: t.up,
             }
         });
-        agentsessions_proto::v1::ListToolsResponse {
+        let listing = agentsessions_proto::v1::ListToolsResponse {
             tools: tools.collect(),
-        }
+        };
+        debug_assert!(
+            listing.tools.windows(2).all(|w| w[0].name < w[1].name),
+            "the catalog lists each tool once, by name"
+        );
+        listing
     }
 }
 
 /// A listed tool's hints by name, in a fixed order. MCP's destructive hint
 /// means something only for a tool that is not read-only.
 pub fn hints(t: &agentsessions_proto::v1::CatalogEntry) -> Vec<&'static str> {
-    [
+    let hints: Vec<&'static str> = [
         (t.read_only, "read-only"),
         (t.destructive && !t.read_only, "destructive"),
         (t.idempotent, "idempotent"),
@@ -184,7 +204,12 @@ pub fn hints(t: &agentsessions_proto::v1::CatalogEntry) -> Vec<&'static str> {
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
-    .collect()
+    .collect();
+    debug_assert!(
+        !(hints.contains(&"read-only") && hints.contains(&"destructive")),
+        "a read-only tool is never shown as destructive"
+    );
+    hints
 }
 
 /// What the policy says about one call.
@@ -224,7 +249,7 @@ impl ToolGate {
             .max_by_key(|(i, r)| (r.specificity(), *i))
             .map(|(_, r)| r.policy);
         let tool = self.catalog.as_ref().map(|c| c.get(name));
-        match (rule, tool) {
+        let verdict = match (rule, tool) {
             (Some(Policy::Deny), _) => Verdict::Policy(Policy::Deny),
             (_, Some(None)) => Verdict::Unknown,
             (Some(p), _) => Verdict::Policy(p),
@@ -234,7 +259,17 @@ impl ToolGate {
                 Policy::Approval
             }),
             (None, _) => Verdict::Harness,
-        }
+        };
+        // The policy is a floor: a denying rule wins over everything.
+        debug_assert!(
+            rule != Some(Policy::Deny) || verdict == Verdict::Policy(Policy::Deny),
+            "a denied tool is denied"
+        );
+        debug_assert!(
+            verdict != Verdict::Unknown || self.catalog.is_some(),
+            "only a catalog can lack a tool"
+        );
+        verdict
     }
 
     /// Whether running a call to `name` twice is harmless in itself: an
@@ -242,10 +277,16 @@ impl ToolGate {
     /// (no effect beyond the first). Such a call needs no durable mark
     /// before it runs; a crash simply runs it again.
     pub fn harmless_twice(&self, name: &str) -> bool {
-        self.catalog
+        let harmless = self
+            .catalog
             .as_ref()
             .and_then(|c| c.get(name))
-            .is_some_and(|t| !t.server.is_empty() && (t.read_only || t.idempotent))
+            .is_some_and(|t| !t.server.is_empty() && (t.read_only || t.idempotent));
+        debug_assert!(
+            !harmless || self.verdict(name) != Verdict::Unknown,
+            "a harmless tool is a listed one"
+        );
+        harmless
     }
 
     /// Whether a call to `name` whose earlier run started and never
@@ -257,11 +298,16 @@ impl ToolGate {
     /// without a catalog, which runs only built-ins. A tool the catalog no
     /// longer lists may not: nothing vouches for it.
     pub fn may_rerun(&self, name: &str) -> bool {
-        match self.catalog.as_ref().map(|c| c.get(name)) {
+        let may = match self.catalog.as_ref().map(|c| c.get(name)) {
             None => true,
             Some(None) => false,
             Some(Some(t)) => t.server.is_empty() || self.harmless_twice(name),
-        }
+        };
+        debug_assert!(
+            may || !self.harmless_twice(name),
+            "a call harmless twice may always run again"
+        );
+        may
     }
 }
 

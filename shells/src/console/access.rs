@@ -28,7 +28,7 @@ use axum::response::Response;
 use tokio_stream::Stream;
 
 use super::Console;
-use crate::daemon::observe::{REQUEST_ID, RpcKind, RpcLog};
+use crate::telemetry::observe::{REQUEST_ID, RpcKind, RpcLog};
 
 /// One console action: its method label, the route it answers and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,7 +41,6 @@ use axum::response::{Html, IntoResponse, Redirect};
 use axum::routing::{get, post};
 
 use crate::auth::Authenticator;
-use crate::daemon::driver::DriverHandle;
 use crate::metrics::Metrics;
 
 pub use auth::CsrfKey;
@@ -50,6 +49,24 @@ pub use session::MAX_SESSIONS;
 /// Most live (server-sent event) streams open at once; one more is
 /// answered 503 instead of polling without bound.
 pub const MAX_LIVE_STREAMS: usize = 64;
+
+/// What the console asks of the host, and all it knows of it: a unary
+/// call and a Replay stream, each as a verified caller. The daemon's drive
+/// loops implement it; the console never reaches into the daemon.
+pub trait Calls: Send + Sync + 'static {
+    /// One unary call.
+    fn unary(
+        &self,
+        caller: Caller,
+        request: Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Status>> + Send + '_>>;
+    /// A Replay's records, in order; dropping the stream ends the call.
+    fn replay(&self, caller: Caller, request: Request) -> Records;
+}
+
+/// A Replay's records as [`Calls::replay`] streams them.
+pub type Records =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<LogRecord, Status>> + Send>>;
 
 /// What every handler holds.
 #[derive(Clone)]
@@ -60,7 +77,7 @@ pub struct Console {
 }
 
 struct Inner {
-    driver: DriverHandle,
+    driver: Arc<dyn Calls>,
     auth: Arc<Authenticator>,
     csrf: CsrfKey,
     /// The open console sessions (`--auth` only).
@@ -76,7 +93,7 @@ impl Console {
     /// its live streams end when `stop` turns true. `secure`: it is served
     /// over TLS, so its cookies are marked `Secure`.
     pub fn new(
-        driver: DriverHandle,
+        driver: Arc<dyn Calls>,
         auth: Arc<Authenticator>,
         csrf: CsrfKey,
         stop: tokio::sync::watch::Receiver<bool>,
@@ -230,7 +247,7 @@ impl Console {
             }),
         );
         let mut out = Vec::new();
-        while let Some(item) = rx.recv().await {
+        while let Some(item) = tokio_stream::StreamExt::next(&mut rx).await {
             out.push(item?);
             if out.len() >= limit {
                 // Dropping the receiver ends the call in the drive loop.
@@ -254,7 +271,7 @@ impl Console {
                     to_seq: session.last_seq,
                 }),
             );
-            while let Some(item) = rx.recv().await {
+            while let Some(item) = tokio_stream::StreamExt::next(&mut rx).await {
                 if let Err(e) = check.push(&item?) {
                     return Ok(Verdict::Broken {
                         seq: e.seq(),

@@ -1,5 +1,6 @@
-//! The console over HTTPS: the Sessions listener's certificate and key,
-//! served with rustls (on ring, as tonic's TLS is).
+//! The console over HTTPS: a listener serving the rustls configuration the
+//! daemon built from the Sessions listener's certificate and key
+//! (`daemon/console_tls.rs`).
 //!
 //! Handshakes run in tasks of their own, at most [`MAX_HANDSHAKES`] at a
 //! time and each bounded by [`HANDSHAKE_TIMEOUT`], so a client that stalls
@@ -10,51 +11,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::server::TlsStream;
 
-use crate::daemon::security::{TlsFiles, cert_check};
-use crate::daemon::start_error::StartError;
-
 /// Handshakes in progress at most.
 pub const MAX_HANDSHAKES: usize = 64;
 /// Longest a handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn config_error(what: &str, path: &std::path::Path, e: impl std::fmt::Display) -> StartError {
-    StartError::Config(format!("console TLS: {what} {}: {e}", path.display()))
-}
-
-/// The rustls server settings from the PEM files.
-pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, StartError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .map_err(|e| config_error("--tls-cert", &files.cert, e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| config_error("--tls-cert", &files.cert, e))?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| config_error("--tls-key", &files.key, e))?;
-    // The Sessions listener checked these files already; a caller serving
-    // only the console gets the same named refusal.
-    cert_check::check_serving(&certs, &key, cert_check::now_unix()).map_err(|problem| {
-        StartError::Config(
-            cert_check::ServingCertError::new("tls", &files.cert, &files.key, problem).to_string(),
-        )
-    })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| config_error("--tls-cert", &files.cert, e))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| config_error("--tls-cert", &files.cert, e))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
 
 /// A TCP listener whose connections come out TLS-terminated.
 pub struct TlsListener {

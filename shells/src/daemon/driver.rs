@@ -55,38 +55,14 @@ pub use super::ports::{
 struct Conn {
     frames: mpsc::UnboundedSender<Outbound>,
     address: String,
-    /// A frame (Start) has been sent: the first-event clock runs.
-    started: bool,
 }
 
 /// A connection's inbound events as host input: every event, then one
-/// failure or one clean close, then the end.
+/// failure or one clean close, then the end. (The bound on the first event
+/// is the machine's timer, not this stream's.)
 struct ConnEvents {
     events: EventStream,
-    first_event: FirstEvent,
     done: bool,
-}
-
-/// The bound on a harness's first event, counted from the first frame the
-/// host sends (Start): a harness that stays silent after it (headers only,
-/// or nothing at all) fails the connection as unavailable.
-enum FirstEvent {
-    /// Nothing sent yet.
-    Unarmed(Duration),
-    /// Start is out; the harness must answer before the sleep ends.
-    Armed(Duration, std::pin::Pin<Box<tokio::time::Sleep>>),
-    /// An event (or the end) arrived.
-    Met,
-}
-
-impl ConnEvents {
-    /// Starts the first-event clock; the loop polls the stream again after
-    /// the current input, which registers the sleep's waker.
-    fn arm(&mut self) {
-        if let FirstEvent::Unarmed(bound) = self.first_event {
-            self.first_event = FirstEvent::Armed(bound, Box::pin(tokio::time::sleep(bound)));
-        }
-    }
 }
 
 impl tokio_stream::Stream for ConnEvents {
@@ -100,21 +76,7 @@ impl tokio_stream::Stream for ConnEvents {
         if self.done {
             return Poll::Ready(None);
         }
-        use std::future::Future as _;
-        let polled = self.events.as_mut().poll_next(cx);
-        if polled.is_pending()
-            && let FirstEvent::Armed(bound, sleep) = &mut self.first_event
-        {
-            std::task::ready!(sleep.as_mut().poll(cx));
-            let text = format!("no event within {} ms of Start", bound.as_millis());
-            self.first_event = FirstEvent::Met;
-            self.done = true;
-            return Poll::Ready(Some(HarnessInput::Unavailable(text)));
-        }
-        if polled.is_ready() {
-            self.first_event = FirstEvent::Met;
-        }
-        let input = match std::task::ready!(polled) {
+        let input = match std::task::ready!(self.events.as_mut().poll_next(cx)) {
             Some(Ok(ev)) => HarnessInput::Event(ev),
             Some(Err(e)) => HarnessInput::Failed(e),
             None => HarnessInput::Closed,
@@ -313,12 +275,11 @@ impl<S: JournalStore + 'static> Driver<S> {
                 id,
                 conn,
                 address,
-                first_event_timeout,
                 result,
             } => {
                 let outcome = match result {
                     Ok(connection) => {
-                        self.register(conn, address, first_event_timeout, connection);
+                        self.register(conn, address, connection);
                         Ok(())
                     }
                     Err(e) => Err(e),
@@ -407,30 +368,16 @@ impl<S: JournalStore + 'static> Driver<S> {
         }
     }
 
-    fn register(
-        &mut self,
-        conn: ConnId,
-        address: String,
-        first_event_timeout: Duration,
-        connection: Connection,
-    ) {
+    fn register(&mut self, conn: ConnId, address: String, connection: Connection) {
         let Connection { frames, events } = connection;
         self.events.insert(
             conn,
             ConnEvents {
                 events,
-                first_event: FirstEvent::Unarmed(first_event_timeout),
                 done: false,
             },
         );
-        self.conns.insert(
-            conn,
-            Conn {
-                frames,
-                address,
-                started: false,
-            },
-        );
+        self.conns.insert(conn, Conn { frames, address });
     }
 
     /// Reads the journal of `session` from its first record through
@@ -754,15 +701,6 @@ impl<S: JournalStore + 'static> Driver<S> {
                 frame,
                 history,
             } => {
-                if let Some(c) = self.conns.get_mut(&conn)
-                    && !c.started
-                {
-                    c.started = true;
-                    // Once per connection: its first frame is Start.
-                    if let Some(events) = self.events.get_mut(&conn) {
-                        events.arm();
-                    }
-                }
                 let frame = Outbound { frame, history };
                 let sent = self.conns.get(&conn).map(|c| c.frames.send(frame).is_ok());
                 if sent == Some(false) {
@@ -777,13 +715,8 @@ impl<S: JournalStore + 'static> Driver<S> {
                 self.events.remove(&conn);
             }
             HarnessEffect::Dial {
-                id,
-                address,
-                conn,
-                first_event_timeout_ms,
-                ..
+                id, address, conn, ..
             } => {
-                let first_event_timeout = Duration::from_millis(first_event_timeout_ms);
                 self.start(
                     async move {
                         let result = ports.harness.connect(address.clone()).await;
@@ -791,7 +724,6 @@ impl<S: JournalStore + 'static> Driver<S> {
                             id,
                             conn,
                             address,
-                            first_event_timeout,
                             result,
                         }
                     }

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use agentsessions_machine::host::{
     Caller, ConnId, EffectId, HarnessFailure, HarnessInput, Outcome, Request, RequestId, Response,
@@ -37,8 +36,6 @@ pub enum Input {
         conn: ConnId,
         /// The harness address.
         address: String,
-        /// The bound on the harness's first event.
-        first_event_timeout: Duration,
         /// The open stream, or why there is none.
         result: Result<Connection, HarnessFailure>,
     },
@@ -288,5 +285,22 @@ impl DriverHandle {
         for rx in done {
             let _ = rx.await;
         }
+    }
+}
+
+/// The console's narrow view of the host: its calls go through the drive
+/// loops like any gRPC call.
+impl crate::console::Calls for DriverHandle {
+    fn unary(
+        &self,
+        caller: Caller,
+        request: Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Status>> + Send + '_>>
+    {
+        Box::pin(DriverHandle::unary(self, caller, request))
+    }
+
+    fn replay(&self, caller: Caller, request: Request) -> crate::console::Records {
+        Box::pin(DriverHandle::replay(self, caller, request))
     }
 }

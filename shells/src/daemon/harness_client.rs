@@ -234,7 +234,7 @@ impl HarnessPort for GrpcHarnesses {
             let outbound = UnboundedReceiverStream::new(frames_rx);
             let mut request = tonic::Request::new(outbound);
             // The dial's span is current: a harness that traces joins it.
-            for (key, value) in super::trace::outgoing_headers() {
+            for (key, value) in crate::telemetry::propagation::outgoing_headers() {
                 if let (Ok(k), Ok(v)) = (
                     tonic::metadata::MetadataKey::from_bytes(key.as_bytes()),
                     value.parse(),

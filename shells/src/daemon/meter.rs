@@ -17,7 +17,7 @@ use agentsessions_machine::host::{
 };
 use agentsessions_proto::v1::tool_result::Code;
 
-use super::driver::Input;
+use super::handle::Input;
 use crate::metrics::{Metrics, ToolOutcome};
 
 /// The drive loop's side of the metrics.

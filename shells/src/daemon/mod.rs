@@ -8,6 +8,7 @@
 pub mod app;
 #[cfg(not(madsim))]
 mod boot_count;
+pub mod config;
 pub use agentsessions_journal::convert;
 #[cfg(not(madsim))]
 mod drive_loop;
@@ -26,12 +27,16 @@ pub mod trace;
 // built-in runtimes are left out of its build.
 #[cfg(not(madsim))]
 pub mod memory;
-pub mod observe;
+// The console's TLS files, loaded for rustls; the console is not simulated.
+#[cfg(not(madsim))]
+pub mod console_tls;
+// Kept under the daemon's paths for the binaries.
+pub use crate::telemetry::observe;
 mod ports;
 pub mod replay_sink;
 // OTLP export needs a tokio runtime of its own, which madsim does not give.
 #[cfg(not(madsim))]
-pub mod otlp;
+pub use crate::telemetry::otlp;
 pub mod remote;
 pub mod retention;
 #[cfg(not(madsim))]

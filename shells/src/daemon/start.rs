@@ -14,7 +14,7 @@ use std::sync::Arc;
 use agentsessions_machine::host::{Caller, Host, HostConfig, ModelFailure, Request, Response};
 use tokio::sync::mpsc;
 
-use super::app::{DaemonConfig, RandomIds, model_router};
+use super::config::{DaemonConfig, RandomIds, model_router};
 use super::drive_loop::DriveLoop;
 use super::driver::{Driver, DriverHandle, ModelPort, PortFuture, Ports, ToolPort};
 use super::harness_client::GrpcHarnesses;
@@ -118,7 +118,7 @@ pub(super) async fn ports<S: JournalStore + 'static>(
             }),
         )),
         runtime: Arc::new(
-            Runtimes::new(local, super::app::chat_model(config)).with_agent_tools(
+            Runtimes::new(local, super::config::chat_model(config)).with_agent_tools(
                 super::runtime::mcp_tools(mcp.clone(), config.tool_rules.clone()),
             ),
         ),
@@ -214,14 +214,14 @@ pub(super) async fn console(
         security.insecure_listen,
     )?;
     let tls = match &security.tls {
-        Some(files) => Some(crate::console::tls::server_config(files)?),
+        Some(files) => Some(super::console_tls::server_config(files)?),
         None => None,
     };
     let (listener, bound) = bind(addr).await?;
     let csrf = crate::console::CsrfKey::random()
         .map_err(|e| StartError::Config(format!("--console-addr: random key: {e}")))?;
     let console = crate::console::Console::new(
-        handle.clone(),
+        Arc::new(handle.clone()),
         security.auth.clone(),
         csrf,
         stop.subscribe(),

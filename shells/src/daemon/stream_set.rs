@@ -132,14 +132,6 @@ where
         self.entries.remove(key).is_some()
     }
 
-    /// The stream under `key`, queued for a poll: a caller that changes it
-    /// (arms a timer in it) gets that change polled.
-    pub fn get_mut(&mut self, key: &K) -> Option<&mut S> {
-        let entry = self.entries.get_mut(key)?;
-        entry.as_waker.wake_by_ref();
-        Some(&mut entry.stream)
-    }
-
     /// Streams held.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -327,18 +319,6 @@ mod tests {
             assert_eq!(set.poll_next_keyed(noop), Poll::Pending);
             assert_eq!(polls.load(Ordering::Relaxed), n);
         }
-    }
-
-    #[test]
-    fn get_mut_queues_the_stream_for_a_poll() {
-        let mut set = StreamSet::default();
-        let (_tx, polls) = counted(&mut set, 1);
-        assert_eq!(poll(&mut set), Poll::Pending);
-        assert_eq!(poll(&mut set), Poll::Pending);
-        assert_eq!(polls.load(Ordering::Relaxed), 1);
-        assert!(set.get_mut(&1).is_some());
-        assert_eq!(poll(&mut set), Poll::Pending);
-        assert_eq!(polls.load(Ordering::Relaxed), 2);
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@
 //! brings all its outcome, kind and reason series at once when first seen,
 //! so a rate or a ratio reads 0 instead of "no data".
 
+mod bound;
 mod bounded;
 mod journal;
 
@@ -21,6 +22,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+pub use bound::Bound;
 pub use bounded::{Bounded, OTHER};
 pub use journal::JournalMeter;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
@@ -31,7 +33,6 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
-use crate::daemon::limits::Bound;
 use agentsessions_machine::host::TurnOutcome;
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.

@@ -131,6 +131,10 @@ impl ApproveOp {
             );
         };
         let target = &scan.states[index];
+        assert!(
+            target.request.is_some() && r.request_seq > 0,
+            "found by its (validated) request seq"
+        );
         if target.inherited {
             return self.fail(
                 cx,
@@ -163,6 +167,7 @@ impl ApproveOp {
             );
         }
         let head = scan.head;
+        debug_assert!(target.is_pending_request(), "an undecided, owned request");
         self.stage = Stage::Fence(cx.mint_fence(&self.req.session), head);
         Flow::Continue
     }
@@ -191,6 +196,7 @@ impl ApproveOp {
                         return self.fail(cx, e.status("approve: fence"));
                     }
                 };
+                assert!(fence > 0, "fences start at 1");
                 let r = &self.req;
                 let decision = ApprovalResult {
                     tool_call_id: r.tool_call_id.clone(),

@@ -99,6 +99,7 @@ impl BootOp {
     }
 
     fn page(&mut self, cx: &mut Cx<'_>, after: String) -> Flow {
+        assert!(self.stage.is_none(), "one page in flight");
         let id = cx.request(|id| {
             Effect::Store(StoreEffect::ListHarnessRows {
                 id,

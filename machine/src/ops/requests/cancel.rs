@@ -131,6 +131,10 @@ impl CancelOp {
                     Err(status) => self.fail(cx, status),
                     Ok(None) => self.reply_session(cx),
                     Ok(Some(events)) => {
+                        debug_assert!(
+                            events.last().is_some_and(crate::events::is_canceled_end),
+                            "a cancel ends with END{{CANCELED}}"
+                        );
                         let head = log.last().map_or(0, |r| r.seq);
                         let fence = cx.mint_fence_forced(&self.req.session);
                         self.stage = Stage::Fence(fence, head, events);

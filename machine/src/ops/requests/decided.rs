@@ -78,6 +78,10 @@ impl DecidedOp {
             }
             Loaded::NotFound(s) | Loaded::Busy(s) | Loaded::Failed(s) => Err(s),
         };
+        debug_assert!(
+            !matches!(&reply, Ok(Response::Decided(Some(g))) if g.request_seq <= 0),
+            "a decided gate's request is a committed record"
+        );
         cx.reply(self.request, reply);
         Flow::Done
     }

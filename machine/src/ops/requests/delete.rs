@@ -136,6 +136,7 @@ impl Deletion {
                         Err(_) => render::fresh_session(&row),
                     };
                     let head = log.last().map_or(0, |r| r.seq);
+                    assert_eq!(head, log.len() as i64, "a loaded journal counts from 1");
                     let delete = cx.delete_session(&self.uid, head, &self.principal);
                     self.stage = Stage::Delete(delete, Box::new(session));
                     Deleted::Pending(self)
@@ -320,6 +321,7 @@ impl RetainOp {
             let waits = deletion.waits_on();
             assert!(self.deleting.insert(waits, deletion).is_none());
         }
+        assert!(self.deleting.len() <= RETENTION_PARALLEL, "a bounded step");
         if self.scan.is_none() && self.deleting.is_empty() {
             let mut report = std::mem::take(&mut self.report);
             report.deleted.sort();

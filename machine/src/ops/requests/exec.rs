@@ -111,6 +111,7 @@ impl ExecOp {
             return match new_row(cx, uid, row) {
                 Err(status) => self.fail(cx, status),
                 Ok((row, check)) => {
+                    assert!(!row.uid.is_empty(), "a new session has its uid");
                     self.session = row.uid.clone();
                     let put = row.clone();
                     let id = cx.put_session(put, Some(check));
@@ -137,6 +138,7 @@ impl ExecOp {
                     Outcome::Store(StoreOutcome::Put(Ok(()))) => {
                         let took = cx.try_guard(&self.session);
                         assert!(took, "a new session is free");
+                        debug_assert!(self.row.is_none());
                         self.row = Some(*row);
                         self.routed(cx)
                     }
@@ -207,6 +209,7 @@ impl ExecOp {
                 Flow::Continue
             }
             Loaded::Ready(row, log) => {
+                assert!(self.row.is_none(), "one load per Exec");
                 self.row = Some(row);
                 self.log = log;
                 self.preflight(cx)
@@ -298,6 +301,10 @@ impl ExecOp {
         req: &CancelRequest,
         actor: Option<&IdentityRef>,
     ) -> Flow {
+        debug_assert_eq!(
+            req.session, self.session,
+            "a Cancel is routed by the guard of its session"
+        );
         match &mut self.stage {
             Stage::Recovery(op) => op.on_cancel_request(cx, request, req, actor),
             Stage::Running(_) => {
@@ -321,6 +328,7 @@ impl ExecOp {
 
     /// The approval preflight and routing, then the first frame.
     fn preflight(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.row.is_some(), "the preflight reads the loaded journal");
         // From the summary: the whole journal is not rescanned per turn.
         let selected = match self.log.summary().selected_gate() {
             Ok(s) => s,
@@ -348,6 +356,7 @@ impl ExecOp {
 
     fn routed(&mut self, cx: &mut Cx<'_>) -> Flow {
         let row = self.row.clone().expect("row loaded");
+        assert!(self.route.is_none(), "an Exec routes once");
         let (harness, route) = match for_turn(cx, &self.session, &row.harness, &self.req.harness) {
             Ok(r) => r,
             Err(status) => return self.fail(cx, status),
@@ -386,6 +395,12 @@ impl ExecOp {
 
     /// Placement is ready: write the turn's header and inputs, then run.
     fn begin_turn(&mut self, cx: &mut Cx<'_>, placement: Placement) -> Flow {
+        assert!(
+            placement.fence > 0,
+            "a turn writes under the fence it minted"
+        );
+        assert!(placement.conn.is_some(), "a turn's harness is dialed");
+        assert!(self.execution_id.is_empty(), "one execution per Exec");
         let head = self.log.head();
         let expected = self.req.expected_last_seq.unwrap_or(head);
         let descriptor = placement.descriptor.clone().expect("placement described");
@@ -420,6 +435,10 @@ impl ExecOp {
                 limit,
                 used: self.log.summary().tokens(),
             });
+        assert!(
+            !self.execution_id.is_empty(),
+            "the header named the execution"
+        );
         // The loaded journal is not read again in this turn (a stateless
         // harness gets the whole history every turn).
         let history = std::mem::take(&mut self.log).history();
@@ -476,6 +495,11 @@ impl ExecOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
+        assert_eq!(
+            run.inv.setup().execution_id,
+            self.execution_id,
+            "the run is this Exec's turn"
+        );
         // The turn ended on its own (or the cancel could not be written).
         run.signal_end(cx, &self.harness);
         self.cancels.settle(cx, &finish.ending, mapping::exec);
@@ -566,6 +590,12 @@ impl ExecOp {
                     cx.close(conn);
                 }
                 self.fail(cx, status)
+            }
+            // The turn already answered CANCELLED; the render is the Cancel
+            // calls', which a deadline or a gone client does not cut.
+            Stage::Canceled(render) => {
+                self.stage = Stage::Canceled(render);
+                Flow::Continue
             }
             // A finished operation is dropped by the host; nothing reaches it.
             Stage::Over => unreachable!("input for a finished operation"),

@@ -147,6 +147,10 @@ impl ForkOp {
         }
         // Bounded by the check above, so the conversion cannot fail.
         self.count = usize::try_from(count).unwrap_or(1);
+        assert!(
+            (1..=MAX_FORK_CHILDREN as usize).contains(&self.count),
+            "a fork makes at least one child and a bounded number"
+        );
         let names = self.req.child_names.len();
         if names != 0 && names != self.count {
             return Err(Status::invalid_argument(format!(
@@ -249,6 +253,7 @@ impl ForkOp {
 
     /// A child's row is stored: the next child, or render them all.
     fn on_recorded(&mut self, cx: &mut Cx<'_>, r: Result<(), PutError>) -> Flow {
+        assert!(self.next < self.children.len(), "a row per child");
         if let Err(e) = r {
             let what = format!("record child {:?}", self.children[self.next]);
             let status = match e {
@@ -282,10 +287,12 @@ impl ForkOp {
             Rendered::Done(s) => {
                 self.rendered.push(*s);
                 self.next += 1;
+                assert_eq!(self.rendered.len(), self.next, "children render in order");
                 if self.next < self.children.len() {
                     return self.render_child(cx);
                 }
                 let children = std::mem::take(&mut self.rendered);
+                assert_eq!(children.len(), self.count, "the reply names every child");
                 cx.reply(self.request, Ok(Response::Fork(ForkResponse { children })));
                 Flow::Done
             }
@@ -302,6 +309,8 @@ impl ForkOp {
         fence: i64,
         r: Result<Option<SessionRow>, StoreFault>,
     ) -> Flow {
+        assert!(fence > 0, "fences start at 1");
+        assert_eq!(self.at_seq, self.head, "a memory harness forks at the head");
         let head = match r {
             Ok(Some(row)) => row.last_seq,
             Ok(None) => 0,
@@ -340,6 +349,10 @@ impl ForkOp {
             Err(e) => return self.fail(cx, internal(format!("snapshot: {e}"))),
         };
         let (session, at_seq) = (self.req.session.clone(), self.at_seq);
+        debug_assert!(
+            self.children.is_empty(),
+            "the checkpoint precedes the children"
+        );
         let event = suspend_event(&snapshot);
         let append = cx.append(&session, at_seq, fence, vec![event]);
         self.stage = Stage::Checkpoint(append, snapshot);
@@ -374,6 +387,12 @@ impl ForkOp {
     fn on_clone(&mut self, cx: &mut Cx<'_>, r: Result<RuntimeReply, String>) -> Flow {
         match r {
             Ok(RuntimeReply::Incarnation { .. }) => {
+                assert!(self.next < self.children.len());
+                debug_assert_eq!(
+                    self.provisioned.len(),
+                    self.next,
+                    "children are provisioned in order"
+                );
                 let child = self.children[self.next].clone();
                 self.provisioned.push(child.clone());
                 let fence = cx.mint_fence(&child);
@@ -442,6 +461,7 @@ impl ForkOp {
         } else {
             self.req.at_seq
         };
+        assert!(self.at_seq <= self.head, "a fork point the parent has");
         let route = self.route.clone().expect("routed");
         let placement = Placement::start(
             cx,
@@ -458,6 +478,7 @@ impl ForkOp {
     /// Admitted: choose the clone source.
     fn source(&mut self, cx: &mut Cx<'_>, placement: &Placement) -> Flow {
         let descriptor = placement.descriptor.as_ref().expect("admission described");
+        assert_eq!(placement.fence, 0, "admission mints no fence");
         if !needs_memory(descriptor) {
             // A stateless harness is rebuilt from the journal; the parent
             // keeps running undisturbed.
@@ -483,12 +504,18 @@ impl ForkOp {
     }
 
     fn fan_out(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(
+            self.children.is_empty() && self.provisioned.is_empty(),
+            "one fan-out"
+        );
         self.children = (0..self.count).map(|_| cx.ids().session_uid()).collect();
+        assert_eq!(self.children.len(), self.count);
         self.next = 0;
         self.clone_child(cx)
     }
 
     fn clone_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.next < self.children.len(), "a clone per child");
         let child = self.children[self.next].clone();
         let (harness, backend, _) = self.runtime_target(&child);
         let snapshot = self.snapshot.clone();
@@ -506,12 +533,19 @@ impl ForkOp {
     /// The last parent record the children share: every record up to the
     /// fork seq, which [`Self::routed`] keeps at or below the head.
     fn shared(&self) -> i64 {
+        debug_assert!(self.at_seq <= self.head);
         self.at_seq
     }
 
     /// One write: the parent's records up to [`Self::shared`] by
     /// reference, then the FORK marker.
     fn copy(&mut self, cx: &mut Cx<'_>, fence: i64) -> Flow {
+        assert!(fence > 0, "fences start at 1");
+        debug_assert_eq!(
+            self.provisioned.len(),
+            self.next + 1,
+            "the child copied into was provisioned"
+        );
         let marker = vec![events::fork_marker(self.at_seq)];
         let (child, shared) = (self.children[self.next].clone(), self.shared());
         let write = cx.fork_append(&child, &self.req.session, shared, fence, marker);
@@ -534,6 +568,7 @@ impl ForkOp {
 
     /// Stops every provisioned child, then replies `status`.
     fn roll_back(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
+        debug_assert!(self.provisioned.len() <= self.children.len());
         let mut pending = BTreeSet::new();
         for child in std::mem::take(&mut self.provisioned) {
             let (harness, backend, session) = self.runtime_target(&child);
@@ -554,6 +589,12 @@ impl ForkOp {
     }
 
     fn record_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.next < self.children.len());
+        debug_assert_eq!(
+            self.provisioned.len(),
+            self.children.len(),
+            "rows are written once every child exists"
+        );
         let p = &self.parent;
         let row = SessionRow {
             uid: self.children[self.next].clone(),
@@ -584,6 +625,7 @@ impl ForkOp {
     }
 
     fn render_child(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.next < self.children.len());
         let uid = self.children[self.next].clone();
         self.stage = Stage::Render(Render::start(cx, &uid));
         Flow::Continue

@@ -45,6 +45,8 @@ impl ReplayOp {
     }
 
     fn read_page(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.next >= 1, "seqs count from 1");
+        assert!(self.read.is_none(), "one page in flight");
         let last = self.next + REPLAY_PAGE - 1;
         let to_seq = if self.req.to_seq > 0 {
             last.min(self.req.to_seq)
@@ -138,7 +140,7 @@ fn replay_status(e: &TurnError) -> Status {
         | TurnError::ApprovalUnavailable => true,
         _ => false,
     };
-    if precondition {
+    let status = if precondition {
         Status::failed_precondition(format!("replay: {e}"))
     } else if let TurnError::Store(f) | TurnError::Append(AppendError::Failed(f)) = e {
         f.status("replay")
@@ -146,7 +148,9 @@ fn replay_status(e: &TurnError) -> Status {
         Status::unavailable(format!("replay: {e}"))
     } else {
         Status::internal(format!("replay: {e}"))
-    }
+    };
+    debug_assert_ne!(status.code, crate::vocab::Code::Ok, "a failed replay fails");
+    status
 }
 
 /// The identity check of one execution against the described harness.
@@ -247,6 +251,10 @@ impl ReplayHarnessOp {
             }
             (HarnessStage::Create(want), Outcome::Runtime(r)) => {
                 assert_eq!(want, id);
+                assert!(
+                    self.next < self.selected.len(),
+                    "an incarnation per execution"
+                );
                 let address = match r {
                     Ok(RuntimeReply::Incarnation { address }) => address,
                     Ok(other) => {
@@ -260,7 +268,6 @@ impl ReplayHarnessOp {
                 let conn = cx.new_conn();
                 let route = self.route.clone().expect("routed");
                 let harness = self.harness.clone();
-                let first_event_timeout_ms = cx.config().connect_timeout_ms;
                 let dial = cx.request(|id| {
                     Effect::Harness(HarnessEffect::Dial {
                         id,
@@ -268,7 +275,6 @@ impl ReplayHarnessOp {
                         backend: route.backend,
                         address,
                         conn,
-                        first_event_timeout_ms,
                     })
                 });
                 self.stage = HarnessStage::Dial(dial, conn);
@@ -276,6 +282,7 @@ impl ReplayHarnessOp {
             }
             (HarnessStage::Dial(want, conn), Outcome::Harness(HarnessOutcome::Dialed(r))) => {
                 assert_eq!(want, id);
+                debug_assert!(self.next < self.selected.len());
                 match r {
                     Ok(()) => self.run(cx, conn),
                     Err(e) => {
@@ -338,6 +345,11 @@ impl ReplayHarnessOp {
             Err(e) => return self.fail(cx, replay_status(&e.into())),
         };
         let selected = executions::replay_selection(&projection);
+        debug_assert!(
+            selected.iter().all(|e| !e.canceled),
+            "a canceled execution is never replayed"
+        );
+        assert_eq!(self.next, 0, "replay starts at the first execution");
         let describe = executions::needs_describe(&selected, &log);
         self.selected = selected.into_iter().cloned().collect();
         self.log = log;
@@ -359,6 +371,7 @@ impl ReplayHarnessOp {
 
     /// Checks every selected execution against the one Describe.
     fn preflight(&mut self, cx: &mut Cx<'_>, descriptor: HarnessDescriptor) -> Flow {
+        assert!(self.descriptor.is_none(), "described once, before any run");
         for exec in &self.selected {
             let gated = self.scan.for_execution(&exec.id).next().is_some();
             if let Err(e) = check_identity(exec, &self.harness, &descriptor, gated) {
@@ -371,6 +384,7 @@ impl ReplayHarnessOp {
 
     /// Provisions the next execution's incarnation, or replies when all ran.
     fn next_execution(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(self.next <= self.selected.len());
         if self.next >= self.selected.len() {
             let report = ReplayReport {
                 executions: self.selected.len(),
@@ -394,7 +408,15 @@ impl ReplayHarnessOp {
 
     /// Connected: rebuild the execution's Start and serve it.
     fn run(&mut self, cx: &mut Cx<'_>, conn: ConnId) -> Flow {
+        assert!(
+            self.next < self.selected.len(),
+            "a run per selected execution"
+        );
         let exec = &self.selected[self.next];
+        debug_assert!(
+            exec.history_end <= self.log.len() && exec.stream.iter().all(|&i| i < self.log.len()),
+            "the execution was projected from this journal"
+        );
         let legacy_turn = exec.kind == ExecKind::Legacy;
         let wire_id = if legacy_turn {
             // A v0.1.2 harness saw no id; replay hands it the same derived
@@ -464,6 +486,11 @@ impl ReplayHarnessOp {
             self.stage = HarnessStage::Running(run);
             return Flow::Continue;
         };
+        assert_eq!(
+            run.inv.setup().mode,
+            Mode::Replay,
+            "a replay runs in replay mode"
+        );
         match finish.ending {
             Ending::Completed => {
                 assert_eq!(finish.model_calls, 0, "replay never invokes the model (I1)");

@@ -106,7 +106,8 @@ pub(crate) struct ResumeOp {
 /// The session's own latest snapshot; a ref copied from a fork parent names
 /// another session and is skipped.
 pub(crate) fn last_suspend_ref(log: &[LogRecord], uid: &str) -> SnapshotRef {
-    log.iter()
+    let snapshot = log
+        .iter()
         .rev()
         .filter_map(|r| r.event.as_ref().and_then(body::lifecycle))
         .find(|l| l.kind == lifecycle::Kind::LifecycleSuspend as i32 && l.snapshot_local == uid)
@@ -119,7 +120,9 @@ pub(crate) fn last_suspend_ref(log: &[LogRecord], uid: &str) -> SnapshotRef {
         .unwrap_or_else(|| SnapshotRef {
             local: uid.to_owned(),
             ..SnapshotRef::default()
-        })
+        });
+    debug_assert_eq!(snapshot.local, uid, "the session's own snapshot");
+    snapshot
 }
 
 impl ResumeOp {
@@ -137,6 +140,7 @@ impl ResumeOp {
         expected: Option<i64>,
         actor: Option<IdentityRef>,
     ) -> Self {
+        assert!(!session.is_empty(), "an Exec recovers a loaded session");
         Self::new(request, session, Style::ExecStream { expected }, actor)
     }
 
@@ -199,6 +203,7 @@ impl ResumeOp {
                     Flow::Continue
                 }
                 Loaded::Ready(row, log) => {
+                    assert!(self.row.is_none() && self.log.is_empty(), "one load");
                     self.row = Some(row);
                     self.log = log.to_vec();
                     self.decide(cx)
@@ -412,7 +417,10 @@ impl ResumeOp {
             return Flow::Continue;
         }
         if let Some(g) = gate {
+            assert!(!g.inherited, "an inherited gate is refused before");
+            debug_assert!(!g.has_receipt() && !g.completed);
             if g.request.is_none() {
+                debug_assert!(g.decision.is_none(), "a decision follows its request");
                 // A call-only cut: write the missing request, then park.
                 let fence = cx.mint_fence(&self.session);
                 self.stage = Stage::Repair {
@@ -471,6 +479,7 @@ impl ResumeOp {
         head: i64,
     ) -> Flow {
         if fence == Some(id) {
+            debug_assert!(append.is_none(), "the request is appended once fenced");
             let fence = match outcome {
                 Outcome::Store(StoreOutcome::Fence(Ok(f))) => f,
                 Outcome::Store(StoreOutcome::Fence(Err(e))) => {
@@ -478,6 +487,7 @@ impl ResumeOp {
                 }
                 other => unexpected("resume repair", &other),
             };
+            assert!(fence > 0, "fences start at 1");
             let event = events::approval_request(&exec_id, &call_id);
             let append = cx.append(&self.session, head, fence, vec![event]);
             self.stage = Stage::Repair {
@@ -490,6 +500,7 @@ impl ResumeOp {
             return Flow::Continue;
         }
         assert_eq!(append, Some(id));
+        assert!(fence.is_none(), "the fence was minted first");
         match outcome {
             Outcome::Store(StoreOutcome::Appended(Ok(records))) => {
                 for r in records {
@@ -518,6 +529,10 @@ impl ResumeOp {
         outcome: Outcome,
     ) -> Flow {
         let conn = placement.conn.expect("placement dialed");
+        assert!(
+            !exec.id.is_empty() || exec.kind == ExecKind::Legacy,
+            "a pending execution has an id unless it is legacy"
+        );
         match outcome {
             Outcome::Store(StoreOutcome::Log(Ok(later))) if later.is_empty() => {
                 self.placed(cx, placement, Some(exec))
@@ -610,6 +625,14 @@ impl ResumeOp {
                 .iter()
                 .filter_map(|r| r.event.clone()),
         );
+        debug_assert!(
+            exec.start <= self.log.len()
+                && exec
+                    .stream
+                    .iter()
+                    .all(|i| (exec.start..self.log.len()).contains(i)),
+            "the execution was projected from this journal"
+        );
         let stream = exec.stream.iter().map(|&i| self.log[i].clone()).collect();
         let setup = Setup {
             session: self.session.clone(),
@@ -667,6 +690,7 @@ impl ResumeOp {
             self.stage = Stage::Running(run);
             return Flow::Continue;
         };
+        assert_eq!(run.inv.setup().mode, Mode::Resume, "a recovery resumes");
         run.signal_end(cx, &self.harness);
         self.cancels.settle(cx, &finish.ending, mapping::resume);
         match finish.ending {
@@ -697,6 +721,10 @@ impl ResumeOp {
 
     /// Replies with the session as it is now (unary), or the final frame.
     fn reply_session(&mut self, cx: &mut Cx<'_>) -> Flow {
+        debug_assert!(
+            matches!(self.stage, Stage::Over),
+            "the session is rendered once, after every other stage"
+        );
         self.stage = Stage::Final(Render::start(cx, &self.session));
         Flow::Continue
     }

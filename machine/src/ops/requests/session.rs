@@ -54,6 +54,7 @@ pub(crate) fn new_row(
     row.created_at = cx.now();
     row.updated_at = cx.now();
     row.last_seq = 0;
+    assert!(!row.uid.is_empty(), "a new row has its uid");
     Ok((row, check))
 }
 
@@ -173,7 +174,14 @@ impl GetOp {
 
 /// The opaque page token: base64url (no padding) of `"<nanos>\0<uid>"`.
 pub(crate) fn encode_page_token(created_at: Nanos, uid: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{created_at}\0{uid}"))
+    let token =
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{created_at}\0{uid}"));
+    debug_assert_eq!(
+        decode_page_token(&token),
+        Some((created_at, uid.to_owned())),
+        "a page token decodes to what it encodes"
+    );
+    token
 }
 
 /// Decodes a page token; `None` when it is malformed.
@@ -222,6 +230,7 @@ impl ListOp {
             n if n <= 0 => DEFAULT_PAGE_SIZE,
             n => (n as usize).min(MAX_PAGE_SIZE),
         };
+        assert!((1..=MAX_PAGE_SIZE).contains(&self.size), "a bounded page");
         let after = if self.req.page_token.is_empty() {
             None
         } else {
@@ -263,6 +272,7 @@ impl ListOp {
             if more && let Some(last) = rows.last() {
                 self.next_token = encode_page_token(last.created_at, &last.uid);
             }
+            debug_assert!(self.rows.is_empty() && self.renders.is_empty(), "one page");
             self.rows = rows;
             for (i, row) in self.rows.clone().into_iter().enumerate() {
                 let (render, step) = Render::from_row(cx, row);
@@ -299,10 +309,12 @@ impl ListOp {
 
     /// Records a finished render; true when the call failed (and replied).
     fn take(&mut self, cx: &mut Cx<'_>, i: usize, step: Rendered) -> bool {
+        assert!(i < self.rows.len(), "a render per listed row");
         match step {
             Rendered::Pending => false,
             Rendered::Done(s) => {
-                self.done.insert(i, *s);
+                let first = self.done.insert(i, *s).is_none();
+                debug_assert!(first, "a row is rendered once");
                 false
             }
             Rendered::NotFound => {
@@ -320,6 +332,7 @@ impl ListOp {
     }
 
     fn maybe_reply(&mut self, cx: &mut Cx<'_>) -> Flow {
+        debug_assert!(self.done.len() <= self.rows.len());
         if self.done.len() < self.rows.len() {
             return Flow::Continue;
         }

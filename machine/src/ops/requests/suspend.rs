@@ -139,6 +139,7 @@ impl SuspendOp {
                 assert_eq!(want, id);
                 match r {
                     Ok(fence) => {
+                        assert!(fence > 0, "fences start at 1");
                         // Read the head after the fence: anything appended
                         // before it is accepted; anything after is fenced.
                         self.stage = Stage::Head(cx.get_session(&self.session), snapshot, fence);

@@ -85,13 +85,15 @@ fn need<'a>(call: &'a Request, default_project: &str) -> Need<'a> {
 /// possible. What such a resume may do is narrowed by the operation
 /// (`ResumeOp`: exactly a decided gate's execution, nothing else).
 fn admitting(role: Role, call: &Request) -> &'static [Role] {
-    match (role, call) {
+    let roles: &'static [Role] = match (role, call) {
         (Role::Writer, Request::Resume(_)) => &[Role::Writer, Role::Approver],
         (Role::Reader, _) => &[Role::Reader],
         (Role::Writer, _) => &[Role::Writer],
         (Role::Approver, _) => &[Role::Approver],
         (Role::Admin, _) => &[Role::Admin],
-    }
+    };
+    debug_assert!(roles.contains(&role), "the role needed always admits");
+    roles
 }
 
 /// The status of every refusal on a session: one text for a missing
@@ -224,6 +226,10 @@ impl GateOp {
 
     /// The client went away before the check finished.
     pub(crate) fn on_cancel(&mut self, cx: &mut Cx<'_>) -> Flow {
+        assert!(
+            self.call.is_some() && !self.admitted,
+            "only a gate still waiting for its read is cancelled"
+        );
         let status = Status::new(crate::vocab::Code::Cancelled, "client cancelled");
         cx.reply(self.request, Err(status));
         Flow::Done

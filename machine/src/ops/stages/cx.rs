@@ -6,12 +6,13 @@
 //! until its outcome arrives; a connection, chunk stream, guard or timer
 //! belongs to exactly one operation and is dropped with it ([`Core::release`]).
 
+use crate::ops::stages::first_event::FirstEvents;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use crate::ops::stages::leases::Leases;
 use crate::vocab::{
-    ClientEffect, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig, IdSource,
-    Nanos, Outcome, RequestId, Response, Route, SIGNAL_QUEUE, SessionRow, Signal, Status,
+    ClientEffect, Code, ConnId, Effect, EffectId, HarnessCheck, HarnessEffect, HostConfig,
+    IdSource, Nanos, Outcome, RequestId, Response, Route, SIGNAL_QUEUE, SessionRow, Signal, Status,
     StoreEffect, StreamItem,
 };
 
@@ -47,6 +48,8 @@ pub(crate) struct Core {
     deferred: Vec<(BTreeSet<String>, Vec<Effect>)>,
     /// Bounded by [`SIGNAL_QUEUE`]: the oldest go first.
     signals: VecDeque<Signal>,
+    /// Connections whose harness owes its first event.
+    pub(crate) first_events: FirstEvents,
 }
 
 impl Core {
@@ -72,11 +75,13 @@ impl Core {
             releasing: BTreeMap::new(),
             deferred: Vec::new(),
             signals: VecDeque::new(),
+            first_events: FirstEvents::default(),
         }
     }
 
     /// The oldest signal not yet polled.
     pub(crate) fn poll_signal(&mut self) -> Option<Signal> {
+        debug_assert!(self.signals.len() <= SIGNAL_QUEUE);
         self.signals.pop_front()
     }
 
@@ -99,12 +104,19 @@ impl Core {
 
     /// The operation that wants `effect`'s streamed chunks, if any.
     pub(crate) fn chunk_owner(&self, effect: EffectId) -> Option<OpId> {
-        self.chunks.get(&effect).copied()
+        let owner = self.chunks.get(&effect).copied();
+        debug_assert!(
+            owner.is_none_or(|op| self.waiting.get(&effect) == Some(&op)),
+            "chunks are routed only while their effect waits for the same operation"
+        );
+        owner
     }
 
     /// The operation owning open connection `conn`, if any.
     pub(crate) fn conn_owner(&self, conn: ConnId) -> Option<OpId> {
-        self.conns.get(&conn).copied()
+        let owner = self.conns.get(&conn).copied();
+        debug_assert!(owner != Some(OpId::NOBODY), "a connection has an owner");
+        owner
     }
 
     /// Removes and returns the earliest deadline at or before `now`.
@@ -114,22 +126,24 @@ impl Core {
             return None;
         }
         self.timers.pop_first();
+        assert_ne!(id, OpId::NOBODY, "deadlines belong to operations");
         Some(id)
     }
 
-    /// The earliest armed deadline or lease renewal.
+    /// The earliest armed deadline, first-event bound or lease renewal.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         let op = self.timers.first().map(|(at, _)| *at);
-        match (op, self.leases.next_due()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [op, self.first_events.next_due(), self.leases.next_due()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Sends every lease renewal due by `now`. A renewal's outcome is
     /// nobody's but the lease table's.
     pub(crate) fn renew_due(&mut self, now: Nanos) {
         while let Some((session, fence, ttl)) = self.leases.pop_due(now) {
+            assert!(ttl > 0, "a renewal holds; only a release has ttl 0");
             let id = self.hold_lease(session.clone(), fence, ttl);
             self.leases.renewing(id, session, fence);
         }
@@ -150,7 +164,8 @@ impl Core {
 
     fn release_lease(&mut self, session: String, fence: i64) {
         let id = self.hold_lease(session.clone(), fence, 0);
-        self.releasing.insert(id, session);
+        let fresh = self.releasing.insert(id, session).is_none();
+        assert!(fresh, "one release per effect id");
     }
 
     /// `session`'s release was answered: sends the replies that waited
@@ -166,6 +181,12 @@ impl Core {
             }
         }
         self.deferred = waiting;
+        debug_assert!(
+            self.deferred
+                .iter()
+                .all(|(sessions, _)| !sessions.is_empty()),
+            "replies wait only for releases still unanswered"
+        );
     }
 
     /// Emits a HoldLease (ttl 0 releases) owned by no operation.
@@ -173,7 +194,8 @@ impl Core {
         self.next_effect += 1;
         let id = EffectId(self.next_effect);
         let effect = self.leases.hold_effect(id, session, fence, ttl, self.now);
-        self.waiting.insert(id, OpId::NOBODY);
+        let fresh = self.waiting.insert(id, OpId::NOBODY).is_none();
+        assert!(fresh, "effect ids are never reused");
         self.effects.push_back(effect);
         id
     }
@@ -190,11 +212,13 @@ impl Core {
 
     /// Session guards and their holders (for reports).
     pub(crate) fn guards(&self) -> &BTreeMap<String, OpId> {
+        debug_assert!(self.guards.values().all(|op| *op != OpId::NOBODY));
         &self.guards
     }
 
     /// Replies `status` to a call no operation was made for.
     pub(crate) fn refuse(&mut self, request: RequestId, status: Status) {
+        assert_ne!(status.code, Code::Ok, "a refusal is an error");
         let reply = ClientEffect::Reply {
             request,
             result: Err(status),
@@ -209,6 +233,7 @@ impl Core {
     /// deadline or a cancel) stay in `waiting`; their outcomes are dropped
     /// on arrival.
     pub(crate) fn release(&mut self, id: OpId, requests: &[RequestId]) {
+        assert_ne!(id, OpId::NOBODY, "only an operation finishes");
         self.guards.retain(|_, holder| *holder != id);
         self.timers.retain(|(_, holder)| *holder != id);
         self.chunks.retain(|_, holder| *holder != id);
@@ -220,6 +245,7 @@ impl Core {
             .collect();
         for conn in conns {
             self.conns.remove(&conn);
+            self.first_events.heard(conn);
             self.effects
                 .push_back(Effect::Harness(HarnessEffect::Close { conn }));
         }
@@ -243,13 +269,15 @@ impl Core {
         if !replies.is_empty() {
             self.deferred.push((sessions, replies.into()));
         }
+        debug_assert!(self.deferred.iter().all(|(s, _)| !s.is_empty()));
     }
 
     pub(crate) fn add_route(&mut self, name: &str, route: Route) -> bool {
         if self.routes.contains_key(name) || self.unservable.contains_key(name) {
             return false;
         }
-        self.routes.insert(name.to_owned(), route);
+        let fresh = self.routes.insert(name.to_owned(), route).is_none();
+        debug_assert!(fresh, "a route is added once and never replaced");
         true
     }
 
@@ -305,9 +333,11 @@ impl Cx<'_> {
     pub(crate) fn request(&mut self, make: impl FnOnce(EffectId) -> Effect) -> EffectId {
         self.core.next_effect += 1;
         let id = EffectId(self.core.next_effect);
+        assert_ne!(self.op, OpId::NOBODY, "only an operation waits");
         let effect = make(id);
         debug_assert_eq!(effect.id(), Some(id));
-        self.core.waiting.insert(id, self.op);
+        let fresh = self.core.waiting.insert(id, self.op).is_none();
+        assert!(fresh, "effect ids are never reused");
         self.core.effects.push_back(effect);
         id
     }
@@ -326,6 +356,7 @@ impl Cx<'_> {
 
     /// Reads records `from_seq..=to_seq` (0 = to the head).
     pub(crate) fn read_log(&mut self, session: &str, from_seq: i64, to_seq: i64) -> EffectId {
+        assert_eq!(to_seq, 0, "a log read runs to the head");
         self.read_records(session, from_seq, to_seq, None)
     }
 
@@ -338,6 +369,7 @@ impl Cx<'_> {
         from_seq: i64,
         to_seq: i64,
     ) -> EffectId {
+        assert!(to_seq >= from_seq, "a page covers at least one seq");
         let pace = crate::vocab::Pace {
             request,
             max_bytes: crate::vocab::config::REPLAY_PAGE_BYTES,
@@ -352,6 +384,7 @@ impl Cx<'_> {
         to_seq: i64,
         pace: Option<crate::vocab::Pace>,
     ) -> EffectId {
+        assert!(from_seq >= 1, "seqs count from 1");
         let session = session.to_owned();
         self.request(|id| {
             Effect::Store(StoreEffect::ReadLog {
@@ -377,6 +410,7 @@ impl Cx<'_> {
     }
 
     fn mint(&mut self, session: &str, force: bool) -> EffectId {
+        assert!(!session.is_empty(), "a fence is minted for a session");
         let lease = self.core.leases.claim(force);
         let now = self.core.now;
         let owned = session.to_owned();
@@ -417,6 +451,7 @@ impl Cx<'_> {
     ) -> EffectId {
         let owner = self.core.leases.releasable(self.op, session, fence);
         let releasing = owner.is_some();
+        debug_assert!(!events.is_empty(), "a last write writes something");
         let id = self.append_with(session, expected_last_seq, fence, events, owner);
         if releasing {
             self.core.leases.ending(id, session, fence);
@@ -434,6 +469,8 @@ impl Cx<'_> {
         fence: i64,
         events: Vec<agentsessions_proto::v1::Event>,
     ) -> EffectId {
+        assert!(fence > 0, "a child's first write is under its minted fence");
+        debug_assert!(!events.is_empty(), "the FORK marker follows the prefix");
         let (session, parent) = (session.to_owned(), parent.to_owned());
         let now = self.core.now;
         let compute_state = crate::journal::projection::batch_compute_state(&events);
@@ -459,6 +496,8 @@ impl Cx<'_> {
         events: Vec<agentsessions_proto::v1::Event>,
         release: Option<String>,
     ) -> EffectId {
+        assert!(fence > 0, "appends are fenced by a minted fence");
+        assert!(!events.is_empty(), "an append writes records");
         let session = session.to_owned();
         let now = self.core.now;
         let compute_state = crate::journal::projection::batch_compute_state(&events);
@@ -478,6 +517,7 @@ impl Cx<'_> {
 
     /// Upserts a session row, checking the registry when `check` is set.
     pub(crate) fn put_session(&mut self, row: SessionRow, check: Option<HarnessCheck>) -> EffectId {
+        assert!(!row.uid.is_empty(), "a stored row has a uid");
         let now = self.core.now;
         self.request(|id| {
             Effect::Store(StoreEffect::PutSession {
@@ -492,6 +532,10 @@ impl Cx<'_> {
     /// Emits an effect that expects no outcome.
     pub(crate) fn emit(&mut self, effect: Effect) {
         debug_assert_eq!(effect.id(), None);
+        if let Effect::Harness(HarnessEffect::Send { conn, .. }) = &effect {
+            let (now, bound) = (self.core.now, self.core.config.connect_timeout_ms);
+            self.core.first_events.sent(*conn, now, bound);
+        }
         self.core.effects.push_back(effect);
     }
 
@@ -499,13 +543,20 @@ impl Cx<'_> {
     pub(crate) fn new_conn(&mut self) -> ConnId {
         self.core.next_conn += 1;
         let conn = ConnId(self.core.next_conn);
-        self.core.conns.insert(conn, self.op);
+        let fresh = self.core.conns.insert(conn, self.op).is_none();
+        assert!(fresh, "connection ids are never reused");
+        self.core.first_events.opened(conn);
         conn
     }
 
     /// Closes a connection and stops routing its input.
     pub(crate) fn close(&mut self, conn: ConnId) {
+        debug_assert!(
+            self.core.conns.get(&conn).is_none_or(|op| *op == self.op),
+            "an operation closes only its own connections"
+        );
         if self.core.conns.remove(&conn).is_some() {
+            self.core.first_events.heard(conn);
             self.core
                 .effects
                 .push_back(Effect::Harness(HarnessEffect::Close { conn }));
@@ -535,11 +586,17 @@ impl Cx<'_> {
 
     /// Routes streamed model chunks of `effect` to this operation.
     pub(crate) fn want_chunks(&mut self, effect: EffectId) {
+        assert_eq!(
+            self.core.waiting.get(&effect),
+            Some(&self.op),
+            "chunks of an effect this operation waits for"
+        );
         self.core.chunks.insert(effect, self.op);
     }
 
     /// Takes the session's overlap guard; false if another operation holds it.
     pub(crate) fn try_guard(&mut self, session: &str) -> bool {
+        assert!(!session.is_empty(), "a guard names a session");
         match self.core.guards.get(session) {
             Some(holder) => *holder == self.op,
             None => {
@@ -565,6 +622,7 @@ impl Cx<'_> {
         expected_last_seq: i64,
         principal: &str,
     ) -> EffectId {
+        assert!(expected_last_seq >= 0, "a seq or 0");
         let session = session.to_owned();
         let principal = principal.to_owned();
         let now = self.core.now;
@@ -581,6 +639,7 @@ impl Cx<'_> {
 
     /// Arms a deadline for this operation.
     pub(crate) fn set_deadline(&mut self, at: Nanos) {
+        assert!(at > 0, "a deadline is a point in time");
         self.core.timers.insert((at, self.op));
     }
 
@@ -603,6 +662,10 @@ impl Cx<'_> {
 
     /// Finishes the client call.
     pub(crate) fn reply(&mut self, request: RequestId, result: Result<Response, Status>) {
+        debug_assert!(
+            result.as_ref().err().is_none_or(|s| s.code != Code::Ok),
+            "a failed call replies an error status"
+        );
         self.emit(Effect::Client(ClientEffect::Reply { request, result }));
     }
 
@@ -618,6 +681,7 @@ impl Cx<'_> {
 
     /// `session` waits for a decision, or no longer does.
     pub(crate) fn signal_awaiting(&mut self, session: &str, awaiting: bool) {
+        assert!(!session.is_empty());
         self.signal(Signal::Awaiting {
             session: session.to_owned(),
             awaiting,

@@ -55,17 +55,28 @@ impl<Op: Copy + Eq> Leases<Op> {
 
     /// The claim a mint by this host carries, if it takes leases.
     pub(crate) fn claim(&self, force: bool) -> Option<LeaseClaim> {
-        self.config.as_ref().map(|c| LeaseClaim {
+        let claim = self.config.as_ref().map(|c| LeaseClaim {
             owner: c.host_id.clone(),
             ttl: c.ttl,
             force,
-        })
+        });
+        assert!(
+            claim
+                .as_ref()
+                .is_none_or(|c| c.ttl > 0 && !c.owner.is_empty()),
+            "a checked config claims for a positive time"
+        );
+        claim
     }
 
     /// Remembers that mint `effect` of `op` takes `session`'s lease.
     pub(crate) fn minting(&mut self, effect: EffectId, op: Op, session: &str) {
         if self.config.is_some() {
-            self.mints.insert(effect, (op, session.to_owned()));
+            let fresh = self
+                .mints
+                .insert(effect, (op, session.to_owned()))
+                .is_none();
+            assert!(fresh, "one mint per effect id");
         }
     }
 
@@ -80,6 +91,12 @@ impl<Op: Copy + Eq> Leases<Op> {
     /// Remembers that append `effect` ends `session`'s lease at `fence` if
     /// it commits.
     pub(crate) fn ending(&mut self, effect: EffectId, session: &str, fence: i64) {
+        debug_assert!(
+            self.held
+                .get(session)
+                .is_some_and(|h| h.fence == fence && !h.released),
+            "only a held lease is ended"
+        );
         let fresh = self
             .endings
             .insert(effect, (session.to_owned(), fence))
@@ -94,6 +111,10 @@ impl<Op: Copy + Eq> Leases<Op> {
 
     /// The earliest renewal due.
     pub(crate) fn next_due(&self) -> Option<Nanos> {
+        debug_assert!(
+            self.due.iter().all(|(_, s)| self.held.contains_key(s)),
+            "only a held lease is renewed"
+        );
         self.due.first().map(|(at, _)| *at)
     }
 
@@ -109,6 +130,7 @@ impl<Op: Copy + Eq> Leases<Op> {
     ) -> Option<(String, i64)> {
         let config = self.config.as_ref()?;
         let heartbeat = config.heartbeat;
+        assert!(heartbeat > 0, "a renewal is due strictly later");
         if let Some((session, fence)) = self.endings.remove(&effect) {
             // Committed: the store removed the lease with the records. A
             // refused or unknown append keeps it for the usual release (a
@@ -173,12 +195,17 @@ impl<Op: Copy + Eq> Leases<Op> {
         }
         let (_, session) = self.due.pop_first().expect("a first entry");
         let held = self.held.get(&session).expect("a due renewal is held");
+        debug_assert!(!held.released, "a released lease is not renewed");
         let ttl = self.config.as_ref().expect("leases configured").ttl;
         Some((session, held.fence, ttl))
     }
 
     /// Records that renewal `effect` of `session` under `fence` went out.
     pub(crate) fn renewing(&mut self, effect: EffectId, session: String, fence: i64) {
+        debug_assert!(
+            !self.renewals.values().any(|(s, _)| *s == session),
+            "one renewal per session at a time"
+        );
         let fresh = self.renewals.insert(effect, (session, fence)).is_none();
         assert!(fresh, "one renewal per effect id");
     }
@@ -206,6 +233,13 @@ impl<Op: Copy + Eq> Leases<Op> {
             }
         }
         debug_assert!(self.held.values().all(|h| h.op != op || h.released));
+        debug_assert!(now.iter().all(|(s, _)| !self.held.contains_key(s)));
+        debug_assert!(
+            later
+                .iter()
+                .all(|s| self.held.get(s).is_some_and(|h| h.released)),
+            "a lease still renewing is released on the renewal's answer"
+        );
         (now, later)
     }
 
@@ -218,12 +252,12 @@ impl<Op: Copy + Eq> Leases<Op> {
         ttl: Nanos,
         now: Nanos,
     ) -> Effect {
-        let owner = self
-            .config
-            .as_ref()
-            .expect("leases configured")
-            .host_id
-            .clone();
+        let config = self.config.as_ref().expect("leases configured");
+        assert!(
+            ttl == 0 || ttl == config.ttl,
+            "a hold renews for the configured ttl or releases"
+        );
+        let owner = config.host_id.clone();
         Effect::Store(StoreEffect::HoldLease {
             id,
             session,

@@ -38,6 +38,7 @@ pub(crate) enum Loaded {
 impl Load {
     /// Starts by reading the row of `session`.
     pub(crate) fn start(cx: &mut Cx<'_>, session: &str) -> Self {
+        assert!(!session.is_empty(), "the caller checks the session");
         Self {
             session: session.to_owned(),
             step: Step::Row(cx.get_session(session)),
@@ -76,6 +77,11 @@ impl Load {
                                 shown(&self.session)
                             )));
                         }
+                        debug_assert!(
+                            !self.guard_after_row
+                                || cx.core.guards().get(&self.session) == Some(&cx.op),
+                            "a guarded load reads the journal under the guard"
+                        );
                         let read = cx.read_journal(&self.session);
                         Loaded::Pending(Self {
                             step: Step::Log(read, Box::new(row)),

@@ -73,6 +73,7 @@ impl OverrideCheck {
         if stored == turn {
             return None;
         }
+        debug_assert!(cx.route(turn).is_some(), "the turn's harness was routed");
         let stored_route = cx.route(&stored)?.clone();
         if !stored_route.backend.memory_snapshot() {
             return None;
@@ -110,6 +111,11 @@ impl OverrideCheck {
                 Err(e) => Checked::Refused(describe_error(&self.stored, &e)),
                 Ok(d) if !needs_memory(&d) => Checked::Allowed,
                 Ok(_) => {
+                    debug_assert!(
+                        cx.route(&self.stored)
+                            .is_some_and(|r| r.backend.memory_snapshot()),
+                        "routes are never removed, so the stored one still snapshots"
+                    );
                     let (turn, route) = (self.turn.clone(), self.turn_route.clone());
                     self.step = Step::Turn(describe(cx, &turn, &route));
                     Checked::Pending

@@ -134,6 +134,7 @@ fn served_list(served: &BTreeSet<String>) -> String {
     if served.len() > SHOWN {
         out.push(format!("and {} more", served.len() - SHOWN));
     }
+    debug_assert!(out.len() <= SHOWN + 1, "a long list stays short");
     out.join(", ")
 }
 
@@ -154,6 +155,10 @@ impl Placement {
         provision: Provision,
         mint_fence: bool,
     ) -> Self {
+        assert!(
+            provision != Provision::AdmitOnly || !mint_fence,
+            "admission alone mints no fence"
+        );
         let timeout_ms = cx.config().describe_timeout_ms;
         let (h, backend) = (harness.clone(), route.backend.clone());
         let id = cx.request(|id| {
@@ -196,6 +201,16 @@ impl Placement {
             return Placed::Failed(status.clone());
         }
         if self.step == Step::Ready {
+            assert!(self.descriptor.is_some(), "a ready placement was described");
+            assert!(
+                !self.mint_fence || self.fence > 0,
+                "a ready placement holds the fence it minted"
+            );
+            debug_assert_eq!(
+                self.conn.is_some(),
+                self.provision != Provision::AdmitOnly,
+                "only a provisioned placement dials"
+            );
             Placed::Ready
         } else {
             Placed::Pending
@@ -205,6 +220,7 @@ impl Placement {
     fn advance(&mut self, cx: &mut Cx<'_>, outcome: Outcome) -> Result<(), Status> {
         match (self.step, outcome) {
             (Step::Describe(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
+                debug_assert!(self.descriptor.is_none() && self.conn.is_none());
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
                 // Only a turn calls models: Fork and Replay admit a harness
@@ -245,10 +261,10 @@ impl Placement {
                     }
                     Err(e) => return Err(Status::internal(format!("runtime: {e}"))),
                 };
+                assert!(self.conn.is_none(), "one dial per placement");
                 let conn = cx.new_conn();
                 self.conn = Some(conn);
                 let (harness, backend) = (self.harness.clone(), self.route.backend.clone());
-                let first_event_timeout_ms = cx.config().connect_timeout_ms;
                 self.step = Step::Dial(cx.request(|id| {
                     Effect::Harness(HarnessEffect::Dial {
                         id,
@@ -256,12 +272,12 @@ impl Placement {
                         backend,
                         address,
                         conn,
-                        first_event_timeout_ms,
                     })
                 }));
             }
             (Step::Dial(_), Outcome::Harness(HarnessOutcome::Dialed(r))) => {
                 r.map_err(|e| Status::internal(format!("dial harness: {e:?}")))?;
+                assert!(self.conn.is_some(), "a dial has its connection");
                 if self.route.backend.describes_live_harness() {
                     let timeout_ms = cx.config().describe_timeout_ms;
                     let (harness, backend, conn) =
@@ -280,6 +296,10 @@ impl Placement {
                 }
             }
             (Step::Recheck(_), Outcome::Harness(HarnessOutcome::Described(r))) => {
+                assert!(
+                    self.conn.is_some(),
+                    "a recheck describes the dialed harness"
+                );
                 let d = r.map_err(|e| describe_error(&self.harness, &e))?;
                 gate(&self.harness, &self.route, &d)?;
                 models_gate(&self.harness, &d, cx.config().models.as_ref())?;
@@ -297,6 +317,8 @@ impl Placement {
     }
 
     fn fence_or_ready(&mut self, cx: &mut Cx<'_>) {
+        assert!(self.conn.is_some(), "fenced only once connected");
+        assert_eq!(self.fence, 0, "a placement mints one fence");
         if self.mint_fence {
             self.step = Step::Fence(cx.mint_fence(&self.session));
         } else {

@@ -51,6 +51,10 @@ impl Render {
     }
 
     fn have_row(&mut self, cx: &mut Cx<'_>, row: SessionRow) -> Rendered {
+        assert!(
+            self.row.is_none() && self.read.is_none(),
+            "a render reads one row"
+        );
         if row.last_seq == 0 {
             return Rendered::Done(Box::new(render::fresh_session(&row)));
         }
@@ -71,6 +75,7 @@ impl Render {
     ) -> Rendered {
         if self.get == Some(id) {
             self.get = None;
+            debug_assert!(self.read.is_none(), "the journal is read after the row");
             return match outcome {
                 Outcome::Store(StoreOutcome::Session(Ok(Some(row)))) => self.have_row(cx, row),
                 Outcome::Store(StoreOutcome::Session(Ok(None))) => Rendered::NotFound,
@@ -81,6 +86,7 @@ impl Render {
             };
         }
         assert_eq!(self.read, Some(id));
+        assert!(self.get.is_none(), "the row came first");
         self.read = None;
         let row = self.row.take().expect("a read follows a row");
         match outcome {

@@ -11,12 +11,18 @@ use crate::vocab::{Nanos, SessionRow, Status};
 
 /// Unix nanos as a Timestamp; `None` for 0 (unset).
 pub fn timestamp(nanos: Nanos) -> Option<Timestamp> {
-    (nanos != 0).then(|| {
+    let ts = (nanos != 0).then(|| {
         Timestamp::new(
             nanos.div_euclid(1_000_000_000),
             nanos.rem_euclid(1_000_000_000) as i32,
         )
-    })
+    });
+    debug_assert!(
+        ts.as_ref()
+            .is_none_or(|t| (0..1_000_000_000).contains(&t.nanos)),
+        "a normalized timestamp"
+    );
+    ts
 }
 
 /// Renders `row` with the approval projection over `records` (the journal
@@ -35,6 +41,11 @@ fn projection_error(row: &SessionRow, e: &LogError) -> Status {
 }
 
 fn with_status(row: &SessionRow, status: SessionStatus) -> Session {
+    assert_eq!(
+        status.pending_approval.is_some(),
+        status.exec_state == ExecState::ExecAwaiting,
+        "a session awaits exactly when it names the pending approval"
+    );
     let compute = if row.compute_state == ComputeState::Unspecified {
         ComputeState::ComputeNone
     } else {

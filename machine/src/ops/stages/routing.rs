@@ -110,7 +110,7 @@ pub(crate) mod mapping {
     /// CAS and fence refusals are contention; a store that is down is
     /// UNAVAILABLE; anything else is internal.
     pub(crate) fn append(e: &AppendError, what: &str) -> Status {
-        match e {
+        let status = match e {
             AppendError::Conflict { head } => {
                 Status::aborted(format!("{what}: seq conflict (journal head is {head})"))
             }
@@ -119,7 +119,9 @@ pub(crate) mod mapping {
             )),
             AppendError::Deleted => Status::not_found(format!("{what}: the session was deleted")),
             AppendError::Failed(f) => f.status(what),
-        }
+        };
+        debug_assert_ne!(status.code, crate::vocab::Code::Ok);
+        status
     }
 
     /// Failures the session's state explains (the caller can fix them).
@@ -139,7 +141,7 @@ pub(crate) mod mapping {
 
     /// Exec.
     pub(crate) fn exec(e: &TurnError) -> Status {
-        match e {
+        let status = match e {
             TurnError::Append(a) => append(a, "exec"),
             TurnError::Store(f) => f.status("exec"),
             TurnError::DeadlineExceeded => {
@@ -153,12 +155,14 @@ pub(crate) mod mapping {
             }
             _ if precondition(e) => Status::failed_precondition(e.to_string()),
             _ => Status::internal(e.to_string()),
-        }
+        };
+        debug_assert_ne!(status.code, crate::vocab::Code::Ok, "a failed turn fails");
+        status
     }
 
     /// Resume (and Exec recovery), with its hints.
     pub(crate) fn resume(e: &TurnError) -> Status {
-        match e {
+        let status = match e {
             TurnError::Append(a) => append(a, "resume"),
             TurnError::Store(f) => f.status("resume"),
             TurnError::DeadlineExceeded => {
@@ -181,6 +185,8 @@ pub(crate) mod mapping {
             }
             _ if precondition(e) => Status::failed_precondition(format!("resume: {e}")),
             _ => Status::internal(format!("resume: {e}")),
-        }
+        };
+        debug_assert_ne!(status.code, crate::vocab::Code::Ok, "a failed turn fails");
+        status
     }
 }

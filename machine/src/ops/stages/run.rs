@@ -50,6 +50,15 @@ impl Run {
         history: History,
         stream_to: Option<RequestId>,
     ) -> Self {
+        let mode = inv.setup().mode;
+        assert!(
+            inv.setup().fence > 0 || mode == Mode::Replay,
+            "a run that writes holds a minted fence"
+        );
+        assert!(
+            mode != Mode::Replay || stream_to.is_none(),
+            "a replay streams nothing to a client"
+        );
         cx.emit(Effect::Harness(HarnessEffect::Send {
             conn,
             frame: start,
@@ -97,6 +106,12 @@ impl Run {
     /// Marks the run's end as its operation's end: the run's last append
     /// (END, the cancel records, an ERROR) carries the lease release.
     pub(crate) fn ending_the_operation(mut self) -> Self {
+        assert!(!self.releases, "marked once");
+        assert_ne!(
+            self.inv.setup().mode,
+            Mode::Replay,
+            "a replay writes nothing"
+        );
         self.releases = true;
         self
     }
@@ -114,6 +129,7 @@ impl Run {
 
     /// Input from the harness connection.
     pub(crate) fn on_harness(&mut self, cx: &mut Cx<'_>, input: HarnessInput) {
+        debug_assert!(self.finished().is_none(), "a finished run is not fed");
         let mut out = Vec::new();
         self.inv.on_harness(input, cx.ids(), &mut out);
         self.apply(cx, out);
@@ -121,6 +137,14 @@ impl Run {
 
     /// A streamed model chunk: forwarded to the client as a delta.
     pub(crate) fn on_chunk(&mut self, cx: &mut Cx<'_>, chunk: String) {
+        assert!(
+            matches!(self.pending, Some((_, Pending::Model))),
+            "chunks stream only from the outstanding model call"
+        );
+        debug_assert!(
+            self.stream_to.is_some(),
+            "only a streaming run wants chunks"
+        );
         if chunk.is_empty() {
             return;
         }
@@ -333,6 +357,10 @@ impl CancelCalls {
         ending: &Ending,
         failed: impl Fn(&TurnError) -> Status,
     ) {
+        debug_assert!(
+            !matches!(ending, Ending::Canceled) || !self.0.is_empty(),
+            "only a Cancel call cancels a run"
+        );
         let status = match ending {
             Ending::Canceled => return,
             Ending::Failed(e) => failed(e),
@@ -353,6 +381,7 @@ impl CancelCalls {
         id: EffectId,
         outcome: Outcome,
     ) -> Option<Render> {
+        assert!(render.owns(id), "the render of the canceled session");
         let result = match render.on_outcome(cx, id, outcome) {
             Rendered::Pending => return Some(render),
             Rendered::Done(s) => Ok(Response::Session(*s)),
@@ -405,6 +434,8 @@ impl Handoff {
         park: ApprovalRef,
         fence: i64,
     ) -> Self {
+        assert!(fence > 0, "a parked run wrote under a minted fence");
+        assert!(!park.tool_call_id.is_empty(), "a park names its gated call");
         let s = session.to_owned();
         let id = cx.read_log(&s, 1, 0);
         Self {
@@ -502,5 +533,10 @@ pub(crate) fn suspend_event(snapshot: &SnapshotRef) -> agentsessions_proto::v1::
         l.snapshot_memory = snapshot.memory;
         l.snapshot_sealed = snapshot.sealed;
     }
+    debug_assert!(
+        events::body::lifecycle(&ev).is_some_and(|l| l.snapshot_local == snapshot.local
+            && l.snapshot_external_uri == snapshot.external_uri),
+        "the marker carries the snapshot"
+    );
     ev
 }

@@ -281,7 +281,7 @@ impl OpenAiClient {
             .post(self.url.clone())
             .headers(self.headers.clone());
         // The model call's span is current: a provider that traces joins it.
-        for (key, value) in crate::daemon::trace::outgoing_headers() {
+        for (key, value) in crate::telemetry::propagation::outgoing_headers() {
             request = request.header(key, value);
         }
         let resp = request

@@ -119,6 +119,7 @@ impl ListOp {
             Ok(0) => DEFAULT_PAGE_SIZE,
             Ok(n) => n.min(MAX_PAGE_SIZE),
         };
+        assert!((1..=MAX_PAGE_SIZE).contains(&self.size), "a bounded page");
         let after = if self.req.page_token.is_empty() {
             String::new()
         } else {
@@ -133,6 +134,10 @@ impl ListOp {
             .map(|(name, _)| name.clone())
             .take(self.size + 1)
             .collect();
+        debug_assert!(
+            self.statics.windows(2).all(|w| w[0] < w[1]),
+            "static names come in name order"
+        );
         Ok(after)
     }
 
@@ -165,6 +170,7 @@ impl ListOp {
                 Entry::Row(row) => registration(cx, row),
             })
             .collect();
+        assert!(harnesses.len() <= self.size, "a bounded page");
         cx.reply(
             self.request,
             Ok(Response::Harnesses(ListHarnessesResponse {

@@ -57,6 +57,10 @@ impl RetireOp {
             cx.reply(self.request, Err(status));
             return Flow::Done;
         }
+        debug_assert!(
+            !self.req.name.is_empty() && self.req.reason.len() <= MAX_RETIRE_REASON_BYTES,
+            "checked above"
+        );
         let (name, reason, now) = (self.req.name.clone(), self.req.reason.clone(), cx.now());
         self.write = Some(cx.request(|id| {
             Effect::Store(StoreEffect::RetireHarnessRow {

@@ -114,6 +114,8 @@ pub fn canonical_spec(spec: &HarnessSpec) -> Result<CanonicalSpec, Status> {
         .map_err(|e| Status::invalid_argument(format!("spec: digest: {e}")))?;
     let text = String::from_utf8(bytes)
         .map_err(|e| Status::internal(format!("spec: canonical form is not UTF-8: {e}")))?;
+    assert!(text.len() <= MAX_SPEC_BYTES, "checked above");
+    debug_assert!(digest.starts_with("sha256:"), "a digest names its hash");
     Ok(CanonicalSpec { text, digest })
 }
 
@@ -185,6 +187,7 @@ pub(crate) fn load_registrations(core: &mut Core, rows: &[HarnessRow]) -> Vec<(S
         };
         isolated.push((row.name.clone(), reason));
     }
+    assert!(isolated.len() <= rows.len(), "at most one reason per row");
     isolated
 }
 

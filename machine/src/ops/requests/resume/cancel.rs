@@ -23,6 +23,10 @@ impl ResumeOp {
         req: &CancelRequest,
         actor: Option<&IdentityRef>,
     ) -> Flow {
+        debug_assert_eq!(
+            req.session, self.session,
+            "a Cancel is routed by the guard of its session"
+        );
         if !matches!(self.stage, Stage::Running(_)) {
             let busy = format!(
                 "cancel: session {:?} is recovering; retry",
@@ -68,6 +72,11 @@ impl ResumeOp {
         match (append, outcome) {
             (None, Outcome::Store(StoreOutcome::Fence(Ok(f)))) => {
                 assert_eq!(fence, id);
+                assert!(f > 0, "fences start at 1");
+                assert!(
+                    !exec_id.is_empty(),
+                    "a Cancel names an id-bearing execution"
+                );
                 let end = events::end_canceled(&exec_id);
                 let append = cx.append(&self.session, self.head(), f, vec![end]);
                 self.stage = Stage::EndCancel {

@@ -88,7 +88,9 @@ impl Otlp {
         let tracer = self.provider.tracer("agentsessionsd");
         tracing_opentelemetry::layer()
             .with_tracer(tracer)
-            .with_filter(Targets::new().with_target(super::trace::TARGET, tracing::Level::INFO))
+            .with_filter(
+                Targets::new().with_target(super::propagation::TARGET, tracing::Level::INFO),
+            )
     }
 
     /// Exports what is queued now.

@@ -175,7 +175,7 @@ impl RpcLog {
         let asked = metadata.get(REQUEST_ID).and_then(|v| v.to_str().ok());
         let mut log = Self::begin(Surface::Grpc(service), method, kind, asked, session_uid);
         let span = tracing::info_span!(
-            target: super::trace::TARGET,
+            target: super::propagation::TARGET,
             "rpc",
             otel.name = %format_args!("{service}/{method}"),
             otel.kind = "server",
@@ -187,7 +187,7 @@ impl RpcLog {
             rpc.grpc.status_code = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
-        super::trace::adopt_parent(&span, metadata);
+        super::propagation::adopt_parent(&span, metadata);
         log.span = span;
         log
     }
@@ -468,7 +468,7 @@ where
 {
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::{EnvFilter, Layer, Registry};
-    let trace_off = format!("{}=off", super::trace::TARGET);
+    let trace_off = format!("{}=off", super::propagation::TARGET);
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info"))
         .add_directive(trace_off.parse().expect("a valid directive"));
@@ -606,7 +606,8 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             // What the drive loop's tracer asks at start, on the thread
             // that then serves the first RPC.
-            let _ = tracing::enabled!(target: super::super::trace::TARGET, tracing::Level::INFO);
+            let _ =
+                tracing::enabled!(target: super::super::propagation::TARGET, tracing::Level::INFO);
             let log = RpcLog::console("console.list", "GET /sessions", RpcKind::Unary, None, "");
             drop(log);
         });
