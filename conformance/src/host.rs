@@ -137,7 +137,7 @@ impl Launcher for InProcess {
                 model_api_key: None,
                 harnesses: spec.harnesses.clone(),
                 harness_timeouts: Default::default(),
-                max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
+                max_in_flight: agentsessions_machine::vocab::config::DEFAULT_MAX_IN_FLIGHT,
                 retain_completed: None,
                 ledger: None,
                 retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,

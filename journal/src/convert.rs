@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use agentsessions_machine::host::{self as m, Nanos};
+use agentsessions_machine::host::{self as m};
+
+use agentsessions_machine::vocab::Nanos;
 use agentsessions_proto::v1::{ComputeState, IdentityRef, Origin};
 
 use crate::{self as store, HarnessState, SessionInfo, SessionMeta};

@@ -1,7 +1,7 @@
 //! Journal effects performed against a [`JournalStore`]: the translation
 //! between the machine's store effects and outcomes and the store's API.
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     EffectId, HarnessCheck, HarnessRow, Nanos, PutError, RegisterOutcome, SessionRow, StoreEffect,
     StoreFault, StoreOutcome,
 };

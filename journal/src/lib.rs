@@ -1,4 +1,9 @@
-//! The journal store: the shell that performs the machine's journal effects.
+//! The journal store contract, written once: the trait every backend
+//! implements, its batches and errors, every store rule as a pure function
+//! ([`rules`], [`lease`], [`ledger`], [`child_spans`]), the in-memory
+//! reference store ([`memory`]), the translation between the machine's store
+//! effects and this API ([`effects`]), and the suites a backend runs against
+//! itself ([`contract`]). No transport or database crate is a dependency.
 //!
 //! The journal is the only truth. Every session is an append-only chain of
 //! [`LogRecord`]s, each linked to its predecessor by `prev_hash` and sealed by
@@ -10,14 +15,15 @@
 //! # The trait
 //!
 //! [`JournalStore`] is the backend-neutral contract. SQLite
-//! ([`sqlite::SqliteJournal`]) is the durable implementation and
+//! (`agentsessions-sqlite`) is the durable embedded implementation,
+//! PostgreSQL (`agentsessions-pg`) the shared one, and
 //! [`memory::MemoryJournal`] the in-memory one the madsim runs use. Its
 //! tables ([`memory::Tables`]) are also the tests' and the simulator's
 //! store (`agentsessions_testkit::MemStore`, through
 //! [`memory::InstantStore`]), so one in-memory implementation serves all of
-//! them. A new backend (PostgreSQL) implements the same trait without
-//! touching the machine, and is done when `shells/tests/store_contract.rs`
-//! passes against it.
+//! them. A new backend implements the same trait without touching the
+//! machine, calls the rules instead of deciding again, and is done when
+//! [`contract::run`] passes against it.
 //!
 //! Methods return `impl Future + Send` (return-position `impl Trait` in a
 //! trait). That keeps the trait free of boxing and of any particular runtime:
@@ -41,9 +47,10 @@
 
 use std::future::Future;
 
-use agentsessions_machine::host::PageFill;
+use agentsessions_machine::vocab::PageFill;
 use agentsessions_proto::v1::{ComputeState, Event, LogRecord};
 
+pub mod columns;
 pub mod compute_text;
 pub mod contract;
 pub mod convert;

@@ -22,13 +22,13 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
-    Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
-    HarnessInput, HarnessOutcome, Host, HostConfig, InvokeModel, ModelReply, Outcome, PutError,
-    Request, RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome,
-    ToolFailure,
-};
+use agentsessions_machine::host::Host;
 use agentsessions_machine::journal::Journal;
+use agentsessions_machine::vocab::{
+    Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool, HarnessEffect,
+    HarnessInput, HarnessOutcome, HostConfig, InvokeModel, ModelReply, Outcome, PutError, Request,
+    RequestId, RuntimeCall, RuntimeReply, SessionRow, StoreEffect, StoreOutcome, ToolFailure,
+};
 use agentsessions_proto::v1::{CreateSessionRequest, ExecRequest, LogRecord, Session};
 use agentsessions_testkit::harness::{Echo, Script};
 
@@ -243,7 +243,7 @@ impl Driver {
             }
             // Echo turns never fork.
             StoreEffect::Fork { .. } => {
-                StoreOutcome::Appended(Err(agentsessions_machine::host::AppendError::Failed(
+                StoreOutcome::Appended(Err(agentsessions_machine::vocab::AppendError::Failed(
                     "the echo bench does not fork".into(),
                 )))
             }

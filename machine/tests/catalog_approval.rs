@@ -5,7 +5,7 @@
 mod common;
 
 use agentsessions_machine::events::body;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, Code, Effect, HarnessEffect, HostConfig, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect, StreamItem,
 };

@@ -6,7 +6,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Caller, Code, Effect, Principal, Request, Response, StoreEffect,
 };
 use agentsessions_proto::v1::{

@@ -5,7 +5,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{Code, Request, config::TOKEN_BUDGET_LABEL};
+use agentsessions_machine::vocab::{Code, Request, config::TOKEN_BUDGET_LABEL};
 use agentsessions_proto::v1::{
     CreateSessionRequest, EventKind, ModelCall, Session, Usage, controller_frame::Frame,
     event::Body,

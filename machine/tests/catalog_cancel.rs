@@ -6,7 +6,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, Code, Effect, EffectId, ModelFailure, Request, StoreEffect,
 };
 use agentsessions_proto::v1::{CancelRequest, EventKind, ExecState, event::Body, lifecycle};
@@ -103,7 +103,7 @@ fn a_harness_replay_skips_the_canceled_turn_and_calls_no_model() {
         session: sid.clone(),
     });
     match replayed.reply {
-        Ok(agentsessions_machine::host::Response::Replayed(report)) => {
+        Ok(agentsessions_machine::vocab::Response::Replayed(report)) => {
             assert_eq!(report.executions, 1, "only the completed turn replays")
         }
         other => panic!("replay: {other:?}"),

@@ -5,7 +5,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, Code, Effect, HostConfig, Request, Response, StoreEffect,
 };
 use agentsessions_proto::v1::{CancelRequest, DeleteSessionRequest, ForkRequest};

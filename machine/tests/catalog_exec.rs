@@ -5,7 +5,7 @@
 mod common;
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, Backend, Code, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
     History, ModelFailure, Request, Response, Route, StoreEffect, StreamItem,
 };

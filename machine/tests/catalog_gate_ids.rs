@@ -11,7 +11,7 @@ mod common;
 #[path = "support/rerun.rs"]
 mod rerun;
 
-use agentsessions_machine::host::{Code, Request};
+use agentsessions_machine::vocab::{Code, Request};
 use agentsessions_proto::v1::{EventKind, Mediation, ToolResult};
 use agentsessions_testkit::World;
 use agentsessions_testkit::harness::{Step, keyed_call};

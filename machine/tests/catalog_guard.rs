@@ -5,7 +5,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
 };
 use agentsessions_proto::v1::{ComputeState, EventKind, controller_frame::Frame};
@@ -13,7 +13,7 @@ use agentsessions_testkit::World;
 use common::*;
 
 /// An echo session with a turn held open after its Start frame.
-fn held_turn(world: &mut World) -> (String, agentsessions_machine::host::RequestId) {
+fn held_turn(world: &mut World) -> (String, agentsessions_machine::vocab::RequestId) {
     let sid = create(world, "");
     world.hold = true;
     let id = world.start(exec(&sid, "", "hi"));
@@ -174,7 +174,7 @@ fn the_handoff_snapshot_phase_holds_the_guard() {
         matches!(
             e,
             Effect::Runtime(RuntimeCall {
-                op: agentsessions_machine::host::RuntimeOp::Snapshot { .. },
+                op: agentsessions_machine::vocab::RuntimeOp::Snapshot { .. },
                 ..
             })
         )
@@ -194,7 +194,7 @@ fn the_handoff_snapshot_phase_holds_the_guard() {
 fn fails_then_frees(
     world: &mut World,
     sid: &str,
-    req: agentsessions_machine::host::Request,
+    req: agentsessions_machine::vocab::Request,
     code: Code,
 ) {
     let call = world.call(req);

@@ -11,8 +11,8 @@ mod common;
 #[path = "support/rerun.rs"]
 mod rerun;
 
-use agentsessions_machine::host::HarnessEffect;
-use agentsessions_machine::host::{Code, Effect};
+use agentsessions_machine::vocab::HarnessEffect;
+use agentsessions_machine::vocab::{Code, Effect};
 use agentsessions_proto::v1::{
     Event, EventKind, Mediation, ToolCall, ToolResult, controller_frame::Frame, event::Body,
 };

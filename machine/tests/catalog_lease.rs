@@ -6,7 +6,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Code, Effect, LeaseClaim, LeaseConfig, Request, StoreEffect, StoreOutcome,
 };
 use agentsessions_proto::v1::{CancelRequest, EventKind};
@@ -254,7 +254,7 @@ fn the_host_whose_lease_was_taken_stops_renewing_and_cannot_append() {
     let turn = a.start(exec(&sid, "", "hi"));
     // Another host cancels it (a forced claim), while a is still running.
     let forced = StoreEffect::MintFence {
-        id: agentsessions_machine::host::EffectId(u64::MAX),
+        id: agentsessions_machine::vocab::EffectId(u64::MAX),
         session: sid.clone(),
         now: a.now,
         lease: Some(LeaseClaim {

@@ -8,7 +8,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Code, HarnessFailure, Response};
+use agentsessions_machine::vocab::{Code, HarnessFailure, Response};
 use agentsessions_proto::v1::{EventKind, ExecutionStart, Mediation, ToolCall, event::Body};
 use agentsessions_testkit::World;
 use common::*;

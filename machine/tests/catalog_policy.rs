@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Catalog, CatalogTool, Code, Request, Response, ToolGate, ToolRule,
 };
 use agentsessions_proto::v1::{EventKind, tool_result};

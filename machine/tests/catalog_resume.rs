@@ -5,8 +5,8 @@
 mod common;
 
 use agentsessions_machine::events::body;
-use agentsessions_machine::host::RuntimeCall;
-use agentsessions_machine::host::{AppendError, Code, Effect, ModelFailure, Request, RuntimeOp};
+use agentsessions_machine::vocab::RuntimeCall;
+use agentsessions_machine::vocab::{AppendError, Code, Effect, ModelFailure, Request, RuntimeOp};
 use agentsessions_proto::v1::{
     ComputeState, EventKind, ModelCall, Resumability, controller_frame::Frame, event::Body,
 };

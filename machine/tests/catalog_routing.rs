@@ -7,7 +7,7 @@
 mod common;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Backend, Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, HostConfig,
     Request, Route, RuntimeCall, StoreEffect,
 };
@@ -22,7 +22,7 @@ use common::*;
 
 use EventKind::*;
 
-fn err(call: &Call) -> agentsessions_machine::host::Status {
+fn err(call: &Call) -> agentsessions_machine::vocab::Status {
     call.reply.clone().expect_err("the call fails")
 }
 
@@ -385,7 +385,7 @@ fn snapshot_route(world: &World, mark: usize) -> Option<String> {
     since(world, mark).iter().find_map(|e| match e {
         Effect::Runtime(RuntimeCall {
             harness,
-            op: agentsessions_machine::host::RuntimeOp::Snapshot { .. },
+            op: agentsessions_machine::vocab::RuntimeOp::Snapshot { .. },
             ..
         }) => Some(harness.clone()),
         _ => None,
@@ -501,9 +501,9 @@ fn an_inputless_recovery_exec_checks_cas_and_deadline_before_repairing() {
         .items
         .iter()
         .map(|i| match i {
-            agentsessions_machine::host::StreamItem::Session(_) => "Session",
-            agentsessions_machine::host::StreamItem::Record(_) => "Record",
-            agentsessions_machine::host::StreamItem::Delta(_) => "Delta",
+            agentsessions_machine::vocab::StreamItem::Session(_) => "Session",
+            agentsessions_machine::vocab::StreamItem::Record(_) => "Record",
+            agentsessions_machine::vocab::StreamItem::Delta(_) => "Delta",
         })
         .collect();
     assert_eq!(frames, vec!["Session", "Record", "Session"]);

@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use agentsessions_machine::host::{Code, Request, Response};
+use agentsessions_machine::vocab::{Code, Request, Response};
 use agentsessions_proto::v1::{
     ComputeState, CreateSessionRequest, IdentityRef, ListSessionsRequest, Origin, ResourceMetadata,
     Session,

@@ -10,7 +10,7 @@
 mod common;
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Code, Effect, ExecuteTool, ReplayReport, Request, Response, Status,
 };
 use agentsessions_proto::v1::{

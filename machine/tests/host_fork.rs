@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use agentsessions_machine::chain;
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     AppendError, ClientEffect, Code, Effect, HarnessEffect, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect,
 };
@@ -373,7 +373,7 @@ fn a_harness_outage_at_admission_is_unavailable_and_provisions_nothing() {
     let sid = echoed(&mut world);
     world.describe_fail.insert(
         "echo".into(),
-        agentsessions_machine::host::HarnessFailure::Unavailable("down".into()),
+        agentsessions_machine::vocab::HarnessFailure::Unavailable("down".into()),
     );
     let before = world.trace.len();
     let call = world.call(Request::Fork(fork_req(&sid, 0, 2)));

@@ -6,7 +6,7 @@
 use agentsessions_machine::canon;
 use agentsessions_machine::events;
 use agentsessions_machine::host::registry::{MAX_SPEC_BYTES, SUBSTRATE_UNSERVABLE, canonical_spec};
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Code, Effect, EffectId, HarnessEffect, HarnessFailure, HarnessRow, Request, Response,
     StoreEffect, StoreOutcome,
 };
@@ -254,7 +254,7 @@ fn a_registered_harness_runs_sessions_created_on_it_and_by_exec_auto_create() {
     assert_eq!(world.store.records(&sid).len(), 5);
     assert!(
         world.trace.iter().any(|e| matches!(e,
-            Effect::Harness(HarnessEffect::Dial { harness, backend: agentsessions_machine::host::Backend::Remote { address }, .. })
+            Effect::Harness(HarnessEffect::Dial { harness, backend: agentsessions_machine::vocab::Backend::Remote { address }, .. })
                 if harness == "reg" && address == ADDR)),
         "the turn ran on the registered remote"
     );

@@ -4,7 +4,7 @@
 //! produced, and divergence or bad evidence fails with the right code.
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Code, Effect, ExecuteTool, HarnessEffect, HarnessFailure, InvokeModel, ReplayReport, Request,
     Response, RuntimeCall, RuntimeOp, StoreEffect,
 };
@@ -41,7 +41,7 @@ fn create(world: &mut World, harness: &str) -> String {
 fn replay(
     world: &mut World,
     sid: &str,
-) -> Result<ReplayReport, agentsessions_machine::host::Status> {
+) -> Result<ReplayReport, agentsessions_machine::vocab::Status> {
     let call = world.call(Request::ReplayHarness {
         session: sid.into(),
     });
@@ -56,7 +56,7 @@ fn replay(
 fn replay_read_only(
     world: &mut World,
     sid: &str,
-) -> Result<ReplayReport, agentsessions_machine::host::Status> {
+) -> Result<ReplayReport, agentsessions_machine::vocab::Status> {
     let records = world.store.records(sid).to_vec();
     let fence = world.store.fence(sid);
     let (models, attempts) = (world.model_calls, world.executor.attempts);
@@ -329,7 +329,9 @@ fn fixture(name: &str) -> Option<Vec<LogRecord>> {
 }
 
 /// Imports a fixture into a fresh world and replays it read-only.
-fn replay_fixture(name: &str) -> Option<Result<ReplayReport, agentsessions_machine::host::Status>> {
+fn replay_fixture(
+    name: &str,
+) -> Option<Result<ReplayReport, agentsessions_machine::vocab::Status>> {
     let records = fixture(name)?;
     let mut world = World::default();
     let sid = "sess-00000000000000000000f1x7";

@@ -5,7 +5,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{Code, ModelFailure, Request, Signal, TurnOutcome};
+use agentsessions_machine::vocab::{Code, ModelFailure, Request, Signal, TurnOutcome};
 use agentsessions_proto::v1::{CancelRequest, DeleteSessionRequest};
 use agentsessions_testkit::World;
 use common::*;
@@ -113,7 +113,7 @@ fn a_replay_and_a_refused_call_tell_nothing() {
 
 #[test]
 fn a_host_that_never_drains_keeps_only_the_newest_signals() {
-    use agentsessions_machine::host::SIGNAL_QUEUE;
+    use agentsessions_machine::vocab::SIGNAL_QUEUE;
     let mut world = World::default();
     // A fresh session per turn keeps each turn's history short.
     for _ in 0..SIGNAL_QUEUE + 5 {

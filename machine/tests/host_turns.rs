@@ -1,7 +1,7 @@
 //! End-to-end behaviour of the host, driven through the deterministic world.
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Code, Request, Response, StreamItem};
+use agentsessions_machine::vocab::{Code, Request, Response, StreamItem};
 use agentsessions_proto::v1::{
     CreateSessionRequest, EventKind, ExecRequest, LogRecord, ReplayRequest, ResumeRequest, Session,
 };
@@ -99,7 +99,7 @@ fn replay_streams_the_committed_records_verbatim_with_no_model_calls() {
 
 #[test]
 fn replay_reads_pages_bounded_in_bytes_each_paced_by_its_client() {
-    use agentsessions_machine::host::{Effect, StoreEffect, config::REPLAY_PAGE_BYTES};
+    use agentsessions_machine::vocab::{Effect, StoreEffect, config::REPLAY_PAGE_BYTES};
     let mut world = World::default();
     let sid = create(&mut world, "");
     // Four turns whose input and echoed output are each a third of a page.
@@ -301,12 +301,12 @@ fn resume_of_an_undecided_request_parks_again_without_runtime_io() {
     let io = world.trace[before..].iter().any(|e| {
         matches!(
             e,
-            agentsessions_machine::host::Effect::Runtime(
-                agentsessions_machine::host::RuntimeCall { .. }
-            ) | agentsessions_machine::host::Effect::Harness(
-                agentsessions_machine::host::HarnessEffect::Dial { .. }
-            ) | agentsessions_machine::host::Effect::Store(
-                agentsessions_machine::host::StoreEffect::MintFence { .. }
+            agentsessions_machine::vocab::Effect::Runtime(
+                agentsessions_machine::vocab::RuntimeCall { .. }
+            ) | agentsessions_machine::vocab::Effect::Harness(
+                agentsessions_machine::vocab::HarnessEffect::Dial { .. }
+            ) | agentsessions_machine::vocab::Effect::Store(
+                agentsessions_machine::vocab::StoreEffect::MintFence { .. }
             )
         )
     });

@@ -16,12 +16,12 @@
 
 mod common;
 
-use agentsessions_machine::host::ExecuteTool;
+use agentsessions_machine::vocab::ExecuteTool;
 use std::collections::BTreeSet;
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{Code, Effect, Response};
 use agentsessions_machine::journal::projection::session_status;
+use agentsessions_machine::vocab::{Code, Effect, Response};
 use agentsessions_proto::v1::{EventKind, ExecState, Mediation};
 use agentsessions_testkit::World;
 use common::*;

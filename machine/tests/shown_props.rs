@@ -3,7 +3,7 @@
 //! line, carry a control character, or make the output longer than the
 //! bound plus the marker; short text is its plain escape.
 
-use agentsessions_machine::host::{SHOWN_MAX, shown};
+use agentsessions_machine::vocab::{SHOWN_MAX, shown};
 use proptest::prelude::*;
 
 /// Splits `out` into the escaped text and the count of the marker, if any.

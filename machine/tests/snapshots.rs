@@ -5,7 +5,7 @@
 
 mod common;
 
-use agentsessions_machine::host::{Code, Request};
+use agentsessions_machine::vocab::{Code, Request};
 use agentsessions_proto::v1::ForkRequest;
 use agentsessions_testkit::World;
 use common::*;

@@ -10,7 +10,7 @@
 //! PostgreSQL-compatible distributed databases.
 //!
 //! The contract is the one every store keeps (`agentsessions_journal`,
-//! checked by `shells/tests/store_contract.rs`, which runs against this store
+//! checked by `agentsessions_journal::contract::run` (`pg/tests/contract.rs`), which runs against this store
 //! on a throwaway cluster). A COMMIT whose outcome the client cannot know (the
 //! connection broke during it) is reported as `CommitFailed`, never guessed.
 

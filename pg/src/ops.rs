@@ -1,9 +1,10 @@
 //! The statements behind [`crate::PgJournal`], one function per store call,
-//! mirroring `shells/src/journal/sqlite/{write_ops,read_ops}.rs` so both
+//! mirroring `sqlite/src/{write_ops,read_ops}.rs` so both
 //! backends answer every call alike (the store contract suite checks it).
 
-use agentsessions_journal::compute_text::{from_text, to_text};
-use agentsessions_journal::encode::{encode_event, record_of_columns};
+use agentsessions_journal::columns::{Columns, harness_of, record_of, session_of};
+use agentsessions_journal::compute_text::to_text;
+use agentsessions_journal::encode::encode_event;
 use agentsessions_journal::lease::{self, LeaseClaim, StoredLease};
 use agentsessions_journal::rules::{self, required};
 use agentsessions_journal::{
@@ -334,12 +335,6 @@ pub(crate) async fn hold_lease<C: GenericClient>(
     Ok(n == 1)
 }
 
-fn decode_record(session: &str, row: &Row) -> Result<LogRecord, StoreError> {
-    let seq: i64 = row.get(0);
-    let blob: &[u8] = row.get(4);
-    record_of_columns(session, seq, row.get(1), row.get(2), row.get(3), blob)
-}
-
 pub(crate) async fn read<C: GenericClient>(
     c: &C,
     session: &str,
@@ -351,7 +346,7 @@ pub(crate) async fn read<C: GenericClient>(
         .query(READ, &[&session, &from_seq, &to])
         .await
         .map_err(backend)?;
-    rows.iter().map(|r| decode_record(session, r)).collect()
+    rows.iter().map(|r| record_of(session, &PgRow(r))).collect()
 }
 
 /// A journal range in one statement: the spans of a fork child's prefix
@@ -551,41 +546,13 @@ const SESSION_COLUMNS: &str = "s.session, s.project, s.name, s.harness, s.model,
     s.created_at, s.updated_at, s.labels, s.annotations, s.origin, s.identity, s.compute_state, s.fence,
     COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session = s.session), 0)::bigint";
 
-fn session_row(row: &Row) -> Result<SessionInfo, StoreError> {
-    let uid: String = row.get(0);
-    let state_text: String = row.get(13);
-    let compute_state = from_text(&state_text).ok_or_else(|| {
-        StoreError::Corrupt(format!("session {uid}: compute_state {state_text:?}"))
-    })?;
-    Ok(SessionInfo {
-        meta: SessionMeta {
-            uid,
-            project: row.get(1),
-            name: row.get(2),
-            harness: row.get(3),
-            model: row.get(4),
-            parent_uid: row.get(5),
-            fork_seq: row.get(6),
-            created_at: row.get(7),
-            updated_at: row.get(8),
-            labels: row.get(9),
-            annotations: row.get(10),
-            origin: row.get(11),
-            identity: row.get(12),
-        },
-        compute_state,
-        fence: row.get(14),
-        last_seq: row.get(15),
-    })
-}
-
 pub(crate) async fn session_info<C: GenericClient>(
     c: &C,
     uid: &str,
 ) -> Result<SessionInfo, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.session = $1");
     match c.query_opt(&sql, &[&uid]).await.map_err(backend)? {
-        Some(row) => session_row(&row),
+        Some(row) => session_of(&PgRow(&row)),
         None => Err(StoreError::SessionNotFound {
             uid: uid.to_owned(),
         }),
@@ -617,33 +584,13 @@ pub(crate) async fn list_sessions<C: GenericClient>(
     .map_err(backend)?;
     let sessions = rows
         .iter()
-        .map(session_row)
+        .map(|r| session_of(&PgRow(r)))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(SessionPage::cut(sessions, plan.size))
 }
 
 const HARNESS_COLUMNS: &str =
     "name, uid, spec, spec_digest, state, retire_reason, retired_at, created_at, updated_at";
-
-fn harness_from_row(row: &Row) -> Result<HarnessRow, StoreError> {
-    let state: String = row.get(4);
-    let state = match state.as_str() {
-        "active" => HarnessState::Active,
-        "retired" => HarnessState::Retired,
-        other => return Err(StoreError::Corrupt(format!("harness state {other:?}"))),
-    };
-    Ok(HarnessRow {
-        name: row.get(0),
-        uid: row.get(1),
-        spec: row.get(2),
-        spec_digest: row.get(3),
-        state,
-        retire_reason: row.get(5),
-        retired_at: row.get(6),
-        created_at: row.get(7),
-        updated_at: row.get(8),
-    })
-}
 
 pub(crate) async fn harness_row<C: GenericClient>(
     c: &C,
@@ -653,7 +600,7 @@ pub(crate) async fn harness_row<C: GenericClient>(
     c.query_opt(&sql, &[&name])
         .await
         .map_err(backend)?
-        .map(|r| harness_from_row(&r))
+        .map(|r| harness_of(&PgRow(&r)))
         .transpose()
 }
 
@@ -671,7 +618,7 @@ pub(crate) async fn list_harnesses<C: GenericClient>(
         .await
         .map_err(backend)?
         .iter()
-        .map(harness_from_row)
+        .map(|r| harness_of(&PgRow(r)))
         .collect()
 }
 
@@ -710,7 +657,7 @@ pub(crate) async fn register_harness(
     } else {
         let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = $1 FOR UPDATE");
         let row = tx.query_one(&sql, &[&reg.name]).await.map_err(backend)?;
-        Some(harness_from_row(&row)?)
+        Some(harness_of(&PgRow(&row))?)
     };
     let outcome = rules::register(reg, reserved, existing.as_ref())?;
     assert_eq!(inserted, outcome == RegisterOutcome::Created);
@@ -789,7 +736,7 @@ pub(crate) async fn put_session_on_active_harness(
         .query_opt(&sql, &[&meta.harness])
         .await
         .map_err(backend)?
-        .map(|r| harness_from_row(&r))
+        .map(|r| harness_of(&PgRow(&r)))
         .transpose()?;
     rules::session_harness(&meta.harness, registered, row.as_ref())?;
     put_session(&tx, meta, now, default_project).await?;
@@ -921,4 +868,21 @@ pub(crate) async fn stale_sessions<C: GenericClient>(
         page.next = rows.last().expect("scan > 0").get(0);
     }
     Ok(page)
+}
+
+/// A PostgreSQL row read through the journal crate's column rules.
+struct PgRow<'a>(&'a Row);
+
+impl Columns for PgRow<'_> {
+    fn text(&self, i: usize) -> Result<String, StoreError> {
+        self.0.try_get(i).map_err(backend)
+    }
+
+    fn int(&self, i: usize) -> Result<i64, StoreError> {
+        self.0.try_get(i).map_err(backend)
+    }
+
+    fn blob(&self, i: usize) -> Result<&[u8], StoreError> {
+        self.0.try_get(i).map_err(backend)
+    }
 }

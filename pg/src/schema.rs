@@ -83,7 +83,7 @@ CREATE TABLE IF NOT EXISTS session_leases (
 );
 "#;
 
-/// Fork prefixes, as in SQLite (`shells/src/journal/sqlite/schema.rs`):
+/// Fork prefixes, as in SQLite (`sqlite/src/schema.rs`):
 /// seqs `first_seq..=last_seq` of `session` are `owner`'s rows. Outside
 /// the versioned schema and created on every open.
 pub(crate) const SESSION_PREFIXES: &str = r#"

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{CountingIds, HarnessInput, ModelReply};
 use agentsessions_machine::invocation::{Action, Ending, Invocation, Mode, Setup};
 use agentsessions_machine::journal::approval;
+use agentsessions_machine::vocab::{CountingIds, HarnessInput, ModelReply};
 use agentsessions_proto::grpc::harness_client::HarnessClient;
 use agentsessions_proto::v1::{
     ApprovalRef, ApprovalResult, ControllerFrame, Event, EventKind, ExecutionStart, LogRecord,

@@ -10,7 +10,7 @@
 #[path = "support/mcp_peers.rs"]
 mod mcp_peers;
 
-use agentsessions_machine::host::{Outcome, ToolFailure, ToolGate};
+use agentsessions_machine::vocab::{Outcome, ToolFailure, ToolGate};
 use agentsessions_proto::v1::{Mediation, ToolCall};
 use agentsessions_shells::daemon::tool_catalog;
 use agentsessions_shells::mcp::{McpConfig, McpHub, ServerSpec, json_to_struct};

@@ -49,7 +49,7 @@ async fn invoke(
     client: &dyn ModelClient,
     req: &ModelCall,
 ) -> (
-    Result<agentsessions_machine::host::ModelReply, ModelError>,
+    Result<agentsessions_machine::vocab::ModelReply, ModelError>,
     Vec<String>,
 ) {
     let mut chunks = Vec::new();
@@ -693,7 +693,7 @@ async fn echo_model_answers_the_last_message() {
     assert_eq!(message_text(&r.unwrap().message.unwrap()), "echo:");
     assert!(matches!(
         model_outcome(Err(ModelError::NoChoices { model: "m".into() })),
-        agentsessions_machine::host::Outcome::Model(Err(f))
+        agentsessions_machine::vocab::Outcome::Model(Err(f))
             if f.message == "openai: m: no choices in response" && !f.unavailable
     ));
 }

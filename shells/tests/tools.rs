@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agentsessions_machine::host::{Outcome, ToolFailure};
+use agentsessions_machine::vocab::{Outcome, ToolFailure};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 use agentsessions_shells::model::BoxFuture;
 use agentsessions_shells::tools::{

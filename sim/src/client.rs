@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{Code, Request, Response, Status};
 use agentsessions_machine::journal::{executions, projection};
+use agentsessions_machine::vocab::{Code, Request, Response, Status};
 use agentsessions_proto::v1::{
     ApprovalRef, ApproveRequest, CancelRequest, CreateSessionRequest, DeleteSessionRequest,
     EventKind, ExecRequest, ForkRequest, LogRecord, ResumeRequest, Session, SuspendRequest,

@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{AppendError, ReplayReport, SessionRow};
 use agentsessions_machine::journal::{Journal, approval, executions, legacy, projection};
+use agentsessions_machine::vocab::{AppendError, ReplayReport, SessionRow};
 use agentsessions_proto::v1::{
     ComputeState, EventKind, LogRecord, Mediation, ModelCall, Session, lifecycle,
 };
@@ -410,8 +410,8 @@ impl Oracle {
         }
         // The operator's policy gates a call whatever mediation it carries.
         let policed = crate::world::config().tools.verdict(&call.tool)
-            == agentsessions_machine::host::Verdict::Policy(
-                agentsessions_machine::host::Policy::Approval,
+            == agentsessions_machine::vocab::Verdict::Policy(
+                agentsessions_machine::vocab::Policy::Approval,
             );
         if call.mediation != Mediation::RequiresApproval as i32 && !policed {
             return Ok(());

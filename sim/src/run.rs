@@ -10,10 +10,10 @@
 //! session's rendering, a Replay and a harness replay of each session, and
 //! the scenario's own conditions.
 
-use agentsessions_machine::host::{
+use agentsessions_machine::journal::approval;
+use agentsessions_machine::vocab::{
     Caller, Code, Principal, Request, RequestId, Response, Status, StreamItem,
 };
-use agentsessions_machine::journal::approval;
 use agentsessions_proto::v1::{ApprovalRef, GetSessionRequest, LogRecord, ReplayRequest};
 
 use crate::client::{self, Action, Client};
@@ -460,7 +460,7 @@ impl<'a> Run<'a> {
             )?;
             let reply = get.reply.expect("replied");
             let got = client::brief(&reply);
-            if !matches!(&reply, Err(s) if s.code == agentsessions_machine::host::Code::NotFound) {
+            if !matches!(&reply, Err(s) if s.code == agentsessions_machine::vocab::Code::NotFound) {
                 return Err(violation(
                     Rule::Deleted,
                     format!("{sid}: deleted, but GetSession answers {got}"),

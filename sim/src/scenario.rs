@@ -2,7 +2,7 @@
 //! optionally followed by concurrent operations on several hosts (swept for
 //! interleavings), and what must hold at the end.
 
-use agentsessions_machine::host::Code;
+use agentsessions_machine::vocab::Code;
 
 /// Where a fork branches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

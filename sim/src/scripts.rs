@@ -62,8 +62,8 @@ pub fn is_idempotent(tool: &str) -> bool {
 }
 
 /// The catalog every simulated host serves: the scripts' tools.
-pub fn catalog() -> agentsessions_machine::host::Catalog {
-    use agentsessions_machine::host::CatalogTool;
+pub fn catalog() -> agentsessions_machine::vocab::Catalog {
+    use agentsessions_machine::vocab::CatalogTool;
     let tool = |name: &str, server: &str, read_only: bool| CatalogTool {
         name: name.into(),
         server: server.into(),
@@ -74,7 +74,7 @@ pub fn catalog() -> agentsessions_machine::host::Catalog {
         description: String::new(),
         up: true,
     };
-    agentsessions_machine::host::Catalog::new([
+    agentsessions_machine::vocab::Catalog::new([
         tool("write", "", false),
         tool(GUARDED, "", false),
         tool(ACT, "mcp", false),

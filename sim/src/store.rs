@@ -12,7 +12,7 @@
 //! shape a non-atomic writer (the Go host's two-append gate) leaves behind.
 
 use agentsessions_machine::faults::{self, Fault};
-use agentsessions_machine::host::{Nanos, SessionRow, StoreEffect, StoreOutcome};
+use agentsessions_machine::vocab::{Nanos, SessionRow, StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{Event, LogRecord};
 use agentsessions_testkit::MemStore;
 use agentsessions_testkit::store::SessionImage;

@@ -3,7 +3,7 @@
 //! descriptions (for printed traces).
 
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     ClientEffect, Effect, HarnessEffect, HarnessInput, HarnessOutcome, Outcome, Request,
     StoreEffect, StoreOutcome, StreamItem,
 };

@@ -17,11 +17,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::host::Host;
+use agentsessions_machine::vocab::{
     Backend, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId, ExecuteTool,
-    HarnessEffect, HarnessInput, HarnessOutcome, History, Host, HostConfig, InvokeModel,
-    ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp,
-    RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem, ToolFailure,
+    HarnessEffect, HarnessInput, HarnessOutcome, History, HostConfig, InvokeModel, ModelReply,
+    Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall, RuntimeOp, RuntimeReply,
+    Status, StoreEffect, StoreOutcome, StreamItem, ToolFailure,
 };
 use agentsessions_proto::v1::{
     ControllerFrame, EventKind, ModelCall, SnapshotRef, ToolResult, controller_frame::Frame,
@@ -172,9 +173,9 @@ pub fn config() -> HostConfig {
     config
         .tools
         .rules
-        .push(agentsessions_machine::host::ToolRule {
+        .push(agentsessions_machine::vocab::ToolRule {
             pattern: scripts::GUARDED.into(),
-            policy: agentsessions_machine::host::Policy::Approval,
+            policy: agentsessions_machine::vocab::Policy::Approval,
         });
     config.tools.catalog = Some(std::sync::Arc::new(scripts::catalog()));
     for kind in scripts::KINDS {
@@ -559,7 +560,7 @@ impl Sim {
                     None => scripts::by_kind(&backend_kind(&backend))
                         .map(|s| s.descriptor())
                         .ok_or_else(|| {
-                            agentsessions_machine::host::HarnessFailure::Unavailable(
+                            agentsessions_machine::vocab::HarnessFailure::Unavailable(
                                 "no such harness".into(),
                             )
                         }),
@@ -588,7 +589,7 @@ impl Sim {
                         );
                         Ok(())
                     }
-                    None => Err(agentsessions_machine::host::HarnessFailure::Unavailable(
+                    None => Err(agentsessions_machine::vocab::HarnessFailure::Unavailable(
                         "no such harness".into(),
                     )),
                 };

@@ -35,8 +35,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agentsessions_machine::faults::{self, Fault};
-use agentsessions_machine::host::{
-    Backend, Caller, CountingIds, Host, HostConfig, LeaseConfig, Request, Response, Route,
+use agentsessions_machine::host::Host;
+use agentsessions_machine::vocab::{
+    Backend, Caller, CountingIds, HostConfig, LeaseConfig, Request, Response, Route,
 };
 use agentsessions_proto::grpc::sessions_client::SessionsClient;
 use agentsessions_proto::grpc::sessions_server::SessionsServer;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{AppendError, SessionRow};
+use agentsessions_machine::vocab::{AppendError, SessionRow};
 use agentsessions_proto::v1::LogRecord;
 use agentsessions_sim::oracle::{JournalView, Oracle, Rule};
 use agentsessions_testkit::MemStore;

@@ -2,16 +2,15 @@
 //! committed state and never block the writer).
 
 use crate::db;
-use agentsessions_journal::encode::record_of_columns;
+use agentsessions_journal::columns::{Columns, harness_of, record_of, session_of};
 use agentsessions_machine::chain::ChainVerifier;
-use agentsessions_machine::host::PageFill;
+use agentsessions_machine::vocab::PageFill;
 use agentsessions_proto::v1::LogRecord;
 use rusqlite::{Connection, OptionalExtension as _, Row, params};
 
-use agentsessions_journal::compute_text::from_text;
 use agentsessions_journal::{
-    HarnessRow, HarnessState, ListHarnesses, ListSessions, PrefixSpan, SessionInfo, SessionMeta,
-    SessionPage, StalePage, StaleScan, StoreError, Tombstone, VerifyError,
+    HarnessRow, ListHarnesses, ListSessions, PrefixSpan, SessionInfo, SessionPage, StalePage,
+    StaleScan, StoreError, Tombstone, VerifyError,
 };
 
 /// A deleted session reads as nothing, even while rows of it are kept for
@@ -81,27 +80,6 @@ fn segments(
     Ok(out)
 }
 
-fn decode_record(session: &str, row: &Row<'_>) -> Result<LogRecord, StoreError> {
-    let seq: i64 = row.get(0).map_err(db)?;
-    let blob = row
-        .get_ref(4)
-        .map_err(db)?
-        .as_blob()
-        .map_err(|e| StoreError::Decode {
-            session: session.to_owned(),
-            seq,
-            reason: e.to_string(),
-        })?;
-    record_of_columns(
-        session,
-        seq,
-        row.get(1).map_err(db)?,
-        row.get(2).map_err(db)?,
-        row.get(3).map_err(db)?,
-        blob,
-    )
-}
-
 const READ_OWN: &str = "SELECT seq, prev_hash, hash, fence, event FROM events
      WHERE session = ?1 AND seq >= ?2 AND seq <= ?3
        AND NOT EXISTS (SELECT 1 FROM deleted_sessions d WHERE d.session = ?1)
@@ -129,7 +107,7 @@ fn for_each_record<E: From<StoreError>>(
             .query(params![seg.holder, seg.lo, seg.hi])
             .map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
-            sink(decode_record(&seg.holder, row)?)?;
+            sink(record_of(&seg.holder, &SqlRow(row))?)?;
         }
     }
     Ok(())
@@ -169,7 +147,7 @@ pub fn read_at_most(
             if out.len() == limit {
                 return Ok(None);
             }
-            out.push(decode_record(&seg.holder, row)?);
+            out.push(record_of(&seg.holder, &SqlRow(row))?);
         }
     }
     Ok(Some(out))
@@ -238,40 +216,12 @@ const SESSION_COLUMNS: &str = "s.session, s.project, s.name, s.harness, s.model,
     s.created_at, s.updated_at, s.labels, s.annotations, s.origin, s.identity, s.compute_state, s.fence,
     COALESCE((SELECT MAX(e.seq) FROM events e WHERE e.session = s.session), 0)";
 
-fn session_row(row: &Row<'_>) -> Result<SessionInfo, StoreError> {
-    let uid: String = row.get(0).map_err(db)?;
-    let state_text: String = row.get(13).map_err(db)?;
-    let compute_state = from_text(&state_text).ok_or_else(|| {
-        StoreError::Corrupt(format!("session {uid}: compute_state {state_text:?}"))
-    })?;
-    Ok(SessionInfo {
-        meta: SessionMeta {
-            uid,
-            project: row.get(1).map_err(db)?,
-            name: row.get(2).map_err(db)?,
-            harness: row.get(3).map_err(db)?,
-            model: row.get(4).map_err(db)?,
-            parent_uid: row.get(5).map_err(db)?,
-            fork_seq: row.get(6).map_err(db)?,
-            created_at: row.get(7).map_err(db)?,
-            updated_at: row.get(8).map_err(db)?,
-            labels: row.get(9).map_err(db)?,
-            annotations: row.get(10).map_err(db)?,
-            origin: row.get(11).map_err(db)?,
-            identity: row.get(12).map_err(db)?,
-        },
-        compute_state,
-        fence: row.get(14).map_err(db)?,
-        last_seq: row.get(15).map_err(db)?,
-    })
-}
-
 pub fn session_info(conn: &Connection, uid: &str) -> Result<SessionInfo, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions s WHERE s.session = ?1");
     let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
     let mut rows = stmt.query([uid]).map_err(db)?;
     match rows.next().map_err(db)? {
-        Some(row) => session_row(row),
+        Some(row) => session_of(&SqlRow(row)),
         None => Err(StoreError::SessionNotFound {
             uid: uid.to_owned(),
         }),
@@ -304,7 +254,7 @@ pub fn list_sessions(
         let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
         let mut rows = stmt.query(params![project, ts, uid, fetch]).map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
-            sessions.push(session_row(row)?);
+            sessions.push(session_of(&SqlRow(row))?);
         }
     } else {
         let sql = format!(
@@ -314,7 +264,7 @@ pub fn list_sessions(
         let mut stmt = conn.prepare_cached(&sql).map_err(db)?;
         let mut rows = stmt.query(params![project, fetch]).map_err(db)?;
         while let Some(row) = rows.next().map_err(db)? {
-            sessions.push(session_row(row)?);
+            sessions.push(session_of(&SqlRow(row))?);
         }
     }
     Ok(SessionPage::cut(sessions, plan.size))
@@ -323,31 +273,11 @@ pub fn list_sessions(
 const HARNESS_COLUMNS: &str =
     "name, uid, spec, spec_digest, state, retire_reason, retired_at, created_at, updated_at";
 
-fn harness_from_row(row: &Row<'_>) -> rusqlite::Result<Result<HarnessRow, StoreError>> {
-    let state: String = row.get(4)?;
-    let state = match state.as_str() {
-        "active" => HarnessState::Active,
-        "retired" => HarnessState::Retired,
-        other => return Ok(Err(StoreError::Corrupt(format!("harness state {other:?}")))),
-    };
-    Ok(Ok(HarnessRow {
-        name: row.get(0)?,
-        uid: row.get(1)?,
-        spec: row.get(2)?,
-        spec_digest: row.get(3)?,
-        state,
-        retire_reason: row.get(5)?,
-        retired_at: row.get(6)?,
-        created_at: row.get(7)?,
-        updated_at: row.get(8)?,
-    }))
-}
-
 pub fn harness_row(conn: &Connection, name: &str) -> Result<Option<HarnessRow>, StoreError> {
     let sql = format!("SELECT {HARNESS_COLUMNS} FROM harnesses WHERE name = ?1");
     conn.prepare_cached(&sql)
         .map_err(db)?
-        .query_row([name], harness_from_row)
+        .query_row([name], |r| Ok(harness_of(&SqlRow(r))))
         .optional()
         .map_err(db)?
         .transpose()
@@ -366,7 +296,7 @@ pub fn list_harnesses(
     let rows = stmt
         .query_map(
             params![req.after, req.include_retired, req.limit as i64],
-            harness_from_row,
+            |r| Ok(harness_of(&SqlRow(r))),
         )
         .map_err(db)?;
     let mut out = Vec::new();
@@ -425,6 +355,26 @@ pub fn stale_sessions(conn: &Connection, scan: &StaleScan) -> Result<StalePage, 
         page.next = last;
     }
     Ok(page)
+}
+
+/// A SQLite row read through the journal crate's column rules.
+pub(crate) struct SqlRow<'a, 'r>(pub(crate) &'a Row<'r>);
+
+impl Columns for SqlRow<'_, '_> {
+    fn text(&self, i: usize) -> Result<String, StoreError> {
+        self.0.get(i).map_err(db)
+    }
+
+    fn int(&self, i: usize) -> Result<i64, StoreError> {
+        self.0.get(i).map_err(db)
+    }
+
+    fn blob(&self, i: usize) -> Result<&[u8], StoreError> {
+        let value = self.0.get_ref(i).map_err(db)?;
+        value
+            .as_blob()
+            .map_err(|e| StoreError::Corrupt(format!("column {i}: {e}")))
+    }
 }
 
 #[cfg(test)]

@@ -210,7 +210,7 @@ impl Link {
             harnesses: Vec::new(),
             // No remote harnesses here, so the bounds never come into play.
             harness_timeouts: Default::default(),
-            max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
+            max_in_flight: agentsessions_machine::vocab::config::DEFAULT_MAX_IN_FLIGHT,
             retain_completed: None,
             ledger: None,
             retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,

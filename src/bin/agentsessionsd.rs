@@ -89,7 +89,7 @@ struct Args {
     /// Without a rule an MCP tool that says it is read-only runs at once
     /// and any other waits for approval. Repeatable.
     #[arg(long = "tool-policy", value_name = "PATTERN=POLICY")]
-    tool_policy: Vec<agentsessions_machine::host::ToolRule>,
+    tool_policy: Vec<agentsessions_machine::vocab::ToolRule>,
     /// Tokens (input + output, as reported in USAGE records) a session may
     /// use; past it model calls are refused with RESOURCE_EXHAUSTED and a
     /// durable ERROR. A session's `token-budget` label overrides it.
@@ -118,7 +118,7 @@ struct Args {
     harness_connect_timeout_ms: u64,
     /// Most client calls in flight at once; a call past it gets
     /// RESOURCE_EXHAUSTED before it touches the journal.
-    #[arg(long, default_value_t = agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = agentsessions_machine::vocab::config::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     max_in_flight: usize,
     /// Most parts in one message of a request (reasoning summaries and
     /// tool-result content included); more is INVALID_ARGUMENT.
@@ -323,7 +323,7 @@ fn lease_settings(
     args: &Args,
     postgres: bool,
 ) -> anyhow::Result<Option<agentsessions_shells::daemon::app::LeaseSettings>> {
-    let default = Duration::from_nanos(agentsessions_machine::host::DEFAULT_LEASE.unsigned_abs());
+    let default = Duration::from_nanos(agentsessions_machine::vocab::DEFAULT_LEASE.unsigned_abs());
     let ttl = match args.lease {
         Some(d) => d,
         None if postgres => default,

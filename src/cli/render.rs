@@ -82,7 +82,7 @@ fn server_of(t: &agentsessions_proto::v1::CatalogEntry) -> &str {
 
 /// A tool's hints, comma-separated, `-` for none.
 fn hint_list(t: &agentsessions_proto::v1::CatalogEntry) -> String {
-    let hints = agentsessions_machine::host::hints(t);
+    let hints = agentsessions_machine::vocab::hints(t);
     if hints.is_empty() {
         "-".to_owned()
     } else {

@@ -1,5 +1,5 @@
 //! The memory store's checks and its pending-versus-durable model (the
-//! contract both backends share is `shells/tests/store_contract.rs`).
+//! contract every backend shares is `contract::run`).
 
 use std::sync::Arc;
 use std::time::Duration;

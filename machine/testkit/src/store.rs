@@ -1,6 +1,6 @@
 //! The tests' journal store: the shells' in-memory [`Tables`] (the same
 //! tables the madsim runs' memory disk keeps, held to the store contract by
-//! `shells/tests/store_contract.rs`), performed synchronously through the
+//! `agentsessions_journal::contract`), performed synchronously through the
 //! daemon's own effect translation. Every operation is atomic and durable
 //! when it returns; the simulator layers its crash model on top.
 
@@ -8,8 +8,8 @@ use agentsessions_journal::AppendBatch;
 use agentsessions_journal::convert::{append_error_of, row_of};
 use agentsessions_journal::effects::perform_store_now;
 use agentsessions_journal::memory::{InstantStore, SessionImage as StoredImage, Tables};
-use agentsessions_machine::host::{AppendError, Nanos, SessionRow, StoreEffect, StoreOutcome};
 use agentsessions_machine::journal::projection::batch_compute_state;
+use agentsessions_machine::vocab::{AppendError, Nanos, SessionRow, StoreEffect, StoreOutcome};
 use agentsessions_proto::v1::{Event, LogRecord};
 
 /// The store. Cloning it forks the whole database (the explorer does).

@@ -10,11 +10,12 @@ use agentsessions_proto::v1::{HarnessDescriptor, SnapshotRef, ToolResult};
 use super::harness::{self, Script};
 use super::store::MemStore;
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::host::Host;
+use agentsessions_machine::vocab::{
     AppendError, Backend, BootReport, Caller, ClientEffect, ConnId, CountingIds, Effect, EffectId,
-    ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, History, Host,
-    HostConfig, InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route,
-    RuntimeCall, RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
+    ExecuteTool, HarnessEffect, HarnessFailure, HarnessInput, HarnessOutcome, History, HostConfig,
+    InvokeModel, ModelReply, Nanos, Outcome, Request, RequestId, Response, Route, RuntimeCall,
+    RuntimeOp, RuntimeReply, Status, StoreEffect, StoreOutcome, StreamItem,
 };
 
 /// The end of one client call.
@@ -28,9 +29,9 @@ pub struct Call {
 
 impl Call {
     /// The reply's status code (`Ok` on success).
-    pub fn code(&self) -> agentsessions_machine::host::Code {
+    pub fn code(&self) -> agentsessions_machine::vocab::Code {
         match &self.reply {
-            Ok(_) => agentsessions_machine::host::Code::Ok,
+            Ok(_) => agentsessions_machine::vocab::Code::Ok,
             Err(s) => s.code,
         }
     }
@@ -148,7 +149,7 @@ pub struct World {
     /// Live model invocations.
     pub model_calls: usize,
     /// When set, the next model call fails with this text.
-    pub model_fail_next: Option<agentsessions_machine::host::ModelFailure>,
+    pub model_fail_next: Option<agentsessions_machine::vocab::ModelFailure>,
     /// The executor.
     pub executor: Executor,
     /// Describe answers to fail, by route name.
@@ -407,7 +408,7 @@ impl World {
     }
 
     /// The host's signals since the last call, oldest first.
-    pub fn signals(&mut self) -> Vec<agentsessions_machine::host::Signal> {
+    pub fn signals(&mut self) -> Vec<agentsessions_machine::vocab::Signal> {
         std::iter::from_fn(|| self.host.poll_signal()).collect()
     }
 
@@ -698,7 +699,7 @@ impl World {
         };
         self.outcome(
             id,
-            Outcome::Tool(outcome.map_err(agentsessions_machine::host::ToolFailure::Error)),
+            Outcome::Tool(outcome.map_err(agentsessions_machine::vocab::ToolFailure::Error)),
         );
     }
 

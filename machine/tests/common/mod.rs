@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     ClientEffect, Effect, ExecuteTool, HarnessEffect, InvokeModel, Request, Response, RuntimeCall,
     RuntimeOp, StoreEffect, StreamItem,
 };
@@ -147,7 +147,7 @@ pub fn start_delivered(
     since(world, mark).iter().find_map(|e| match e {
         Effect::Harness(HarnessEffect::Send { frame, history, .. }) => {
             let mut frame = frame.clone();
-            agentsessions_machine::host::History::attach(&mut frame, history.as_ref());
+            agentsessions_machine::vocab::History::attach(&mut frame, history.as_ref());
             match frame.frame {
                 Some(Frame::Start(s)) => Some((frame.execution_id, s)),
                 _ => None,
@@ -385,7 +385,7 @@ fn response_name(r: &Response) -> &'static str {
 /// prefix verbatim plus a FORK marker), on a row with `harness`; returns
 /// the child's uid.
 pub fn fork_child(world: &mut World, parent: &str, at: usize, harness: &str) -> String {
-    use agentsessions_machine::host::{EffectId, SessionRow};
+    use agentsessions_machine::vocab::{EffectId, SessionRow};
     let child = format!("{parent}-child{at}");
     let row = SessionRow {
         uid: child.clone(),

@@ -4,8 +4,8 @@
 //! catalogs (`catalog_identity`, `catalog_gate_ids`).
 #![allow(dead_code)]
 
-use agentsessions_machine::host::HarnessEffect;
-use agentsessions_machine::host::{Code, Effect, ReplayReport, Request, Response, Status};
+use agentsessions_machine::vocab::HarnessEffect;
+use agentsessions_machine::vocab::{Code, Effect, ReplayReport, Request, Response, Status};
 use agentsessions_proto::v1::{EventKind, Mediation, ToolCall, controller_frame::Frame};
 use agentsessions_testkit::harness::{self, FnScript, Step, keyed_call};
 use agentsessions_testkit::{Call, MemStore, World, world};

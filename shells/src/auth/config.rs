@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentsessions_machine::host::Grant;
+use agentsessions_machine::vocab::Grant;
 use serde::Deserialize;
 
 /// The whole file.

@@ -24,7 +24,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 
 use super::config::JwtSection;
 use super::{AuthError, parse_claim_grants};
-use agentsessions_machine::host::Principal;
+use agentsessions_machine::vocab::Principal;
 
 /// Verifies bearer JWTs against the configured key set.
 #[derive(Debug)]

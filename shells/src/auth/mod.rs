@@ -13,7 +13,7 @@ pub mod jwt;
 
 use std::collections::BTreeMap;
 
-use agentsessions_machine::host::{Caller, Grant, Principal};
+use agentsessions_machine::vocab::{Caller, Grant, Principal};
 use sha2::{Digest, Sha256};
 
 pub use config::{AuthFile, ConfigError};

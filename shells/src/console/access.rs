@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use agentsessions_machine::host::{Caller, Code};
+use agentsessions_machine::vocab::{Caller, Code};
 use axum::body::{Body, BodyDataStream, Bytes};
 use axum::extract::{RawPathParams, Request, State};
 use axum::http::{HeaderValue, StatusCode};

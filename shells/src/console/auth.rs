@@ -11,7 +11,7 @@
 //! process, so a token never outlives the daemon that issued it, and a
 //! page of another origin can neither read nor guess it.
 
-use agentsessions_machine::host::{Caller, Role};
+use agentsessions_machine::vocab::{Caller, Role};
 use axum::http::HeaderMap;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};

@@ -6,7 +6,7 @@
 //! verifies now and the form carries that session's CSRF token.
 
 use agentsessions_client::{DecideCalls, decide as decide_then_resume};
-use agentsessions_machine::host::{Caller, Code, Request, Response, Status};
+use agentsessions_machine::vocab::{Caller, Code, Request, Response, Status};
 use agentsessions_proto::v1::{ApproveRequest, ApproveResponse, ResumeRequest, Session};
 use axum::extract::{Form, Path, State};
 use axum::http::{HeaderMap, StatusCode};

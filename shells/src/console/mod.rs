@@ -31,8 +31,8 @@ mod view;
 
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Caller, Code, Request, Response, Status};
 use agentsessions_machine::verify::ChainCheck;
+use agentsessions_machine::vocab::{Caller, Code, Request, Response, Status};
 use agentsessions_proto::v1::{GetSessionRequest, LogRecord, ReplayRequest, Session};
 use askama::Template;
 use axum::Router;

@@ -5,7 +5,7 @@
 //! code ([`Notice`]), never with words of its own.
 
 use agentsessions_machine::events::{body, kind_of};
-use agentsessions_machine::host::{Caller, Request, Response, Status};
+use agentsessions_machine::vocab::{Caller, Request, Response, Status};
 use agentsessions_proto::v1::{EventKind, ListSessionsRequest, LogRecord, Session};
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -63,7 +63,10 @@ impl IntoResponse for ToLogin {
         )
             .into_response();
         // A redirect, but the action was refused for want of a viewer.
-        super::access::with_code(to_login, agentsessions_machine::host::Code::Unauthenticated)
+        super::access::with_code(
+            to_login,
+            agentsessions_machine::vocab::Code::Unauthenticated,
+        )
     }
 }
 
@@ -556,7 +559,7 @@ async fn lineage(
     for i in 0..CHILD_SCAN_PAGES {
         let request = Request::ListSessions(ListSessionsRequest {
             project: meta.project.clone(),
-            page_size: agentsessions_machine::host::config::MAX_PAGE_SIZE as i32,
+            page_size: agentsessions_machine::vocab::config::MAX_PAGE_SIZE as i32,
             page_token: std::mem::take(&mut token),
         });
         let page = match console.unary(caller, request).await? {

@@ -5,7 +5,7 @@
 //! Invariant: the page shows what the machine answers to ListTools for
 //! this viewer, nothing the shell decides.
 
-use agentsessions_machine::host::{Request, Response};
+use agentsessions_machine::vocab::{Request, Response};
 use agentsessions_proto::v1::CatalogEntry;
 use askama::Template;
 use axum::extract::State;
@@ -39,7 +39,7 @@ pub async fn tools(State(console): State<Console>, headers: HeaderMap, uri: Uri)
                     .tools
                     .into_iter()
                     .map(|t| {
-                        let hints = agentsessions_machine::host::hints(&t).join(" ");
+                        let hints = agentsessions_machine::vocab::hints(&t).join(" ");
                         (t, hints)
                     })
                     .collect(),

@@ -269,7 +269,7 @@ fn describe(kind: EventKind, ev: &agentsessions_proto::v1::Event) -> (String, Op
 /// destructive, idempotent` (MCP's destructive hint only counts when the
 /// tool is not read-only).
 pub fn catalog_line(t: &agentsessions_proto::v1::CatalogEntry) -> String {
-    let hints = agentsessions_machine::host::hints(t);
+    let hints = agentsessions_machine::vocab::hints(t);
     let server = if t.server.is_empty() {
         "host"
     } else {

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Caller, Request, Response};
+use agentsessions_machine::vocab::{Caller, Request, Response};
 use agentsessions_proto::v1::{ExecState, GetSessionRequest};
 
 use super::driver::DriverHandle;

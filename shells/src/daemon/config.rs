@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{HostConfig, IdSource, LeaseConfig};
 use agentsessions_machine::vocab::routes::static_routes;
+use agentsessions_machine::vocab::{HostConfig, IdSource, LeaseConfig};
 
 use super::harness_client::parse_address;
 use super::security::Security;
@@ -73,7 +73,7 @@ pub struct DaemonConfig {
     /// Bounds on what callers can make the daemon hold.
     pub limits: super::limits::Limits,
     /// `--tool-policy` rules, in flag order (see the machine's `ToolGate`).
-    pub tool_rules: Vec<agentsessions_machine::host::ToolRule>,
+    pub tool_rules: Vec<agentsessions_machine::vocab::ToolRule>,
     /// `--mcp NAME=COMMAND…|URL`: MCP servers whose tools the host runs.
     pub mcp: Vec<String>,
     /// Bounds on MCP calls: `--mcp-call-timeout`, `--mcp-max-calls`,

@@ -21,12 +21,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::harness::Outbound;
-use agentsessions_machine::host::{
-    ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
-    HarnessInput, HarnessOutcome, Host, InvokeModel, ModelFailure, ModelReply, Nanos, Outcome,
-    RequestId, RuntimeCall, Status, StoreEffect, StoreOutcome,
-};
+use agentsessions_machine::host::Host;
 use agentsessions_machine::journal::Journal;
+use agentsessions_machine::vocab::{
+    ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure,
+    HarnessInput, HarnessOutcome, InvokeModel, ModelFailure, ModelReply, Nanos, Outcome, RequestId,
+    RuntimeCall, Status, StoreEffect, StoreOutcome,
+};
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;

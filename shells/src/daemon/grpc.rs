@@ -10,7 +10,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Caller, Code, Request, Response, Status};
+use agentsessions_machine::vocab::{Caller, Code, Request, Response, Status};
 use agentsessions_proto::grpc::harness_registry_server::HarnessRegistry;
 use agentsessions_proto::grpc::sessions_server::Sessions;
 use agentsessions_proto::v1::{

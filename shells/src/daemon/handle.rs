@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Caller, ConnId, EffectId, HarnessFailure, HarnessInput, Outcome, Request, RequestId, Response,
     Status,
 };
@@ -56,7 +56,7 @@ pub enum Input {
         /// How the store was asked.
         plan: ReadPlan,
         /// What it returned.
-        read: Result<Vec<LogRecord>, agentsessions_machine::host::StoreFault>,
+        read: Result<Vec<LogRecord>, agentsessions_machine::vocab::StoreFault>,
     },
     /// An append's outcome, with its session for the cache.
     Appended(EffectId, String, Outcome),
@@ -67,7 +67,7 @@ pub enum Input {
     /// Stop taking calls; exit once every call in flight has finished.
     Drain(oneshot::Sender<()>),
     /// The tools the daemon can run changed (see `Host::set_catalog`).
-    Catalog(agentsessions_machine::host::Catalog),
+    Catalog(agentsessions_machine::vocab::Catalog),
 }
 
 /// A handle for submitting calls to the drive loops.
@@ -124,7 +124,7 @@ impl DriverHandle {
     }
 
     /// Tells every loop's host the tools the daemon can run now.
-    pub fn set_catalog(&self, catalog: &agentsessions_machine::host::Catalog) {
+    pub fn set_catalog(&self, catalog: &agentsessions_machine::vocab::Catalog) {
         for tx in self.loops.iter() {
             // A loop that has exited takes no more turns to gate.
             let _ = tx.send(Input::Catalog(catalog.clone()));

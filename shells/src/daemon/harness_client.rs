@@ -13,7 +13,7 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 
-use agentsessions_machine::host::HarnessFailure;
+use agentsessions_machine::vocab::HarnessFailure;
 use agentsessions_proto::grpc::harness_client::HarnessClient;
 use agentsessions_proto::v1::{DescribeRequest, Event, HarnessDescriptor};
 use tokio::sync::mpsc;

@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use agentsessions_machine::host::HarnessFailure;
+use agentsessions_machine::vocab::HarnessFailure;
 use agentsessions_proto::v1::HarnessDescriptor;
 use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;

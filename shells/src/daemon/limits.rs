@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use agentsessions_machine::host::{Caller, Code, Status};
+use agentsessions_machine::vocab::{Caller, Code, Status};
 use agentsessions_proto::v1::{ExecRequest, Part, part};
 use pbjson_types::value::Kind;
 

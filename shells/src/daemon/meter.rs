@@ -11,9 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentsessions_machine::events::body;
-use agentsessions_machine::host::{
-    Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure, HarnessOutcome, Host,
-    InvokeModel, Outcome, Signal, StoreOutcome,
+use agentsessions_machine::host::Host;
+use agentsessions_machine::vocab::{
+    Effect, EffectId, ExecuteTool, HarnessEffect, HarnessFailure, HarnessOutcome, InvokeModel,
+    Outcome, Signal, StoreOutcome,
 };
 use agentsessions_proto::v1::tool_result::Code;
 

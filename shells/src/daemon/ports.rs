@@ -5,7 +5,7 @@
 //! Invariant: a port performs exactly what it is handed and reports the
 //! outcome; it decides nothing (the machine has decided already).
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Backend, HarnessFailure, ModelFailure, ModelReply, Response, RuntimeOp, RuntimeReply, Status,
     StreamItem, ToolFailure,
 };

@@ -4,7 +4,7 @@
 //! no-op. Available in both builds; the madsim simulation routes every
 //! harness through it to harness nodes on the simulated network.
 
-use agentsessions_machine::host::{Backend, RuntimeOp, RuntimeReply};
+use agentsessions_machine::vocab::{Backend, RuntimeOp, RuntimeReply};
 use agentsessions_proto::v1::SnapshotRef;
 
 use super::driver::{PortFuture, RuntimePort};

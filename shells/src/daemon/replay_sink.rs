@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
-use agentsessions_machine::host::Status;
+use agentsessions_machine::vocab::Status;
 use agentsessions_proto::v1::LogRecord;
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::Stream;

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use agentsessions_machine::host::{Caller, Request, Response};
+use agentsessions_machine::vocab::{Caller, Request, Response};
 
 use super::driver::DriverHandle;
 

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     Backend, Policy, RuntimeOp, RuntimeReply, ToolGate, ToolRule, Verdict,
 };
 use agentsessions_proto::v1::{HarnessDescriptor, ToolDefinition};

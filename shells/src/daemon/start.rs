@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Caller, Host, HostConfig, ModelFailure, Request, Response};
+use agentsessions_machine::host::Host;
+
+use agentsessions_machine::vocab::{Caller, HostConfig, ModelFailure, Request, Response};
 use tokio::sync::mpsc;
 
 use super::config::{DaemonConfig, RandomIds, model_router};
@@ -244,7 +246,7 @@ impl ModelPort for Model {
         &self,
         request: agentsessions_proto::v1::ModelCall,
         chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<agentsessions_machine::host::ModelReply, ModelFailure>> {
+    ) -> PortFuture<'_, Result<agentsessions_machine::vocab::ModelReply, ModelFailure>> {
         Box::pin(async move {
             let mut forward = move |chunk: String| {
                 let _ = chunks.send(chunk);
@@ -268,7 +270,7 @@ impl ToolPort for Tools {
         interrupt: crate::tools::Interrupt,
     ) -> PortFuture<
         '_,
-        Result<agentsessions_proto::v1::ToolResult, agentsessions_machine::host::ToolFailure>,
+        Result<agentsessions_proto::v1::ToolResult, agentsessions_machine::vocab::ToolFailure>,
     > {
         Box::pin(async move {
             let done = self

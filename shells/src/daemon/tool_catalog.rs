@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use agentsessions_machine::host::{Catalog, CatalogTool};
+use agentsessions_machine::vocab::{Catalog, CatalogTool};
 
 use super::handle::DriverHandle;
 use super::start_error::StartError;

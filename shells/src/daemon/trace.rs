@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use agentsessions_machine::host::{
+use agentsessions_machine::vocab::{
     ClientEffect, ConnId, Effect, EffectId, ExecuteTool, HarnessEffect, HarnessInput, InvokeModel,
     RequestId, StoreEffect,
 };

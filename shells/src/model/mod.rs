@@ -12,12 +12,12 @@
 //! The trait is object safe (boxed futures, `&mut dyn FnMut` for chunks) so the
 //! daemon can pick a client from its flags and hold it as `Arc<dyn ModelClient>`.
 //!
-//! [`Effect::InvokeModel`]: agentsessions_machine::host::Effect::InvokeModel
+//! [`Effect::InvokeModel`]: agentsessions_machine::vocab::Effect::InvokeModel
 
 use std::future::Future;
 use std::pin::Pin;
 
-use agentsessions_machine::host::{ModelFailure, ModelReply, Outcome};
+use agentsessions_machine::vocab::{ModelFailure, ModelReply, Outcome};
 use agentsessions_proto::v1::{Message, ModelCall, Part, TextPart, part};
 
 // HTTP over real sockets: not available in the madsim simulation.

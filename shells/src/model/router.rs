@@ -13,7 +13,7 @@ use std::sync::Arc;
 use agentsessions_proto::v1::ModelCall;
 
 use super::{BoxFuture, ChunkSink, EchoModel, ModelClient, ModelError};
-use agentsessions_machine::host::ModelReply;
+use agentsessions_machine::vocab::ModelReply;
 
 /// The id of the built-in echo model.
 pub const ECHO: &str = "echo";

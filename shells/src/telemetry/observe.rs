@@ -19,7 +19,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use agentsessions_machine::host::shown;
+use agentsessions_machine::vocab::shown;
 use tokio_stream::Stream;
 
 /// The correlation header.
@@ -282,8 +282,8 @@ impl RpcLog {
     }
 
     /// Names the verified caller (never its credential).
-    pub fn set_principal(&mut self, caller: &agentsessions_machine::host::Caller) {
-        if let agentsessions_machine::host::Caller::Verified(p) = caller {
+    pub fn set_principal(&mut self, caller: &agentsessions_machine::vocab::Caller) {
+        if let agentsessions_machine::vocab::Caller::Verified(p) = caller {
             // A JWT's subject is the issuer's text, not ours: shown too.
             self.principal = shown(&p.name).to_string();
         }

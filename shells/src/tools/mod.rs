@@ -27,7 +27,7 @@
 //! again, idempotent or not, and every answer agrees with the receipt the
 //! journal records. Other tools run to completion.
 //!
-//! [`Effect::ExecuteTool`]: agentsessions_machine::host::Effect::ExecuteTool
+//! [`Effect::ExecuteTool`]: agentsessions_machine::vocab::Effect::ExecuteTool
 
 use std::collections::BTreeMap;
 #[cfg(not(madsim))]
@@ -37,7 +37,7 @@ use std::sync::Arc;
 #[cfg(not(madsim))]
 use std::sync::Mutex;
 
-use agentsessions_machine::host::{Outcome, ToolFailure};
+use agentsessions_machine::vocab::{Outcome, ToolFailure};
 use agentsessions_proto::v1::{ToolCall, ToolResult};
 
 use crate::model::BoxFuture;

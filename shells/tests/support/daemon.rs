@@ -23,7 +23,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         model_api_key: None,
         harnesses: Vec::new(),
         harness_timeouts: Default::default(),
-        max_in_flight: agentsessions_machine::host::config::DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight: agentsessions_machine::vocab::config::DEFAULT_MAX_IN_FLIGHT,
         retain_completed: None,
         ledger: None,
         retention_interval: agentsessions_shells::daemon::app::DEFAULT_RETENTION_INTERVAL,

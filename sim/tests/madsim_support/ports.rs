@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agentsessions_machine::events::body;
-use agentsessions_machine::host::{HarnessFailure, ModelReply, SessionRow};
+use agentsessions_machine::vocab::{HarnessFailure, ModelReply, SessionRow};
 use agentsessions_proto::v1::controller_frame::Frame;
 use agentsessions_proto::v1::{
     Capabilities, EventKind, HarnessDescriptor, LogRecord, Mediation, ModelCall, Resumability,
@@ -319,8 +319,8 @@ impl<S: JournalStore> JournalStore for ObservedStore<S> {
 /// The store's append result in the machine's terms (what the oracle reads).
 fn map_err(
     r: &Result<Vec<LogRecord>, AppendError>,
-) -> Result<Vec<LogRecord>, agentsessions_machine::host::AppendError> {
-    use agentsessions_machine::host::AppendError as M;
+) -> Result<Vec<LogRecord>, agentsessions_machine::vocab::AppendError> {
+    use agentsessions_machine::vocab::AppendError as M;
     match r {
         Ok(v) => Ok(v.clone()),
         Err(AppendError::Conflict { head }) => Err(M::Conflict { head: *head }),
@@ -390,7 +390,7 @@ impl ModelPort for SimModel {
         &self,
         request: ModelCall,
         _chunks: mpsc::UnboundedSender<String>,
-    ) -> PortFuture<'_, Result<ModelReply, agentsessions_machine::host::ModelFailure>> {
+    ) -> PortFuture<'_, Result<ModelReply, agentsessions_machine::vocab::ModelFailure>> {
         Box::pin(async move {
             let inc = self.inc;
             self.shared.check(|o, view| invoked(o, view, inc, &request));
@@ -420,7 +420,7 @@ impl ToolPort for SimTools {
         // Ignored: the simulated call is brief, and a Cancel that meets it
         // still gets its receipt recorded, as the machine expects.
         _interrupt: Interrupt,
-    ) -> PortFuture<'_, Result<ToolResult, agentsessions_machine::host::ToolFailure>> {
+    ) -> PortFuture<'_, Result<ToolResult, agentsessions_machine::vocab::ToolFailure>> {
         Box::pin(async move {
             let inc = self.inc;
             self.shared.check(|o, view| {

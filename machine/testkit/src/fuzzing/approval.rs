@@ -17,7 +17,7 @@
 //! approving decision for the same tuple, and the executed call is the
 //! committed intent.
 
-use agentsessions_machine::host::{ExecuteTool, ModelFailure};
+use agentsessions_machine::vocab::{ExecuteTool, ModelFailure};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
@@ -32,10 +32,10 @@ use crate::harness::{self, Reply, Script};
 use crate::{MemStore, World};
 use agentsessions_machine::chain;
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{
+use agentsessions_machine::journal::approval;
+use agentsessions_machine::vocab::{
     AppendError, ConnId, Effect, HarnessFailure, HarnessInput, Request, RequestId,
 };
-use agentsessions_machine::journal::approval;
 
 /// Most steps taken from one input.
 const MAX_STEPS: usize = 48;

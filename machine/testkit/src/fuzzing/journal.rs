@@ -23,8 +23,9 @@ use super::draw;
 use crate::interop;
 use agentsessions_machine::canon;
 use agentsessions_machine::chain::{self, ChainError, ChainVerifier};
-use agentsessions_machine::host::{SessionRow, render};
+use agentsessions_machine::host::render;
 use agentsessions_machine::journal::{approval, executions, legacy, projection};
+use agentsessions_machine::vocab::SessionRow;
 
 /// Most records decoded from one protobuf stream.
 const MAX_STREAM: usize = 64;

@@ -34,12 +34,12 @@ use crate::MemStore;
 use agentsessions_machine::chain;
 use agentsessions_machine::error::TurnError;
 use agentsessions_machine::events::{self, body};
-use agentsessions_machine::host::{
-    AppendError, CountingIds, HarnessInput, ModelFailure, ModelReply, ToolFailure,
-};
 use agentsessions_machine::inputhash;
 use agentsessions_machine::invocation::{Action, Ending, Invocation, Mode, Setup};
 use agentsessions_machine::journal::{approval, executions};
+use agentsessions_machine::vocab::{
+    AppendError, CountingIds, HarnessInput, ModelFailure, ModelReply, ToolFailure,
+};
 
 const SESSION: &str = "sess-fuzz";
 const EXEC: &str = "00000000000000e1";

@@ -14,8 +14,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use agentsessions_machine::events;
-use agentsessions_machine::host::{Policy, ToolRule};
 use agentsessions_machine::vocab::shown;
+use agentsessions_machine::vocab::{Policy, ToolRule};
 use agentsessions_proto::v1::{
     EventKind, HarnessDescriptor, Mediation, Message, Part, Resumability, TextPart, ToolCall,
     ToolDefinition, ToolResult, ToolSpec, event::Body, file_part, part, tool_result::Code,

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use agentsessions_machine::host::ModelReply;
+use agentsessions_machine::vocab::ModelReply;
 use agentsessions_proto::v1::ModelCall;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use agentsessions_machine::host::ModelReply;
+use agentsessions_machine::vocab::ModelReply;
 use agentsessions_proto::v1::{
     Message, ModelCall, Part, ReasoningPart, TextPart, ToolCall, ToolChoice, ToolDefinition,
     ToolResult, Usage, part, reasoning_part, tool_choice,
