@@ -290,6 +290,7 @@ impl DriverHandle {
 
 /// The console's narrow view of the host: its calls go through the drive
 /// loops like any gRPC call.
+#[cfg(not(madsim))]
 impl crate::console::Calls for DriverHandle {
     fn unary(
         &self,

@@ -8,6 +8,7 @@
 pub mod app;
 #[cfg(not(madsim))]
 mod boot_count;
+#[cfg(not(madsim))]
 pub mod config;
 pub use agentsessions_journal::convert;
 #[cfg(not(madsim))]

@@ -2,8 +2,6 @@
 //! `traceparent` adopted as a span's parent, and the current span's headers
 //! for a request that leaves the daemon (Harness.Connect, a model call).
 
-use std::collections::HashMap;
-
 use tracing::Span;
 
 /// The `tracing` target of the spans the trace exporter takes.
@@ -24,7 +22,7 @@ pub fn adopt_parent(span: &Span, metadata: &tonic::metadata::MetadataMap) {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        let carrier: HashMap<String, String> = ["traceparent", "tracestate"]
+        let carrier: std::collections::HashMap<String, String> = ["traceparent", "tracestate"]
             .into_iter()
             .filter_map(|k| Some((k.to_owned(), get(k)?)))
             .collect();
@@ -47,7 +45,8 @@ pub fn outgoing_headers() -> Vec<(String, String)> {
             return Vec::new();
         }
         let cx = span.context();
-        let mut carrier: HashMap<String, String> = HashMap::new();
+        let mut carrier: std::collections::HashMap<String, String> =
+            std::collections::HashMap::new();
         opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&cx, &mut carrier));
         let mut out: Vec<_> = carrier.into_iter().collect();
         out.sort();
