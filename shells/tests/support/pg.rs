@@ -190,6 +190,55 @@ impl Cluster {
         let port = self.port.to_string();
         self.run(&["resume", self.dir.to_str().unwrap(), &port]);
     }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// A streaming hot standby of this cluster (`pg_basebackup -R`), on a
+    /// port of its own; removed on drop like any cluster.
+    pub fn standby(&self) -> Self {
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "agentsessions-pg-standby{}-{port}",
+            std::process::id()
+        ));
+        let out = std::process::Command::new("bash")
+            .arg(script())
+            .args(["standby", self.dir.to_str().unwrap()])
+            .arg(self.port.to_string())
+            .arg(&dir)
+            .arg(port.to_string())
+            .arg(std::process::id().to_string())
+            .output()
+            .expect("bash runs");
+        assert!(
+            out.status.success(),
+            "pg-cluster.sh standby: {}{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(dir.join("basebackup.log")).unwrap_or_default()
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        Self { dir, port, url }
+    }
+
+    /// Waits until a standby streams from this primary, then makes
+    /// replication synchronous: a commit returns once the standby has it.
+    pub fn sync_standby(&self) {
+        let port = self.port.to_string();
+        self.run(&["sync", self.dir.to_str().unwrap(), &port]);
+    }
+
+    /// Stops the server at once (`-m immediate`), as a power cut would.
+    pub fn crash(&self) {
+        self.run(&["crash", self.dir.to_str().unwrap()]);
+    }
+
+    /// Makes this standby the primary.
+    pub fn promote(&self) {
+        self.run(&["promote", self.dir.to_str().unwrap()]);
+    }
 }
 
 impl Drop for Cluster {

@@ -1,0 +1,250 @@
+//! PostgreSQL's own failover: a primary and a synchronous standby (throwaway
+//! clusters, `scripts/pg-cluster.sh start|standby|sync|crash|promote`), two
+//! `agentsessionsd` processes on a multi-host URL
+//! (`host1:p1,host2:p2/db?target_session_attrs=read-write`), clients running
+//! echo turns through both. The primary is stopped at once (`-m
+//! immediate`, as a power cut) and the standby promoted, under load.
+//!
+//! Afterwards, on the promoted standby: every record a client was ever sent
+//! is there with the same hash, every chain verifies, every session takes
+//! a new turn, and both daemons still serve, neither restarted. The longest
+//! pause in acknowledgements across the failover is printed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentsessions_machine::events;
+use agentsessions_pg::{PgJournal, PgOptions};
+use agentsessions_proto::grpc::sessions_client::SessionsClient;
+use agentsessions_proto::v1::{
+    CreateSessionRequest, ExecRequest, ExecState, GetSessionRequest, LogRecord, ResumeRequest,
+    Session, exec_update,
+};
+use agentsessions_shells::journal::JournalStore as _;
+use tonic::transport::Channel;
+
+#[path = "support/cli.rs"]
+mod cli;
+use cli::Daemon;
+
+#[path = "../shells/tests/support/pg.rs"]
+mod pg;
+
+/// Sessions, one client each.
+const CLIENTS: usize = 8;
+
+/// What the clients were sent, and when each turn was acknowledged.
+#[derive(Default)]
+struct Seen {
+    /// (session, seq) -> content hash of every record a client received.
+    acked: BTreeMap<(String, i64), String>,
+    /// When each turn's stream ended well.
+    acks: Vec<Instant>,
+}
+
+impl Seen {
+    fn absorb(&mut self, session: &str, records: &[LogRecord]) {
+        for r in records {
+            let key = (session.to_owned(), r.seq);
+            let hash = self
+                .acked
+                .entry(key)
+                .or_insert_with(|| r.content_hash.clone());
+            assert_eq!(hash, &r.content_hash, "{session} seq {} changed", r.seq);
+        }
+    }
+}
+
+async fn client(addr: &str) -> SessionsClient<Channel> {
+    let ch = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .expect("the daemon listens");
+    SessionsClient::new(ch)
+}
+
+/// One echo turn; the records it was sent, whether it ended well or not.
+async fn turn(
+    c: &mut SessionsClient<Channel>,
+    sid: &str,
+    n: usize,
+) -> (Vec<LogRecord>, Result<(), tonic::Status>) {
+    let mut records = Vec::new();
+    let req = ExecRequest {
+        session: sid.into(),
+        inputs: vec![events::text_message("user", &format!("{sid} turn {n}"))],
+        ..Default::default()
+    };
+    let mut stream = match c.exec(req).await {
+        Ok(s) => s.into_inner(),
+        Err(status) => return (records, Err(status)),
+    };
+    loop {
+        match stream.message().await {
+            Ok(Some(u)) => {
+                if let Some(exec_update::Update::Record(r)) = u.update {
+                    records.push(r);
+                }
+            }
+            Ok(None) => return (records, Ok(())),
+            Err(status) => return (records, Err(status)),
+        }
+    }
+}
+
+/// After a failed turn: a turn the failure cut is resumed (errors are
+/// retried by the caller's next round).
+async fn recover(c: &mut SessionsClient<Channel>, sid: &str) {
+    let got = c.get_session(GetSessionRequest { uid: sid.into() }).await;
+    if let Ok(s) = got {
+        let state = ExecState::try_from(s.into_inner().exec_state).unwrap_or_default();
+        if matches!(state, ExecState::ExecRunning | ExecState::ExecAwaiting) {
+            let _ = c
+                .resume(ResumeRequest {
+                    session: sid.into(),
+                    ..Default::default()
+                })
+                .await;
+        }
+    }
+}
+
+/// Runs turns on `sid` through `addr` until `stop`.
+async fn drive(addr: String, sid: String, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) {
+    let mut c = client(&addr).await;
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let (records, ended) = turn(&mut c, &sid, n).await;
+        {
+            let mut s = seen.lock().unwrap();
+            s.absorb(&sid, &records);
+            if ended.is_ok() {
+                s.acks.push(Instant::now());
+            }
+        }
+        if let Err(status) = ended {
+            // While no primary is reachable, a client is told to retry
+            // later, never that the host broke.
+            assert_ne!(status.code(), tonic::Code::Internal, "{status:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            recover(&mut c, &sid).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_promoted_synchronous_standby_keeps_every_acknowledged_record_and_both_daemons_serve_on()
+{
+    let Some(primary) = pg::Cluster::start() else {
+        return;
+    };
+    let standby = primary.standby();
+    primary.sync_standby();
+    agentsessions_pg::create_database(&primary.url, "ha")
+        .await
+        .unwrap();
+    let hosts = format!("127.0.0.1:{},127.0.0.1:{}", primary.port(), standby.port());
+    let url = format!("postgres://agentsessions@{hosts}/ha?target_session_attrs=read-write");
+    let dir = tempfile::tempdir().unwrap();
+    let daemons: Vec<Daemon> = ["host-a", "host-b"]
+        .iter()
+        .map(|id| Daemon::start_in(dir.path(), url.as_ref(), &["--host-id", id]))
+        .collect();
+
+    let mut sessions = Vec::new();
+    for i in 0..CLIENTS {
+        let mut c = client(&daemons[i % 2].sessions).await;
+        let s = c
+            .create_session(CreateSessionRequest {
+                session: Some(Session::default()),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        sessions.push(s.metadata.unwrap().uid);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let clients: Vec<_> = sessions
+        .iter()
+        .enumerate()
+        .map(|(i, sid)| {
+            let addr = daemons[i % 2].sessions.clone();
+            tokio::spawn(drive(addr, sid.clone(), stop.clone(), seen.clone()))
+        })
+        .collect();
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !seen.lock().unwrap().acks.is_empty(),
+        "turns ran before the failover"
+    );
+    let cut = Instant::now();
+    let standby = tokio::task::spawn_blocking(move || {
+        primary.crash();
+        standby.promote();
+        // The old primary's directory goes; the standby serves from here.
+        drop(primary);
+        standby
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+
+    assert!(
+        seen.acks.iter().any(|t| *t > cut),
+        "turns are acknowledged again after the failover"
+    );
+    let mut acks = seen.acks.clone();
+    acks.sort();
+    let pause = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    eprintln!(
+        "failover: {} turns acknowledged, {} records; longest pause in acknowledgements {pause:?}",
+        acks.len(),
+        seen.acked.len()
+    );
+
+    // Every record a client was sent is on the promoted standby, as sent.
+    let promoted = format!("postgres://agentsessions@127.0.0.1:{}/ha", standby.port());
+    let j = PgJournal::open(&promoted, PgOptions::default())
+        .await
+        .unwrap();
+    for sid in &sessions {
+        j.verify(sid).await.unwrap();
+        let stored: BTreeMap<i64, String> = j
+            .read(sid, 1, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.seq, r.content_hash))
+            .collect();
+        let sent = seen.acked.range((sid.clone(), 0)..=(sid.clone(), i64::MAX));
+        for ((_, seq), hash) in sent {
+            assert_eq!(
+                stored.get(seq),
+                Some(hash),
+                "{sid} seq {seq} was sent, then lost"
+            );
+        }
+    }
+
+    // Both daemons serve on, neither restarted: every session takes a turn
+    // through the daemon that drove it.
+    for (i, sid) in sessions.iter().enumerate() {
+        let mut c = client(&daemons[i % 2].sessions).await;
+        recover(&mut c, sid).await;
+        let (_, ended) = turn(&mut c, sid, usize::MAX).await;
+        ended.unwrap_or_else(|s| panic!("{sid} on daemon {}: {s:?}", i % 2));
+    }
+}
