@@ -137,6 +137,134 @@ async fn drive(addr: String, sid: String, stop: Arc<AtomicBool>, seen: Arc<Mutex
     }
 }
 
+/// Clients running turns, one per session, each through its daemon.
+struct Load {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Seen>>,
+    clients: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(daemons: &[Daemon], sessions: &[String]) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let clients = sessions
+            .iter()
+            .enumerate()
+            .map(|(i, sid)| {
+                let addr = daemons[i % daemons.len()].sessions.clone();
+                tokio::spawn(drive(addr, sid.clone(), stop.clone(), seen.clone()))
+            })
+            .collect();
+        Self {
+            stop,
+            seen,
+            clients,
+        }
+    }
+
+    fn acks(&self) -> usize {
+        self.seen.lock().unwrap().acks.len()
+    }
+
+    async fn finish(self) -> Seen {
+        self.stop.store(true, Ordering::Relaxed);
+        for c in self.clients {
+            c.await.unwrap();
+        }
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+/// One session per client, created through the daemons in turn.
+async fn sessions(daemons: &[Daemon]) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in 0..CLIENTS {
+        let mut c = client(&daemons[i % daemons.len()].sessions).await;
+        let s = c
+            .create_session(CreateSessionRequest {
+                session: Some(Session::default()),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        out.push(s.metadata.unwrap().uid);
+    }
+    out
+}
+
+/// Every record a client was sent is in the journal at `url`, as sent,
+/// and every chain verifies.
+async fn check_journal(url: &str, sessions: &[String], seen: &Seen) {
+    let j = PgJournal::open(url, PgOptions::default()).await.unwrap();
+    for sid in sessions {
+        j.verify(sid).await.unwrap();
+        let stored: BTreeMap<i64, String> = j
+            .read(sid, 1, 0)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.seq, r.content_hash))
+            .collect();
+        let sent = seen.acked.range((sid.clone(), 0)..=(sid.clone(), i64::MAX));
+        for ((_, seq), hash) in sent {
+            assert_eq!(
+                stored.get(seq),
+                Some(hash),
+                "{sid} seq {seq} was sent, then lost"
+            );
+        }
+    }
+}
+
+/// The daemons serve on, none restarted: each is SERVING again, and every
+/// session takes a turn through the daemon that drove it.
+async fn serve_on(daemons: &[Daemon], sessions: &[String]) {
+    for d in daemons {
+        let mut serving = false;
+        for _ in 0..300 {
+            if health(&d.sessions).await == 1 {
+                serving = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(serving, "{} is SERVING again within 30 s", d.sessions);
+    }
+    for (i, sid) in sessions.iter().enumerate() {
+        let mut c = client(&daemons[i % daemons.len()].sessions).await;
+        recover(&mut c, sid).await;
+        let (_, ended) = turn(&mut c, sid, usize::MAX).await;
+        ended.unwrap_or_else(|s| panic!("{sid} on daemon {}: {s:?}", i % daemons.len()));
+    }
+}
+
+/// The daemon's overall health answer ("" service), as its number.
+async fn health(addr: &str) -> i32 {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+/// The longest gap between two acknowledgements.
+fn longest_pause(seen: &Seen) -> Duration {
+    let mut acks = seen.acks.clone();
+    acks.sort();
+    acks.windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_promoted_synchronous_standby_keeps_every_acknowledged_record_and_both_daemons_serve_on()
 {
@@ -155,36 +283,11 @@ async fn a_promoted_synchronous_standby_keeps_every_acknowledged_record_and_both
         .iter()
         .map(|id| Daemon::start_in(dir.path(), url.as_ref(), &["--host-id", id]))
         .collect();
+    let sessions = sessions(&daemons).await;
 
-    let mut sessions = Vec::new();
-    for i in 0..CLIENTS {
-        let mut c = client(&daemons[i % 2].sessions).await;
-        let s = c
-            .create_session(CreateSessionRequest {
-                session: Some(Session::default()),
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        sessions.push(s.metadata.unwrap().uid);
-    }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let clients: Vec<_> = sessions
-        .iter()
-        .enumerate()
-        .map(|(i, sid)| {
-            let addr = daemons[i % 2].sessions.clone();
-            tokio::spawn(drive(addr, sid.clone(), stop.clone(), seen.clone()))
-        })
-        .collect();
-
+    let load = Load::start(&daemons, &sessions);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        !seen.lock().unwrap().acks.is_empty(),
-        "turns ran before the failover"
-    );
+    assert!(load.acks() > 0, "turns ran before the failover");
     let cut = Instant::now();
     let standby = tokio::task::spawn_blocking(move || {
         primary.crash();
@@ -196,55 +299,58 @@ async fn a_promoted_synchronous_standby_keeps_every_acknowledged_record_and_both
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_secs(4)).await;
-    stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.await.unwrap();
-    }
-    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    let seen = load.finish().await;
 
     assert!(
         seen.acks.iter().any(|t| *t > cut),
         "turns are acknowledged again after the failover"
     );
-    let mut acks = seen.acks.clone();
-    acks.sort();
-    let pause = acks.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     eprintln!(
-        "failover: {} turns acknowledged, {} records; longest pause in acknowledgements {pause:?}",
-        acks.len(),
-        seen.acked.len()
+        "failover: {} turns acknowledged, {} records; longest pause in acknowledgements {:?}",
+        seen.acks.len(),
+        seen.acked.len(),
+        longest_pause(&seen)
     );
-
-    // Every record a client was sent is on the promoted standby, as sent.
     let promoted = format!("postgres://agentsessions@127.0.0.1:{}/ha", standby.port());
-    let j = PgJournal::open(&promoted, PgOptions::default())
+    check_journal(&promoted, &sessions, &seen).await;
+    serve_on(&daemons, &sessions).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_terminated_under_load_lose_nothing_and_the_daemon_serves_on() {
+    let Some(url) = pg::fresh_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let daemons = vec![Daemon::start_in(dir.path(), url.as_ref(), &[])];
+    let sessions = sessions(&daemons).await;
+    let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
         .unwrap();
-    for sid in &sessions {
-        j.verify(sid).await.unwrap();
-        let stored: BTreeMap<i64, String> = j
-            .read(sid, 1, 0)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| (r.seq, r.content_hash))
-            .collect();
-        let sent = seen.acked.range((sid.clone(), 0)..=(sid.clone(), i64::MAX));
-        for ((_, seq), hash) in sent {
-            assert_eq!(
-                stored.get(seq),
-                Some(hash),
-                "{sid} seq {seq} was sent, then lost"
-            );
-        }
-    }
+    tokio::spawn(connection);
 
-    // Both daemons serve on, neither restarted: every session takes a turn
-    // through the daemon that drove it.
-    for (i, sid) in sessions.iter().enumerate() {
-        let mut c = client(&daemons[i % 2].sessions).await;
-        recover(&mut c, sid).await;
-        let (_, ended) = turn(&mut c, sid, usize::MAX).await;
-        ended.unwrap_or_else(|s| panic!("{sid} on daemon {}: {s:?}", i % 2));
+    let load = Load::start(&daemons, &sessions);
+    let mut terminated = 0;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let rows = admin
+            .query(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap();
+        terminated += rows.len();
     }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let seen = load.finish().await;
+    assert!(terminated > 0, "the daemon's connections were terminated");
+    eprintln!(
+        "terminations: {terminated} connections cut, {} turns acknowledged; longest pause {:?}",
+        seen.acks.len(),
+        longest_pause(&seen)
+    );
+    check_journal(&url, &sessions, &seen).await;
+    serve_on(&daemons, &sessions).await;
 }

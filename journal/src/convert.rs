@@ -146,7 +146,7 @@ pub fn put_error_of(e: store::RegistryError) -> m::PutError {
 pub fn fault_of(e: &store::StoreError) -> m::StoreFault {
     if matches!(e, store::StoreError::Leased { .. }) {
         m::StoreFault::busy(e.to_string())
-    } else if e.is_transient() {
+    } else if e.is_retryable() {
         m::StoreFault::transient(e.to_string())
     } else {
         m::StoreFault::permanent(e.to_string())

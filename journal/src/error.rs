@@ -29,6 +29,10 @@ pub enum StoreError {
     /// is down, the disk is full); a retry after backoff may succeed.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A statement waited past its timeout, on another client's lock: the
+    /// store is up, this call was not served; a retry may succeed.
+    #[error("store busy: {0}")]
+    Busy(String),
     /// A stored event blob does not decode.
     #[error("session {session} seq {seq}: undecodable event: {reason}")]
     Decode {
@@ -85,6 +89,13 @@ impl StoreError {
                 | StoreError::Closed
                 | StoreError::Unavailable(_)
         )
+    }
+
+    /// Whether a retry of the same call may succeed: the store is down
+    /// ([`StoreError::is_transient`]) or was busy for this call. Clients
+    /// get UNAVAILABLE for both; only the first takes the store down.
+    pub fn is_retryable(&self) -> bool {
+        self.is_transient() || matches!(self, StoreError::Busy(_))
     }
 }
 

@@ -209,6 +209,71 @@ impl SessionPage {
     }
 }
 
+// ---- writes whose answer was lost --------------------------------------------
+
+/// What a write did whose COMMIT went out and whose answer never came back
+/// (the connection died, the primary failed over), judged from what the
+/// store holds now. Never an acknowledgement of what is not durable, never
+/// "failed" for what committed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// The write is there: these are its records, as stored.
+    Committed(Vec<agentsessions_proto::v1::LogRecord>),
+    /// The write is not there (nothing at its seqs, or another writer's
+    /// records): a retry may write it.
+    NotCommitted,
+}
+
+/// Reconciles `batch` against `stored`: the session's records from seq
+/// `expected_last_seq` (the head it was written on; none when 0) through
+/// `expected_last_seq + events`, read after the answer was lost. The write
+/// committed exactly when the records after the head are the ones the
+/// batch makes on it, hash for hash.
+pub fn reconcile_append(
+    batch: &crate::AppendBatch,
+    stored: &[agentsessions_proto::v1::LogRecord],
+) -> Result<Reconciled, StoreError> {
+    let head = batch.expected_last_seq;
+    assert!(head >= 0 && !batch.events.is_empty());
+    debug_assert!(stored.windows(2).all(|w| w[0].seq + 1 == w[1].seq));
+    let (prev, after) = match stored.split_first() {
+        _ if head == 0 => ("", stored),
+        Some((at, after)) if at.seq == head => (at.content_hash.as_str(), after),
+        // The head it was written on is gone (deleted): not this write's.
+        _ => return Ok(Reconciled::NotCommitted),
+    };
+    Ok(match_chain(batch.chain(head, prev)?, after))
+}
+
+/// [`reconcile_append`] for a fork child's first write: `prev` is the
+/// parent's hash at `at_seq` ("" at 0), `stored` the child's own records
+/// after `at_seq`.
+pub fn reconcile_fork(
+    batch: &crate::ForkBatch,
+    prev: &str,
+    stored: &[agentsessions_proto::v1::LogRecord],
+) -> Result<Reconciled, StoreError> {
+    assert!(batch.at_seq >= 0 && !batch.events.is_empty());
+    Ok(match_chain(batch.chain(prev)?, stored))
+}
+
+/// `Committed` with the stored records when they are `ours`, hash for hash.
+fn match_chain(
+    ours: Vec<agentsessions_proto::v1::LogRecord>,
+    stored: &[agentsessions_proto::v1::LogRecord],
+) -> Reconciled {
+    let same = stored.len() >= ours.len()
+        && ours
+            .iter()
+            .zip(stored)
+            .all(|(o, s)| o.seq == s.seq && o.content_hash == s.content_hash);
+    if same {
+        Reconciled::Committed(stored[..ours.len()].to_vec())
+    } else {
+        Reconciled::NotCommitted
+    }
+}
+
 // ---- deletion ----------------------------------------------------------------
 
 /// Whether `req` deletes its session, given whether the session has a row,
@@ -313,6 +378,62 @@ mod tests {
             session_harness("h", true, Some(&row)),
             Err(RegistryError::Retired { .. })
         ));
+    }
+
+    fn append(head: i64, texts: &[&str]) -> crate::AppendBatch {
+        crate::AppendBatch {
+            session: "s".into(),
+            expected_last_seq: head,
+            fence: 1,
+            events: texts
+                .iter()
+                .map(|t| {
+                    agentsessions_machine::events::input(
+                        "e",
+                        agentsessions_machine::events::text_message("user", t),
+                    )
+                })
+                .collect(),
+            compute_state: None,
+            now_unix_nanos: 1,
+            release_lease: None,
+        }
+    }
+
+    #[test]
+    fn a_lost_answer_is_committed_only_when_the_stored_chain_is_the_batchs_own() {
+        let first = append(0, &["a", "b"]);
+        let stored = first.chain(0, "").unwrap();
+        assert_eq!(
+            reconcile_append(&first, &stored).unwrap(),
+            Reconciled::Committed(stored.clone())
+        );
+        assert_eq!(
+            reconcile_append(&first, &[]).unwrap(),
+            Reconciled::NotCommitted
+        );
+        // Another writer's records at the same seqs are not this write.
+        let other = append(0, &["x", "y"]).chain(0, "").unwrap();
+        assert_eq!(
+            reconcile_append(&first, &other).unwrap(),
+            Reconciled::NotCommitted
+        );
+        // On a head: the stored head's hash is what the batch chains from.
+        let second = append(2, &["c"]);
+        let on = second.chain(2, &stored[1].content_hash).unwrap();
+        let read = [stored[1].clone(), on[0].clone()];
+        assert_eq!(
+            reconcile_append(&second, &read).unwrap(),
+            Reconciled::Committed(on)
+        );
+        assert_eq!(
+            reconcile_append(&second, &read[..1]).unwrap(),
+            Reconciled::NotCommitted
+        );
+        assert_eq!(
+            reconcile_append(&second, &[]).unwrap(),
+            Reconciled::NotCommitted
+        );
     }
 
     #[test]

@@ -100,7 +100,12 @@ pub(crate) struct GroupCommitter {
 }
 
 impl GroupCommitter {
-    pub(crate) fn spawn(pool: Pool, default_project: String, limits: GroupLimits) -> Self {
+    pub(crate) fn spawn(
+        pool: Pool,
+        default_project: String,
+        limits: GroupLimits,
+        planted: Arc<crate::planted::Planted>,
+    ) -> Self {
         assert!(limits.max_appends >= 1 && limits.max_events >= 1 && limits.queue >= 1);
         assert!(limits.in_flight >= 1);
         let (queue, rx) = mpsc::channel(limits.queue);
@@ -110,6 +115,7 @@ impl GroupCommitter {
             pool,
             default_project,
             limits,
+            planted,
             counters: counters.clone(),
             meter: meter.clone(),
         };
@@ -157,6 +163,7 @@ struct Committer {
     pool: Pool,
     default_project: String,
     limits: GroupLimits,
+    planted: Arc<crate::planted::Planted>,
     counters: Arc<Counters>,
     meter: Meter,
 }
@@ -225,7 +232,11 @@ impl<'a> Rows<'a> {
 #[derive(Debug, Clone)]
 enum GroupFailure {
     /// Before COMMIT: nothing was written.
-    Before { transient: bool, reason: String },
+    Before {
+        transient: bool,
+        busy: bool,
+        reason: String,
+    },
     /// COMMIT failed: the outcome is unknown.
     Commit(String),
 }
@@ -234,6 +245,7 @@ impl GroupFailure {
     fn before(e: StoreError) -> Self {
         GroupFailure::Before {
             transient: e.is_transient(),
+            busy: matches!(e, StoreError::Busy(_)),
             reason: e.to_string(),
         }
     }
@@ -243,7 +255,11 @@ impl GroupFailure {
             GroupFailure::Before {
                 transient: true,
                 reason,
+                ..
             } => StoreError::Unavailable(reason.clone()),
+            GroupFailure::Before {
+                busy: true, reason, ..
+            } => StoreError::Busy(reason.clone()),
             GroupFailure::Before { reason, .. } => StoreError::Backend(reason.clone().into()),
             GroupFailure::Commit(reason) => StoreError::CommitFailed {
                 reason: reason.clone(),
@@ -374,12 +390,29 @@ impl Committer {
         };
         let batches: Vec<&AppendBatch> = valid.iter().map(|p| &p.batch).collect();
         let started = std::time::Instant::now();
-        let outcome = self.stage_and_commit(&mut conn, &batches).await;
+        let outcome = if self.planted.lose_before() {
+            Err(GroupFailure::Commit("planted: lost before COMMIT".into()))
+        } else {
+            match self.stage_and_commit(&mut conn, &batches).await {
+                Ok(_) if self.planted.lose_after() => Err(GroupFailure::Commit(
+                    "planted: answer lost after COMMIT".into(),
+                )),
+                outcome => outcome,
+            }
+        };
         let meter = self.meter.get();
         if let (Ok(_), Some(m)) = (&outcome, meter) {
             m.committed(valid.len(), started.elapsed(), false);
         }
         match outcome {
+            // The answer to COMMIT was lost: each append is reconciled
+            // against what the store holds before it is answered.
+            Err(GroupFailure::Commit(reason)) => {
+                for p in valid {
+                    let answer = crate::reconcile::append(&self.pool, &p.batch, &reason).await;
+                    let _ = p.reply.send(answer);
+                }
+            }
             Err(failure) => valid.into_iter().for_each(|p| {
                 let _ = p.reply.send(Err(failure.to_error()));
             }),

@@ -18,10 +18,14 @@ pub mod copy;
 mod group;
 pub mod ledger;
 mod ops;
+mod planted;
+mod reconcile;
 pub mod schema;
 mod tls;
 
 pub use group::{GroupLimits, GroupStats};
+
+use std::sync::Arc;
 
 use agentsessions_journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_journal::{
@@ -47,7 +51,15 @@ pub struct PgOptions {
     /// PEM file of the CA that signed the server's certificate. Given, the
     /// connection is TLS and verified (`sslmode=require` needs it).
     pub ca_file: Option<std::path::PathBuf>,
+    /// Longest a statement may run (or wait on another client's lock)
+    /// before the server cancels it and the call is answered UNAVAILABLE
+    /// (`StoreError::Busy`). `None` leaves the server's setting.
+    pub statement_timeout: Option<std::time::Duration>,
 }
+
+/// [`PgOptions::statement_timeout`] by default: far above any statement of
+/// a healthy journal, far below a client's patience.
+pub const DEFAULT_STATEMENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Default for PgOptions {
     fn default() -> Self {
@@ -56,6 +68,7 @@ impl Default for PgOptions {
             pool_size: 8,
             group_commit: Some(GroupLimits::default()),
             ca_file: None,
+            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
         }
     }
 }
@@ -66,6 +79,7 @@ pub struct PgJournal {
     pool: Pool,
     default_project: String,
     group: Option<group::GroupCommitter>,
+    planted: Arc<planted::Planted>,
 }
 
 impl std::fmt::Debug for PgJournal {
@@ -80,14 +94,24 @@ impl std::fmt::Debug for PgJournal {
 /// is shutting down, starting up or out of connections is `Unavailable`
 /// (the store is down, retry later); anything else is a backend failure.
 pub(crate) fn backend(e: tokio_postgres::Error) -> StoreError {
+    // 57014: canceled by the statement timeout; 55P03: a lock not
+    // available. The server is up; another client held what we needed.
+    if e.code()
+        .is_some_and(|c| matches!(c.code(), "57014" | "55P03"))
+    {
+        return StoreError::Busy(e.to_string());
+    }
     let down = match e.code() {
         // No SQLSTATE: the connection itself failed (refused, reset, closed).
         None => true,
         Some(code) => {
             let class = &code.code()[..2];
             // 08: connection exception; 57: operator intervention (shutdown,
-            // cannot connect now); 53: insufficient resources.
-            matches!(class, "08" | "57" | "53")
+            // cannot connect now, a statement timeout); 53: insufficient
+            // resources; 40: the transaction was rolled back (serialization,
+            // deadlock); 25006: a read-only transaction, i.e. a standby
+            // answered while the primary fails over.
+            matches!(class, "08" | "57" | "53" | "40") || code.code() == "25006"
         }
     };
     if down {
@@ -130,6 +154,12 @@ impl PgJournal {
         let mut config: tokio_postgres::Config = url
             .parse()
             .map_err(|e| StoreError::InvalidArgument(format!("journal url: {e}")))?;
+        if let Some(t) = options.statement_timeout {
+            // After the URL's own options, so this one wins.
+            let ms = t.as_millis().max(1);
+            let given = config.get_options().unwrap_or_default().to_owned();
+            config.options(format!("{given} -c statement_timeout={ms}").trim());
+        }
         let recycling = || ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         };
@@ -158,13 +188,20 @@ impl PgJournal {
         if let Some(e) = last {
             return Err(e);
         }
+        let planted = Arc::new(planted::Planted::default());
         let group = options.group_commit.map(|limits| {
-            group::GroupCommitter::spawn(pool.clone(), options.default_project.clone(), limits)
+            group::GroupCommitter::spawn(
+                pool.clone(),
+                options.default_project.clone(),
+                limits,
+                planted.clone(),
+            )
         });
         Ok(Self {
             pool,
             default_project: options.default_project,
             group,
+            planted,
         })
     }
 
@@ -213,6 +250,14 @@ impl PgJournal {
         Ok((row.get(0), row.get(1)))
     }
 
+    /// Plants `n` lost COMMIT answers (tests of reconciliation): with
+    /// `committed`, the next writes commit and their answers are lost;
+    /// without, they never reach COMMIT and are told COMMIT failed.
+    #[cfg(feature = "faults")]
+    pub fn plant_lost_commit_answers(&self, committed: bool, n: u32) {
+        self.planted.plant(committed, n);
+    }
+
     async fn conn(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.pool.get().await.map_err(pool_error)
     }
@@ -229,15 +274,40 @@ impl JournalStore for PgJournal {
 
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         if let Some(group) = &self.group {
+            // The committer reconciles a lost answer itself.
             return group.append(batch).await;
         }
         let mut c = self.conn().await?;
-        ops::append(&mut c, &batch, &self.default_project).await
+        match ops::append(&mut c, &batch, &self.default_project).await {
+            Err(AppendError::Failed(StoreError::CommitFailed { reason })) => {
+                drop(c);
+                reconcile::append(&self.pool, &batch, &reason).await
+            }
+            done => done,
+        }
     }
 
     async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
         let mut c = self.conn().await?;
-        ops::fork(&mut c, &batch, &self.default_project).await
+        if self.planted.lose_before() {
+            drop(c);
+            return reconcile::fork(&self.pool, &batch, "planted: lost before COMMIT").await;
+        }
+        let forked = ops::fork(&mut c, &batch, &self.default_project).await;
+        let forked = match forked {
+            Ok(_) if self.planted.lose_after() => Err(StoreError::CommitFailed {
+                reason: "planted: answer lost after COMMIT".into(),
+            }
+            .into()),
+            other => other,
+        };
+        match forked {
+            Err(AppendError::Failed(StoreError::CommitFailed { reason })) => {
+                drop(c);
+                reconcile::fork(&self.pool, &batch, &reason).await
+            }
+            done => done,
+        }
     }
 
     async fn mint_fence(

@@ -1,0 +1,109 @@
+//! Writes whose COMMIT answer was lost: the connection died during COMMIT,
+//! or the primary failed over with the commit in flight. The write may be
+//! on the new primary or not, so before anyone is answered the store reads
+//! the session back (waiting up to [`RECONCILE_FOR`] for a primary) and
+//! asks the journal crate's rule (`rules::reconcile_append`,
+//! `reconcile_fork`): the records are there, hash for hash → the write's
+//! records, as a success; not there → `Unavailable`, which a client may
+//! retry; unreadable → `CommitFailed` (still unknown), as before.
+//!
+//! Invariant: never an acknowledgement of what is not durable, never
+//! "failed" for what committed.
+
+use std::time::{Duration, Instant};
+
+use agentsessions_journal::rules::{self, Reconciled};
+use agentsessions_journal::{AppendBatch, AppendError, ForkBatch, StoreError};
+use agentsessions_proto::v1::LogRecord;
+use deadpool_postgres::Pool;
+
+use crate::{client, ops, pool_error};
+
+/// How long a reconciliation waits for a primary to read from.
+pub(crate) const RECONCILE_FOR: Duration = Duration::from_secs(15);
+
+/// The answer for `batch`, whose COMMIT failed with `reason`.
+pub(crate) async fn append(
+    pool: &Pool,
+    batch: &AppendBatch,
+    reason: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    let head = batch.expected_last_seq;
+    let last = head + batch.events.len() as i64;
+    let stored = match read(pool, &batch.session, head.max(1), last).await {
+        Ok(stored) => stored,
+        Err(e) => return Err(unknown(reason, &e)),
+    };
+    // The head's own record comes first when there is one.
+    let stored: Vec<LogRecord> = stored.into_iter().filter(|r| r.seq >= head).collect();
+    answer(rules::reconcile_append(batch, &stored)?, reason)
+}
+
+/// The answer for fork `batch`, whose COMMIT failed with `reason`.
+pub(crate) async fn fork(
+    pool: &Pool,
+    batch: &ForkBatch,
+    reason: &str,
+) -> Result<Vec<LogRecord>, AppendError> {
+    let at = batch.at_seq;
+    let prev = if at == 0 {
+        String::new()
+    } else {
+        match read(pool, &batch.parent, at, at).await {
+            Ok(r) if r.len() == 1 => r[0].content_hash.clone(),
+            Ok(_) => return answer(Reconciled::NotCommitted, reason),
+            Err(e) => return Err(unknown(reason, &e)),
+        }
+    };
+    let last = at + batch.events.len() as i64;
+    let stored = match read(pool, &batch.child, at + 1, last).await {
+        Ok(stored) => stored,
+        Err(e) => return Err(unknown(reason, &e)),
+    };
+    answer(rules::reconcile_fork(batch, &prev, &stored)?, reason)
+}
+
+fn answer(r: Reconciled, reason: &str) -> Result<Vec<LogRecord>, AppendError> {
+    match r {
+        Reconciled::Committed(records) => {
+            assert!(!records.is_empty(), "a committed write wrote records");
+            Ok(records)
+        }
+        Reconciled::NotCommitted => Err(StoreError::Unavailable(format!(
+            "the write did not commit ({reason}); retry"
+        ))
+        .into()),
+    }
+}
+
+fn unknown(reason: &str, then: &StoreError) -> AppendError {
+    StoreError::CommitFailed {
+        reason: format!("{reason}; reading it back: {then}"),
+    }
+    .into()
+}
+
+/// Records `from..=to` of `session`, retried while no primary answers.
+async fn read(
+    pool: &Pool,
+    session: &str,
+    from: i64,
+    to: i64,
+) -> Result<Vec<LogRecord>, StoreError> {
+    assert!(from >= 1 && to >= from);
+    let until = Instant::now() + RECONCILE_FOR;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let tried = match pool.get().await.map_err(pool_error) {
+            Ok(c) => ops::read(client(&c), session, from, to).await,
+            Err(e) => Err(e),
+        };
+        match tried {
+            Err(e) if e.is_transient() && Instant::now() + pause < until => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            done => return done,
+        }
+    }
+}
