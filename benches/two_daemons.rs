@@ -5,8 +5,9 @@
 //! daemon binary as child processes, and `TWO_DAEMONS_SESSIONS` (default 32)
 //! clients each running `TWO_DAEMONS_TURNS` (default 40) echo turns on a
 //! session of its own, all at once. With two daemons the sessions are
-//! split between them. Each phase gets a fresh database. Printed: turns/s
-//! of each phase and their ratio, from one run.
+//! split between them. A third phase runs one daemon with `--lease 0s`, for
+//! what the session leases cost. Each phase gets a fresh database.
+//! Printed: turns/s of each phase and their ratios, from one run.
 
 #[path = "../tests/support/cli.rs"]
 mod cli;
@@ -86,10 +87,21 @@ fn main() {
         let sessions = env_usize("TWO_DAEMONS_SESSIONS", 32);
         let turns = env_usize("TWO_DAEMONS_TURNS", 40);
         let dir = tempfile::tempdir().unwrap();
-        let start = |url: &str, name: &str| {
+        let start_with = |url: &str, name: &str, extra: &[&str]| {
             let ledger = dir.path().join(format!("{name}.tools.db"));
-            Daemon::start_with(url.as_ref(), &["--tools-ledger", ledger.to_str().unwrap()])
+            let mut flags = vec!["--tools-ledger", ledger.to_str().unwrap()];
+            flags.extend_from_slice(extra);
+            Daemon::start_with(url.as_ref(), &flags)
         };
+        let start = |url: &str, name: &str| start_with(url, name, &[]);
+
+        // The lease's cost: one daemon without leases (`--lease 0s`).
+        let Some(url) = pg::fresh_database().await else {
+            return;
+        };
+        let bare = [start_with(&url, "bare", &["--lease", "0s"])];
+        let unleased = phase(&bare, sessions, turns).await;
+        drop(bare);
 
         let Some(url) = pg::fresh_database().await else {
             return;
@@ -109,5 +121,10 @@ fn main() {
         println!("  one daemon   {single:8.1} turns/s");
         println!("  two daemons  {double:8.1} turns/s");
         println!("  two / one    {:.2}x", double / single);
+        println!("  one daemon without leases (--lease 0s) {unleased:8.1} turns/s");
+        println!(
+            "  one daemon, leases / no leases  {:.2}x",
+            single / unleased
+        );
     });
 }

@@ -316,15 +316,8 @@ impl JournalStore for PgJournal {
         now_unix_nanos: i64,
         lease: Option<&LeaseClaim>,
     ) -> Result<i64, StoreError> {
-        let mut c = self.conn().await?;
-        ops::mint_fence(
-            client_mut(&mut c),
-            session,
-            now_unix_nanos,
-            &self.default_project,
-            lease,
-        )
-        .await
+        let c = self.conn().await?;
+        ops::mint_fence(&c, session, now_unix_nanos, &self.default_project, lease).await
     }
 
     async fn hold_lease(

@@ -242,66 +242,119 @@ pub(crate) async fn append(
 /// every host, never by comparing two hosts' clocks.
 const DB_NOW: &str = "(extract(epoch from clock_timestamp()) * 1000000000)::bigint";
 
-/// fence = fence + 1 (1 on first mint); creates the row if missing. With a
-/// claim, takes the lease too, or rolls the mint back.
+/// The fence upsert: the session row's lock first, so every mint of one
+/// session runs its lease check after the previous one committed.
+const MINT: &str = "INSERT INTO sessions(session, fence, project, created_at, updated_at)
+     VALUES ($1, 1, $2, $3, $3)
+     ON CONFLICT (session) DO UPDATE SET
+        fence = sessions.fence + 1,
+        project = CASE WHEN sessions.project = '' THEN excluded.project ELSE sessions.project END,
+        created_at = CASE WHEN sessions.created_at = 0 THEN excluded.created_at ELSE sessions.created_at END,
+        updated_at = excluded.updated_at
+     RETURNING fence, (extract(epoch from clock_timestamp()) * 1000000000)::bigint";
+const DELETED: &str = "SELECT 1 FROM deleted_sessions WHERE session = $1";
+const LEASE_HELD: &str = "SELECT owner, fence, expires_at FROM session_leases WHERE session = $1";
+const LEASE_TAKE: &str =
+    "INSERT INTO session_leases(session, owner, fence, expires_at) VALUES ($1, $2, $3, $4)
+     ON CONFLICT (session) DO UPDATE SET
+        owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at";
+
+/// Mints the next fence of `session` (and, with `lease`, takes its lease)
+/// in one transaction of two round trips: BEGIN, the tombstone check, the
+/// upsert and the lease read pipelined (the server runs them in that
+/// order), then the lease write and COMMIT pipelined. Statements are
+/// prepared once per connection.
 pub(crate) async fn mint_fence(
-    c: &mut Client,
+    c: &deadpool_postgres::Object,
     session: &str,
     now: i64,
     default_project: &str,
     lease: Option<&LeaseClaim>,
 ) -> Result<i64, StoreError> {
     required("session", session)?;
-    let tx = c.transaction().await.map_err(backend)?;
-    refuse_deleted(&tx, session).await?;
-    // The upsert takes the session row's lock first, so every mint of one
-    // session runs its lease check after the previous one committed.
-    let row = tx
-        .query_one(
-            &format!(
-                "INSERT INTO sessions(session, fence, project, created_at, updated_at)
-                 VALUES ($1, 1, $2, $3, $3)
-                 ON CONFLICT (session) DO UPDATE SET
-                    fence = sessions.fence + 1,
-                    project = CASE WHEN sessions.project = '' THEN excluded.project ELSE sessions.project END,
-                    created_at = CASE WHEN sessions.created_at = 0 THEN excluded.created_at ELSE sessions.created_at END,
-                    updated_at = excluded.updated_at
-                 RETURNING fence, {DB_NOW}"
-            ),
-            &[&session, &default_project, &now],
-        )
-        .await
-        .map_err(backend)?;
+    let deleted = c.prepare_cached(DELETED).await.map_err(backend)?;
+    let mint = c.prepare_cached(MINT).await.map_err(backend)?;
+    let held = c.prepare_cached(LEASE_HELD).await.map_err(backend)?;
+    let take = c.prepare_cached(LEASE_TAKE).await.map_err(backend)?;
+    let client: &Client = c;
+    let read_lease = async {
+        match lease {
+            Some(_) => client.query_opt(&held, &[&session]).await,
+            None => Ok(None),
+        }
+    };
+    let (begun, gone, minted, lease_row) = futures_util::future::join4(
+        client.batch_execute("BEGIN"),
+        client.query_opt(&deleted, &[&session]),
+        client.query_one(&mint, &[&session, &default_project, &now]),
+        read_lease,
+    )
+    .await;
+    let read = begun
+        .and(gone)
+        .and_then(|g| minted.and_then(|m| lease_row.map(|l| (g, m, l))));
+    let (gone, row, lease_row) = match read {
+        Ok(read) => read,
+        Err(e) => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(backend(e));
+        }
+    };
+    if gone.is_some() {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(StoreError::SessionDeleted {
+            uid: session.to_owned(),
+        });
+    }
     let fence: i64 = row.get(0);
     let db_now: i64 = row.get(1);
     assert!(fence >= 1, "a minted fence is positive");
-    if let Some(claim) = lease {
-        let held = tx
-            .query_opt(
-                "SELECT owner, fence, expires_at FROM session_leases WHERE session = $1",
-                &[&session],
-            )
-            .await
-            .map_err(backend)?
-            .map(|r| StoredLease {
-                owner: r.get(0),
-                fence: r.get(1),
-                expires_at: r.get(2),
-            });
-        // A refusal drops the transaction: the fence bump rolls back.
-        lease::check_claim(session, held.as_ref(), claim, db_now)?;
-        let taken = lease::taken(claim, fence, db_now);
-        tx.execute(
-            "INSERT INTO session_leases(session, owner, fence, expires_at) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (session) DO UPDATE SET
-                owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at",
-            &[&session, &taken.owner, &taken.fence, &taken.expires_at],
-        )
-        .await
-        .map_err(backend)?;
+    let Some(claim) = lease else {
+        commit_text(client).await?;
+        return Ok(fence);
+    };
+    let stored = lease_row.map(|r| StoredLease {
+        owner: r.get(0),
+        fence: r.get(1),
+        expires_at: r.get(2),
+    });
+    // A refusal rolls the fence bump back with the transaction.
+    if let Err(refused) = lease::check_claim(session, stored.as_ref(), claim, db_now) {
+        let _ = client.batch_execute("ROLLBACK").await;
+        return Err(refused);
     }
-    commit(tx).await?;
-    Ok(fence)
+    let taken = lease::taken(claim, fence, db_now);
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+        [&session, &taken.owner, &taken.fence, &taken.expires_at];
+    let (written, committed) = futures_util::future::join(
+        client.execute(&take, &params),
+        client.batch_execute("COMMIT"),
+    )
+    .await;
+    match (written, committed) {
+        (Ok(n), Ok(())) => {
+            assert_eq!(n, 1, "one lease row per session");
+            Ok(fence)
+        }
+        // The server refused the write: COMMIT became a rollback.
+        (Err(e), _) if e.code().is_some() => {
+            let _ = client.batch_execute("ROLLBACK").await;
+            Err(backend(e))
+        }
+        (Err(e), _) | (_, Err(e)) => Err(StoreError::CommitFailed {
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// COMMIT sent as text on a connection inside a transaction it began.
+async fn commit_text(client: &Client) -> Result<(), StoreError> {
+    client
+        .batch_execute("COMMIT")
+        .await
+        .map_err(|e| StoreError::CommitFailed {
+            reason: e.to_string(),
+        })
 }
 
 /// Ends `owner`'s lease taken at `fence`; anyone else's stays.
