@@ -40,6 +40,11 @@ struct Args {
     /// in the URL needs it).
     #[arg(long, env = "AGENTSESSIONS_JOURNAL_CA", value_name = "FILE")]
     journal_ca: Option<PathBuf>,
+    /// PostgreSQL only: longest a statement may run or wait on another
+    /// client's lock before it is canceled and the call answered
+    /// UNAVAILABLE (the store stays up).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = humantime::parse_duration)]
+    journal_statement_timeout: Duration,
     /// The tool ledger file (default: `<journal>.tools.db` beside a SQLite
     /// journal). With a PostgreSQL journal the ledger is a table in that
     /// database, shared by every daemon on it, unless this names a file.
@@ -488,6 +493,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             agentsessions_pg::PgOptions {
                 default_project: config.project.clone(),
                 ca_file: args.journal_ca.clone(),
+                statement_timeout: Some(args.journal_statement_timeout),
                 ..Default::default()
             },
         )
