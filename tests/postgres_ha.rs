@@ -32,6 +32,9 @@ use cli::Daemon;
 #[path = "../shells/tests/support/pg.rs"]
 mod pg;
 
+#[path = "support/scrape.rs"]
+mod scrape;
+
 /// Sessions, one client each.
 const CLIENTS: usize = 8;
 
@@ -322,7 +325,11 @@ async fn connections_terminated_under_load_lose_nothing_and_the_daemon_serves_on
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let daemons = vec![Daemon::start_in(dir.path(), url.as_ref(), &[])];
+    let daemons = vec![Daemon::start_in(
+        dir.path(),
+        url.as_ref(),
+        &["--metrics-addr", "127.0.0.1:0"],
+    )];
     let sessions = sessions(&daemons).await;
     let (admin, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -353,4 +360,16 @@ async fn connections_terminated_under_load_lose_nothing_and_the_daemon_serves_on
     );
     check_journal(&url, &sessions, &seen).await;
     serve_on(&daemons, &sessions).await;
+    // The reconnects are counted.
+    let metrics = daemons[0].metrics.as_deref().expect("--metrics-addr");
+    let metrics = metrics.to_owned();
+    let text = tokio::task::spawn_blocking(move || scrape::metrics(&metrics))
+        .await
+        .unwrap();
+    let reopens = scrape::sample(&text, "agentsessions_journal_reopens_total")
+        .expect("the reopen counter is exported");
+    assert!(
+        reopens >= 1.0,
+        "the store came back at least once: {reopens}"
+    );
 }

@@ -67,7 +67,7 @@ pub mod rules;
 
 pub use error::{AppendError, BackendError, DeleteError, RegistryError, StoreError, VerifyError};
 pub use lease::{LeaseClaim, StoredLease};
-pub use meter::{CommitMeter, Meter};
+pub use meter::{CommitMeter, Meter, UnknownOutcome};
 
 /// The project a session lands in when none is given.
 pub const DEFAULT_PROJECT: &str = "default";

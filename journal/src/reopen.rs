@@ -264,6 +264,7 @@ async fn reopen<S: JournalStore + 'static>(inner: Weak<Inner<S>>, mut pause: Dur
             Ok(store) => {
                 if let Some(meter) = inner.meter.get() {
                     store.set_meter(meter.clone());
+                    meter.reopened();
                 }
                 let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());
                 assert!(state.current.is_none(), "one reopener at a time");

@@ -88,7 +88,7 @@ struct Pending {
 }
 
 /// Where commit timings go, once a daemon with metrics sets it.
-type Meter = Arc<std::sync::OnceLock<agentsessions_journal::Meter>>;
+pub(crate) type Meter = Arc<std::sync::OnceLock<agentsessions_journal::Meter>>;
 
 /// The sending side; cloned with the journal. The committer stops once the
 /// last clone is dropped and the queue is drained.
@@ -96,7 +96,6 @@ type Meter = Arc<std::sync::OnceLock<agentsessions_journal::Meter>>;
 pub(crate) struct GroupCommitter {
     queue: mpsc::Sender<Pending>,
     counters: Arc<Counters>,
-    meter: Meter,
 }
 
 impl GroupCommitter {
@@ -105,12 +104,12 @@ impl GroupCommitter {
         default_project: String,
         limits: GroupLimits,
         planted: Arc<crate::planted::Planted>,
+        meter: Meter,
     ) -> Self {
         assert!(limits.max_appends >= 1 && limits.max_events >= 1 && limits.queue >= 1);
         assert!(limits.in_flight >= 1);
         let (queue, rx) = mpsc::channel(limits.queue);
         let counters = Arc::new(Counters::default());
-        let meter = Meter::default();
         let committer = Committer {
             pool,
             default_project,
@@ -120,15 +119,7 @@ impl GroupCommitter {
             meter: meter.clone(),
         };
         tokio::spawn(committer.run(rx));
-        Self {
-            queue,
-            counters,
-            meter,
-        }
-    }
-
-    pub(crate) fn set_meter(&self, meter: agentsessions_journal::Meter) {
-        let _ = self.meter.set(meter);
+        Self { queue, counters }
     }
 
     pub(crate) async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
@@ -409,7 +400,8 @@ impl Committer {
             // against what the store holds before it is answered.
             Err(GroupFailure::Commit(reason)) => {
                 for p in valid {
-                    let answer = crate::reconcile::append(&self.pool, &p.batch, &reason).await;
+                    let answer =
+                        crate::reconcile::append(&self.pool, &p.batch, &reason, meter).await;
                     let _ = p.reply.send(answer);
                 }
             }

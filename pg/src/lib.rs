@@ -80,6 +80,9 @@ pub struct PgJournal {
     default_project: String,
     group: Option<group::GroupCommitter>,
     planted: Arc<planted::Planted>,
+    /// Where commit timings and lost answers are counted, once a daemon
+    /// with metrics sets it; shared with the group committer.
+    meter: group::Meter,
 }
 
 impl std::fmt::Debug for PgJournal {
@@ -189,12 +192,14 @@ impl PgJournal {
             return Err(e);
         }
         let planted = Arc::new(planted::Planted::default());
+        let meter = group::Meter::default();
         let group = options.group_commit.map(|limits| {
             group::GroupCommitter::spawn(
                 pool.clone(),
                 options.default_project.clone(),
                 limits,
                 planted.clone(),
+                meter.clone(),
             )
         });
         Ok(Self {
@@ -202,6 +207,7 @@ impl PgJournal {
             default_project: options.default_project,
             group,
             planted,
+            meter,
         })
     }
 
@@ -266,10 +272,8 @@ impl PgJournal {
 impl JournalStore for PgJournal {
     fn set_meter(&self, meter: agentsessions_journal::Meter) {
         // Appends outside the group committer are single transactions of
-        // their own and go untimed.
-        if let Some(group) = &self.group {
-            group.set_meter(meter);
-        }
+        // their own and go untimed; lost answers are counted on every path.
+        let _ = self.meter.set(meter);
     }
 
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
@@ -281,7 +285,7 @@ impl JournalStore for PgJournal {
         match ops::append(&mut c, &batch, &self.default_project).await {
             Err(AppendError::Failed(StoreError::CommitFailed { reason })) => {
                 drop(c);
-                reconcile::append(&self.pool, &batch, &reason).await
+                reconcile::append(&self.pool, &batch, &reason, self.meter.get()).await
             }
             done => done,
         }
@@ -291,7 +295,13 @@ impl JournalStore for PgJournal {
         let mut c = self.conn().await?;
         if self.planted.lose_before() {
             drop(c);
-            return reconcile::fork(&self.pool, &batch, "planted: lost before COMMIT").await;
+            return reconcile::fork(
+                &self.pool,
+                &batch,
+                "planted: lost before COMMIT",
+                self.meter.get(),
+            )
+            .await;
         }
         let forked = ops::fork(&mut c, &batch, &self.default_project).await;
         let forked = match forked {
@@ -304,7 +314,7 @@ impl JournalStore for PgJournal {
         match forked {
             Err(AppendError::Failed(StoreError::CommitFailed { reason })) => {
                 drop(c);
-                reconcile::fork(&self.pool, &batch, &reason).await
+                reconcile::fork(&self.pool, &batch, &reason, self.meter.get()).await
             }
             done => done,
         }

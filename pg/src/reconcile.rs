@@ -13,7 +13,9 @@
 use std::time::{Duration, Instant};
 
 use agentsessions_journal::rules::{self, Reconciled};
-use agentsessions_journal::{AppendBatch, AppendError, ForkBatch, StoreError};
+use agentsessions_journal::{
+    AppendBatch, AppendError, ForkBatch, Meter, StoreError, UnknownOutcome,
+};
 use agentsessions_proto::v1::LogRecord;
 use deadpool_postgres::Pool;
 
@@ -24,6 +26,17 @@ pub(crate) const RECONCILE_FOR: Duration = Duration::from_secs(15);
 
 /// The answer for `batch`, whose COMMIT failed with `reason`.
 pub(crate) async fn append(
+    pool: &Pool,
+    batch: &AppendBatch,
+    reason: &str,
+    meter: Option<&Meter>,
+) -> Result<Vec<LogRecord>, AppendError> {
+    let answer = append_read_back(pool, batch, reason).await;
+    count(meter, &answer);
+    answer
+}
+
+async fn append_read_back(
     pool: &Pool,
     batch: &AppendBatch,
     reason: &str,
@@ -41,6 +54,29 @@ pub(crate) async fn append(
 
 /// The answer for fork `batch`, whose COMMIT failed with `reason`.
 pub(crate) async fn fork(
+    pool: &Pool,
+    batch: &ForkBatch,
+    reason: &str,
+    meter: Option<&Meter>,
+) -> Result<Vec<LogRecord>, AppendError> {
+    let answer = fork_read_back(pool, batch, reason).await;
+    count(meter, &answer);
+    answer
+}
+
+/// Counts what a reconciliation found, for `journal_commit_unknown`.
+fn count(meter: Option<&Meter>, answer: &Result<Vec<LogRecord>, AppendError>) {
+    let outcome = match answer {
+        Ok(_) => UnknownOutcome::Committed,
+        Err(AppendError::Failed(StoreError::CommitFailed { .. })) => UnknownOutcome::Unreadable,
+        Err(_) => UnknownOutcome::NotCommitted,
+    };
+    if let Some(m) = meter {
+        m.commit_unknown(outcome);
+    }
+}
+
+async fn fork_read_back(
     pool: &Pool,
     batch: &ForkBatch,
     reason: &str,

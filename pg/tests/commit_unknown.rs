@@ -5,6 +5,8 @@
 //! every member of a group commit and for a fork.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use agentsessions_journal::{AppendBatch, AppendError, ForkBatch, JournalStore, StoreError};
 use agentsessions_machine::events;
@@ -35,6 +37,26 @@ async fn journal() -> Option<Arc<PgJournal>> {
     ))
 }
 
+/// Counts what reconciliations found.
+#[derive(Debug, Default)]
+struct Found {
+    committed: AtomicUsize,
+    not_committed: AtomicUsize,
+}
+
+impl agentsessions_journal::CommitMeter for Found {
+    fn committed(&self, _: usize, _: Duration, _: bool) {}
+    fn appended(&self, _: Duration) {}
+    fn commit_unknown(&self, outcome: agentsessions_journal::UnknownOutcome) {
+        use agentsessions_journal::UnknownOutcome::*;
+        match outcome {
+            Committed => self.committed.fetch_add(1, Ordering::SeqCst),
+            NotCommitted => self.not_committed.fetch_add(1, Ordering::SeqCst),
+            Unreadable => panic!("the server was up"),
+        };
+    }
+}
+
 fn unavailable(r: &Result<Vec<agentsessions_proto::v1::LogRecord>, AppendError>) -> bool {
     matches!(r, Err(AppendError::Failed(StoreError::Unavailable(_))))
 }
@@ -45,11 +67,14 @@ async fn every_member_of_a_group_whose_commit_answer_was_lost_is_answered_with_i
         return;
     };
     const N: usize = 8;
+    let found = Arc::new(Found::default());
+    j.set_meter(found.clone());
     for s in 0..N {
         j.mint_fence(&format!("s{s}"), 1, None).await.unwrap();
         j.append(batch(&format!("s{s}"), 0, "first")).await.unwrap();
     }
-    j.plant_lost_commit_answers(true, 1);
+    // Every group of this burst loses its answer, however they are cut.
+    j.plant_lost_commit_answers(true, N as u32);
     let answers = futures_util::future::join_all(
         (0..N).map(|s| j.append(batch(&format!("s{s}"), 1, "second"))),
     )
@@ -60,6 +85,8 @@ async fn every_member_of_a_group_whose_commit_answer_was_lost_is_answered_with_i
         assert_eq!(records, stored, "s{s}: answered with the stored records");
         assert_eq!(j.head(&format!("s{s}")).await.unwrap(), 2);
     }
+    assert_eq!(found.committed.load(Ordering::SeqCst), N, "each counted");
+    assert_eq!(found.not_committed.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -67,6 +94,8 @@ async fn a_write_that_never_reached_commit_is_unavailable_and_its_retry_lands_on
     let Some(j) = journal().await else {
         return;
     };
+    let found = Arc::new(Found::default());
+    j.set_meter(found.clone());
     j.mint_fence("s", 1, None).await.unwrap();
     j.append(batch("s", 0, "first")).await.unwrap();
     j.plant_lost_commit_answers(false, 1);
@@ -76,6 +105,7 @@ async fn a_write_that_never_reached_commit_is_unavailable_and_its_retry_lands_on
     let retried = j.append(batch("s", 1, "second")).await.unwrap();
     assert_eq!(retried[0].seq, 2);
     j.verify("s").await.unwrap();
+    assert_eq!(found.not_committed.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

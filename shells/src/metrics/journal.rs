@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -14,6 +16,13 @@ pub struct JournalMeter {
     commit: Histogram,
     group_size: Histogram,
     in_place: Counter,
+    reopens: Counter,
+    commit_unknown: Family<OutcomeLabels, Counter>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
 }
 
 impl Default for JournalMeter {
@@ -24,6 +33,8 @@ impl Default for JournalMeter {
             // 1, 2, 4, … 512 appends per commit.
             group_size: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
             in_place: Counter::default(),
+            reopens: Counter::default(),
+            commit_unknown: Family::default(),
         }
     }
 }
@@ -49,6 +60,16 @@ impl JournalMeter {
             "journal_commits_in_place",
             "Commits made on the caller's thread while the writer was idle",
             self.in_place.clone(),
+        );
+        r.register(
+            "journal_reopens",
+            "Times the journal came back after being down (new connections or handle)",
+            self.reopens.clone(),
+        );
+        r.register(
+            "journal_commit_unknown",
+            "Writes whose COMMIT answer was lost, by what reading them back found (committed, not_committed, unreadable)",
+            self.commit_unknown.clone(),
         );
     }
 
@@ -76,5 +97,16 @@ impl agentsessions_journal::CommitMeter for JournalMeter {
 
     fn appended(&self, waited: Duration) {
         JournalMeter::appended(self, waited);
+    }
+
+    fn reopened(&self) {
+        self.reopens.inc();
+    }
+
+    fn commit_unknown(&self, outcome: agentsessions_journal::UnknownOutcome) {
+        let labels = OutcomeLabels {
+            outcome: outcome.as_str(),
+        };
+        self.commit_unknown.get_or_create(&labels).inc();
     }
 }
