@@ -274,6 +274,13 @@ impl Client {
         self.crashed = true;
     }
 
+    /// A store answer of the current step was lost on a live host: the
+    /// step may fail (UNAVAILABLE) or write, as after a crash, and is
+    /// retried.
+    pub fn on_lost_answer(&mut self) {
+        self.crashed = true;
+    }
+
     fn stuck(&self, program: &[Step]) -> Violation {
         violation(
             Rule::Liveness,

@@ -49,6 +49,9 @@ pub struct Stats {
     pub truncated: u64,
     /// Seeded walks.
     pub walks: u64,
+    /// Lost answers on a live host explored (cut point × write kept or
+    /// dropped), each run to its end and checked.
+    pub lost_answers: u64,
     /// Runs in which each coverage event happened.
     pub coverage: BTreeMap<&'static str, u64>,
     /// Digest over every checked run's trace digest.
@@ -67,6 +70,7 @@ impl Stats {
         self.interleavings = self.interleavings.saturating_add(o.interleavings);
         self.truncated += o.truncated;
         self.walks += o.walks;
+        self.lost_answers += o.lost_answers;
         for (k, v) in &o.coverage {
             *self.coverage.entry(k).or_default() += v;
         }
@@ -136,6 +140,22 @@ pub fn sweep_crashes(scn: &Scenario, crashes: u32) -> Result<Stats, Failure> {
 }
 
 impl CrashSweep<'_> {
+    /// Replays `path` (which ends in a lost answer) and runs it to its end.
+    fn lose_answer(&mut self, path: &[u16]) -> Result<(), Failure> {
+        let mut run = Run::new(self.scn, self.crashes);
+        guard(|| {
+            for &c in path {
+                let moves = run.moves()?;
+                run.apply(moves[c as usize])?;
+            }
+            run.complete()
+        })
+        .map_err(|v| self.fail(path, v))?;
+        self.stats.lost_answers += 1;
+        self.stats.finished(&run);
+        Ok(())
+    }
+
     fn fail(&self, path: &[u16], v: Violation) -> Failure {
         Failure {
             scenario: self.scn.name,
@@ -156,14 +176,22 @@ impl CrashSweep<'_> {
             }
             if budget > 0 {
                 for (i, m) in moves.iter().enumerate() {
-                    let Move::Crash(v) = *m else { continue };
-                    self.stats.cuts += 1;
                     let mut p = path.clone();
                     p.push(i as u16);
-                    let child = run.crashed(v).map_err(|e| self.fail(&p, e))?;
-                    if self.seen.insert(child.digest()) {
-                        self.stats.recoveries += 1;
-                        self.line(child, p)?;
+                    match *m {
+                        Move::Crash(v) => {
+                            self.stats.cuts += 1;
+                            let child = run.crashed(v).map_err(|e| self.fail(&p, e))?;
+                            if self.seen.insert(child.digest()) {
+                                self.stats.recoveries += 1;
+                                self.line(child, p)?;
+                            }
+                        }
+                        // The hosts live on, so the branch is replayed from
+                        // the start; on the crash-free line only, which
+                        // bounds the replays to one per pending write.
+                        Move::LoseAnswer(_) if budget == self.crashes => self.lose_answer(&p)?,
+                        _ => {}
                     }
                 }
             }
@@ -317,7 +345,7 @@ pub fn walk(scn: &Scenario, seed: u64, crashes: u32) -> Result<(u64, Vec<u16>), 
             break;
         }
         let crash: Vec<usize> = (0..moves.len())
-            .filter(|&i| matches!(moves[i], Move::Crash(_)))
+            .filter(|&i| matches!(moves[i], Move::Crash(_) | Move::LoseAnswer(_)))
             .collect();
         let normal = moves.len() - crash.len();
         let c = if !crash.is_empty() && rng.chance(1, 30) {

@@ -123,10 +123,11 @@ fn main() -> ExitCode {
     match result {
         Ok(stats) => {
             println!(
-                "scenarios {}  crash cuts {}  recoveries {}  runs {}  race states {}  race end states {}  interleavings {}  walks {}",
+                "scenarios {}  crash cuts {}  recoveries {}  lost answers {}  runs {}  race states {}  race end states {}  interleavings {}  walks {}",
                 stats.scenarios,
                 stats.cuts,
                 stats.recoveries,
+                stats.lost_answers,
                 stats.runs,
                 stats.states,
                 stats.terminals,

@@ -42,6 +42,9 @@ pub enum Move {
     Start(usize),
     /// Crash every host.
     Crash(CrashVariant),
+    /// Lose the pending write's answer on its live host, the write kept
+    /// (`true`) or dropped (`false`).
+    LoseAnswer(bool),
 }
 
 /// The state a run can restart from without replaying: everything but the
@@ -284,6 +287,9 @@ impl<'a> Run<'a> {
                     .into_iter()
                     .map(Move::Crash),
             );
+            if self.sim.answer_losable() {
+                v.extend([Move::LoseAnswer(true), Move::LoseAnswer(false)]);
+            }
         }
         Ok(v)
     }
@@ -299,6 +305,7 @@ impl<'a> Run<'a> {
                 Move::Item(i) => describe(&self.sim.items()[i]),
                 Move::Start(j) => format!("start race op {j}: {:?}", self.scn.race[j]),
                 Move::Crash(v) => format!("CRASH ({})", v.label()),
+                Move::LoseAnswer(kept) => format!("ANSWER LOST (write kept: {kept})"),
             });
         }
         match m {
@@ -314,6 +321,11 @@ impl<'a> Run<'a> {
                     }
                 }
                 self.sim.crash(v)
+            }
+            Move::LoseAnswer(kept) => {
+                self.crashes_left -= 1;
+                self.client.on_lost_answer();
+                self.sim.lose_answer(kept)
             }
         }
     }

@@ -185,6 +185,11 @@ impl SimStore {
         }
     }
 
+    /// The pending write's transaction, if any.
+    pub fn pending_tx(&self) -> Option<u64> {
+        self.pending.as_ref().map(|p| p.tx)
+    }
+
     /// True while a write is pending.
     pub fn has_pending(&self) -> bool {
         self.pending.is_some()

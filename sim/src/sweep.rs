@@ -59,10 +59,11 @@ pub fn run(cfg: &Config, log: &mut dyn FnMut(&str)) -> Result<Stats, Failure> {
             let t = std::time::Instant::now();
             let s = explore::sweep_crashes(scn, cfg.crashes)?;
             log(&format!(
-                "crash  {:<28} cuts {:>6}  recoveries {:>5}  runs {:>5}  {:>6.2}s",
+                "crash  {:<28} cuts {:>6}  recoveries {:>5}  lost answers {:>4}  runs {:>5}  {:>6.2}s",
                 scn.name,
                 s.cuts,
                 s.recoveries,
+                s.lost_answers,
                 s.runs,
                 t.elapsed().as_secs_f64()
             ));

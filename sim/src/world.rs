@@ -356,6 +356,60 @@ impl Sim {
         }
     }
 
+    /// True when the pending write is an append (or fork) whose answer
+    /// still waits to be delivered: its answer can be lost.
+    pub fn answer_losable(&self) -> bool {
+        self.d
+            .store
+            .pending_tx()
+            .is_some_and(|tx| self.lost_answer_index(tx).is_some())
+    }
+
+    fn lost_answer_index(&self, tx: u64) -> Option<usize> {
+        self.items.iter().position(|it| {
+            matches!(
+                &it.what,
+                What::Outcome(_, Outcome::Store(StoreOutcome::Appended(Ok(_))), Some(t), _)
+                    if *t == tx
+            )
+        })
+    }
+
+    /// The pending write's answer is lost on its way to a live host (the
+    /// connection died at COMMIT, and reading it back found nothing
+    /// readable): the write is kept (`committed`) or dropped, and the host
+    /// is told only that the store failed, an outcome it does not know.
+    /// Nothing crashes; the host goes on from there.
+    pub fn lose_answer(&mut self, committed: bool) -> Check {
+        let tx = self.d.store.pending_tx().expect("a pending write");
+        let i = self.lost_answer_index(tx).expect("its answer waits");
+        let What::Outcome(_, outcome, t, _) = &mut self.items[i].what else {
+            unreachable!("found as an outcome")
+        };
+        *outcome = Outcome::Store(StoreOutcome::Appended(Err(
+            agentsessions_machine::vocab::AppendError::Failed(
+                agentsessions_machine::vocab::StoreFault::transient("commit answer lost"),
+            ),
+        )));
+        *t = None;
+        if committed {
+            self.d.store.commit();
+        } else {
+            self.d.store.crash(CrashVariant::Drop);
+        }
+        assert!(!self.d.store.has_pending(), "the write is settled one way");
+        self.d
+            .digest
+            .str("lose")
+            .str(if committed { "kept" } else { "dropped" });
+        self.d.oracle.note(if committed {
+            "answer lost on a live host: write committed"
+        } else {
+            "answer lost on a live host: write not committed"
+        });
+        self.d.oracle.on_crash(&self.d.store)
+    }
+
     /// Crashes every host: in-flight calls, connections and waiting items
     /// are lost, the store applies `variant` to its pending write, and fresh
     /// incarnations start over the durable journal.

@@ -45,7 +45,14 @@ fn every_crash_cut_recovers_and_keeps_the_invariants() {
     }
     print("crash cuts", &total);
     assert!(total.cuts >= 10_000, "only {} crash cuts", total.cuts);
+    assert!(
+        total.lost_answers >= 100,
+        "only {} lost answers",
+        total.lost_answers
+    );
     for needed in [
+        "answer lost on a live host: write committed",
+        "answer lost on a live host: write not committed",
         "crash: torn transaction",
         "crash: write committed, answer lost",
         "model call re-driven by a later incarnation",
