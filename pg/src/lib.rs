@@ -327,7 +327,38 @@ impl JournalStore for PgJournal {
         lease: Option<&LeaseClaim>,
     ) -> Result<i64, StoreError> {
         let c = self.conn().await?;
-        ops::mint_fence(&c, session, now_unix_nanos, &self.default_project, lease).await
+        let mut minted = 0;
+        let result = if self.planted.lose_before() {
+            Err(StoreError::CommitFailed {
+                reason: "planted: lost before COMMIT".into(),
+            })
+        } else {
+            let r = ops::mint_fence(
+                &c,
+                session,
+                now_unix_nanos,
+                &self.default_project,
+                lease,
+                &mut minted,
+            )
+            .await;
+            match r {
+                Ok(_) if self.planted.lose_after() => Err(StoreError::CommitFailed {
+                    reason: "planted: answer lost after COMMIT".into(),
+                }),
+                other => other,
+            }
+        };
+        match result {
+            // The answer was lost once the fence was known: read it back.
+            Err(StoreError::CommitFailed { reason }) if minted > 0 => {
+                drop(c);
+                let owner = lease.map(|l| l.owner.as_str());
+                let meter = self.meter.get();
+                reconcile::mint(&self.pool, session, minted, owner, &reason, meter).await
+            }
+            other => other,
+        }
     }
 
     async fn hold_lease(

@@ -270,6 +270,7 @@ pub(crate) async fn mint_fence(
     now: i64,
     default_project: &str,
     lease: Option<&LeaseClaim>,
+    known: &mut i64,
 ) -> Result<i64, StoreError> {
     required("session", session)?;
     let deleted = c.prepare_cached(DELETED).await.map_err(backend)?;
@@ -309,6 +310,8 @@ pub(crate) async fn mint_fence(
     let fence: i64 = row.get(0);
     let db_now: i64 = row.get(1);
     assert!(fence >= 1, "a minted fence is positive");
+    // Known before COMMIT, so a lost answer can be read back.
+    *known = fence;
     let Some(claim) = lease else {
         commit_text(client).await?;
         return Ok(fence);

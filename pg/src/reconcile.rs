@@ -143,3 +143,77 @@ async fn read(
         }
     }
 }
+
+/// The answer for a fence mint of `session` that minted `fence` (and, with
+/// `owner`, took its lease) and whose COMMIT failed with `reason`: the
+/// session's fence (and lease) read back. Committed when the stored fence
+/// is this one and, with a lease, the lease is `owner`'s at this fence;
+/// anything else (an older fence: not committed; a newer one: superseded
+/// either way) is UNAVAILABLE, and a retry mints a newer fence.
+pub(crate) async fn mint(
+    pool: &Pool,
+    session: &str,
+    fence: i64,
+    owner: Option<&str>,
+    reason: &str,
+    meter: Option<&Meter>,
+) -> Result<i64, StoreError> {
+    assert!(fence >= 1);
+    let until = Instant::now() + RECONCILE_FOR;
+    let mut pause = Duration::from_millis(20);
+    let read = loop {
+        let tried = match pool.get().await.map_err(pool_error) {
+            Ok(c) => client(&c)
+                .query_opt(
+                    "SELECT s.fence, l.owner, l.fence FROM sessions s
+                     LEFT JOIN session_leases l ON l.session = s.session
+                     WHERE s.session = $1",
+                    &[&session],
+                )
+                .await
+                .map_err(crate::backend),
+            Err(e) => Err(e),
+        };
+        match tried {
+            Err(e) if e.is_transient() && Instant::now() + pause < until => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            done => break done,
+        }
+    };
+    let (outcome, answer) = match read {
+        Err(e) => (
+            UnknownOutcome::Unreadable,
+            Err(StoreError::CommitFailed {
+                reason: format!("{reason}; reading it back: {e}"),
+            }),
+        ),
+        Ok(row) => {
+            let stored: Option<(i64, Option<String>, Option<i64>)> =
+                row.map(|r| (r.get(0), r.get(1), r.get(2)));
+            let ours = stored
+                .as_ref()
+                .is_some_and(|(f, lease_owner, lease_fence)| {
+                    *f == fence
+                        && owner.is_none_or(|o| {
+                            lease_owner.as_deref() == Some(o) && *lease_fence == Some(fence)
+                        })
+                });
+            if ours {
+                (UnknownOutcome::Committed, Ok(fence))
+            } else {
+                (
+                    UnknownOutcome::NotCommitted,
+                    Err(StoreError::Unavailable(format!(
+                        "the fence mint did not commit ({reason}); retry"
+                    ))),
+                )
+            }
+        }
+    };
+    if let Some(m) = meter {
+        m.commit_unknown(outcome);
+    }
+    answer
+}

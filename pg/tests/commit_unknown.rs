@@ -141,3 +141,35 @@ async fn a_fork_whose_commit_answer_was_lost_is_reconciled_both_ways() {
         j.verify(child).await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_mint_whose_commit_answer_was_lost_is_read_back_with_its_lease() {
+    let Some(j) = journal().await else {
+        return;
+    };
+    let found = Arc::new(Found::default());
+    j.set_meter(found.clone());
+    let claim = agentsessions_journal::LeaseClaim {
+        owner: "host-a".into(),
+        ttl: 60_000_000_000,
+        force: false,
+    };
+    assert_eq!(j.mint_fence("s", 1, Some(&claim)).await.unwrap(), 1);
+    j.plant_lost_commit_answers(true, 1);
+    assert_eq!(
+        j.mint_fence("s", 2, Some(&claim)).await.unwrap(),
+        2,
+        "the minted fence, read back"
+    );
+    assert_eq!(found.committed.load(Ordering::SeqCst), 1);
+    // The lease is host-a's at that fence: another host is refused.
+    let other = agentsessions_journal::LeaseClaim {
+        owner: "host-b".into(),
+        ..claim.clone()
+    };
+    assert!(matches!(
+        j.mint_fence("s", 3, Some(&other)).await,
+        Err(StoreError::Leased { .. })
+    ));
+    assert_eq!(j.mint_fence("s", 4, Some(&claim)).await.unwrap(), 3);
+}
