@@ -35,12 +35,10 @@ pub fn perform_store_now<S: JournalStore>(
     }
 }
 
-/// Performs one store effect against the store: the journal's own here,
-/// rows and the registry in [`perform_rows`].
-pub async fn perform_store<S: JournalStore>(
-    store: &S,
-    effect: StoreEffect,
-) -> (EffectId, StoreOutcome) {
+/// An Append effect as the store's batch (`None` for any other effect):
+/// the one translation the drive loop's in-place path and
+/// [`perform_store`] share.
+pub fn append_of(effect: StoreEffect) -> Option<(EffectId, AppendBatch)> {
     match effect {
         StoreEffect::Append {
             id,
@@ -51,8 +49,9 @@ pub async fn perform_store<S: JournalStore>(
             compute_state,
             now,
             release,
-        } => {
-            let batch = AppendBatch {
+        } => Some((
+            id,
+            AppendBatch {
                 session,
                 expected_last_seq,
                 fence,
@@ -60,7 +59,21 @@ pub async fn perform_store<S: JournalStore>(
                 compute_state,
                 now_unix_nanos: now,
                 release_lease: release,
-            };
+            },
+        )),
+        _ => None,
+    }
+}
+
+/// Performs one store effect against the store: the journal's own here,
+/// rows and the registry in [`perform_rows`].
+pub async fn perform_store<S: JournalStore>(
+    store: &S,
+    effect: StoreEffect,
+) -> (EffectId, StoreOutcome) {
+    match effect {
+        append @ StoreEffect::Append { .. } => {
+            let (id, batch) = append_of(append).expect("an append");
             let r = store.append(batch).await.map_err(append_error_of);
             (id, StoreOutcome::Appended(r))
         }

@@ -127,11 +127,27 @@ async fn read(
     to: i64,
 ) -> Result<Vec<LogRecord>, StoreError> {
     assert!(from >= 1 && to >= from);
+    retrying(pool, |c| {
+        let session = session.to_owned();
+        async move { ops::read(client(&c), &session, from, to).await }
+    })
+    .await
+}
+
+/// `f` on a pooled connection, tried again with backoff while the store is
+/// down, for up to [`RECONCILE_FOR`].
+async fn retrying<T, Fut>(
+    pool: &Pool,
+    f: impl Fn(deadpool_postgres::Object) -> Fut,
+) -> Result<T, StoreError>
+where
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
     let until = Instant::now() + RECONCILE_FOR;
     let mut pause = Duration::from_millis(20);
     loop {
         let tried = match pool.get().await.map_err(pool_error) {
-            Ok(c) => ops::read(client(&c), session, from, to).await,
+            Ok(c) => f(c).await,
             Err(e) => Err(e),
         };
         match tried {
@@ -159,11 +175,10 @@ pub(crate) async fn mint(
     meter: Option<&Meter>,
 ) -> Result<i64, StoreError> {
     assert!(fence >= 1);
-    let until = Instant::now() + RECONCILE_FOR;
-    let mut pause = Duration::from_millis(20);
-    let read = loop {
-        let tried = match pool.get().await.map_err(pool_error) {
-            Ok(c) => client(&c)
+    let read = retrying(pool, |c| {
+        let session = session.to_owned();
+        async move {
+            client(&c)
                 .query_opt(
                     "SELECT s.fence, l.owner, l.fence FROM sessions s
                      LEFT JOIN session_leases l ON l.session = s.session
@@ -171,17 +186,10 @@ pub(crate) async fn mint(
                     &[&session],
                 )
                 .await
-                .map_err(crate::backend),
-            Err(e) => Err(e),
-        };
-        match tried {
-            Err(e) if e.is_transient() && Instant::now() + pause < until => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-            done => break done,
+                .map_err(crate::backend)
         }
-    };
+    })
+    .await;
     let (outcome, answer) = match read {
         Err(e) => (
             UnknownOutcome::Unreadable,

@@ -38,7 +38,7 @@ use super::stream_set::StreamSet;
 use super::convert::{self, append_error_of};
 use super::log_cache::{Completed, LogCache, ReadPlan};
 use super::meter::Meter;
-use super::store_effects::{perform_store, text};
+use super::store_effects::{append_of, perform_store, text};
 use super::trace::Tracer;
 use crate::journal::{AppendBatch, JournalStore};
 use crate::metrics::Metrics;
@@ -567,27 +567,10 @@ impl<S: JournalStore + 'static> Driver<S> {
                 let plan = self.log_cache.plan(&session, 0);
                 self.read_log(id, session, 0, true, plan);
             }
-            StoreEffect::Append {
-                id,
-                session,
-                expected_last_seq,
-                fence,
-                events,
-                compute_state,
-                now,
-                release,
-            } => self.append(
-                id,
-                AppendBatch {
-                    session,
-                    expected_last_seq,
-                    fence,
-                    events,
-                    compute_state,
-                    now_unix_nanos: now,
-                    release_lease: release,
-                },
-            ),
+            append @ StoreEffect::Append { .. } => {
+                let (id, batch) = append_of(append).expect("an append");
+                self.append(id, batch);
+            }
             // In place when idle, as for appends.
             StoreEffect::MintFence {
                 id,
