@@ -152,6 +152,7 @@ impl Launcher for InProcess {
                 mcp: Vec::new(),
                 mcp_config: Default::default(),
                 session_token_budget: None,
+                approvals: Default::default(),
                 journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
             };
             let (ready_tx, ready_rx) = oneshot::channel();

@@ -5,7 +5,9 @@
 //! reservations, the session/registry check, deletion and tombstones,
 //! leases, and fork prefixes.
 //!
-//! The memory store runs it in `journal/tests/contract.rs`, SQLite in
+//! The notification outbox has a suite of its own ([`outbox()`]).
+//!
+//! The memory store runs them in `journal/tests/contract.rs`, SQLite in
 //! `sqlite/tests/contract.rs` and PostgreSQL in `pg/tests/contract.rs`; a new
 //! backend is done when it passes. Crashes differ by backend and are checked
 //! where each models them (the memory journal's pending, lost and torn
@@ -21,6 +23,9 @@ use agentsessions_proto::v1::LogRecord;
 use agentsessions_proto::v1::{ComputeState, Event, lifecycle};
 
 use crate::memory::MemoryJournal;
+
+mod outbox;
+pub use self::outbox::{OUTBOX_CHECKS, outbox};
 use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessState, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,

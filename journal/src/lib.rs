@@ -1,6 +1,6 @@
 //! The journal store contract, written once: the trait every backend
 //! implements, its batches and errors, every store rule as a pure function
-//! ([`rules`], [`lease`], [`ledger`], [`child_spans`]), the in-memory
+//! ([`rules`], [`lease`], [`ledger`], [`outbox`], [`child_spans`]), the in-memory
 //! reference store ([`memory`]), the translation between the machine's store
 //! effects and this API ([`effects`]), and the suites a backend runs against
 //! itself ([`contract`]). No transport or database crate is a dependency.
@@ -61,6 +61,7 @@ pub mod lease;
 pub mod ledger;
 pub mod memory;
 mod meter;
+pub mod outbox;
 pub mod page_token;
 pub mod reopen;
 pub mod rules;
@@ -442,6 +443,14 @@ pub trait JournalStore: Send + Sync {
     /// Reports commit timings and batch sizes to `meter` from now on.
     /// A store without a writer of its own (the in-memory ones) keeps none.
     fn set_meter(&self, _meter: crate::Meter) {}
+
+    /// Turns the notification outbox on or off (off until called). While
+    /// on, every committed append also inserts, in its own transaction, a
+    /// notice row for each record that announces something
+    /// ([`outbox::rows_for`]); while off, none (a host that delivers no
+    /// notices must not grow a table nobody drains). No default: every
+    /// store decides, and wrappers forward.
+    fn set_outbox(&self, on: bool);
 
     /// Appends `batch.events` atomically as consecutive records after
     /// `batch.expected_last_seq`, and returns the committed records.

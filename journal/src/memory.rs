@@ -27,12 +27,14 @@
 //! latency is a `tokio::time::sleep`, which madsim simulates.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use agentsessions_proto::v1::LogRecord;
 use tokio::sync::Notify;
 
+use crate::outbox::{Notice, NoticeClaim, Outbox, OutboxStats, Settle};
 use crate::{
     AppendBatch, AppendError, DEFAULT_PROJECT, DeleteError, DeleteSession, ForkBatch,
     HarnessRegistration, HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions,
@@ -78,7 +80,11 @@ pub enum Durability {
 /// durable tables exactly as it was applied to the live ones.
 #[derive(Debug, Clone)]
 enum WriteOp {
-    Append(AppendBatch),
+    /// The batch, and whether the writer's outbox was on.
+    Append(AppendBatch, bool),
+    Claim(NoticeClaim),
+    /// Owner, event id, how.
+    Settle(String, String, Settle),
     Fork(ForkBatch),
     Mint(String, i64, Option<LeaseClaim>),
     HoldLease(String, String, i64, i64, i64),
@@ -96,7 +102,15 @@ impl WriteOp {
     fn apply(&self, t: &mut Tables, project: &str) -> Result<(), String> {
         let text = |e: &dyn std::fmt::Display| e.to_string();
         match self {
-            Self::Append(b) => t.append(b, project).map(drop).map_err(|e| text(&e)),
+            Self::Append(b, on) => t
+                .append_announcing(b, project, *on)
+                .map(drop)
+                .map_err(|e| text(&e)),
+            Self::Claim(c) => t.notices_mut().claim(c).map(drop).map_err(|e| text(&e)),
+            Self::Settle(owner, id, how) => {
+                t.notices_mut().settle(owner, id, how);
+                Ok(())
+            }
             Self::Fork(b) => t.fork(b, project).map(drop).map_err(|e| text(&e)),
             Self::Mint(s, now, lease) => t
                 .mint_fence(s, *now, project, lease.as_ref())
@@ -243,6 +257,7 @@ impl MemoryDisk {
             disk: Arc::clone(self),
             writer: st.next_writer,
             durability,
+            outbox: AtomicBool::new(false),
         }
     }
 
@@ -266,7 +281,7 @@ impl MemoryDisk {
         st.pending
             .iter()
             .map(|tx| match &tx.op {
-                WriteOp::Append(b) => b.events.len(),
+                WriteOp::Append(b, _) => b.events.len(),
                 _ => 0,
             })
             .collect()
@@ -320,7 +335,7 @@ impl MemoryDisk {
         if let (
             Some(n),
             Some(Tx {
-                op: WriteOp::Append(b),
+                op: WriteOp::Append(b, announce),
                 ..
             }),
         ) = (cut.tear, lost.first())
@@ -334,8 +349,9 @@ impl MemoryDisk {
             // machine's own rule.
             torn.compute_state =
                 agentsessions_machine::journal::projection::batch_compute_state(&torn.events);
+            // The records that landed keep their notices: same transaction.
             st.durable
-                .append(&torn, &project)
+                .append_announcing(&torn, &project, *announce)
                 .expect("a prefix of an applied append applies");
             st.stats.torn += 1;
         }
@@ -353,6 +369,8 @@ pub struct MemoryJournal {
     disk: Arc<MemoryDisk>,
     writer: u64,
     durability: Durability,
+    /// Whether this writer's appends insert notice rows.
+    outbox: AtomicBool,
 }
 
 /// Commits the write if its future is dropped before its commit point, as
@@ -476,9 +494,15 @@ impl MemoryJournal {
 }
 
 impl JournalStore for MemoryJournal {
+    fn set_outbox(&self, on: bool) {
+        self.outbox.store(on, Ordering::SeqCst);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
-        let op = WriteOp::Append(batch.clone());
-        self.write(op, |t, p| t.append(&batch, p)).await
+        let on = self.outbox.load(Ordering::SeqCst);
+        let op = WriteOp::Append(batch.clone(), on);
+        self.write(op, |t, p| t.append_announcing(&batch, p, on))
+            .await
     }
 
     async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
@@ -620,5 +644,32 @@ impl JournalStore for MemoryJournal {
             t.put_session_on_active_harness(&meta, registered, now_unix_nanos, p)
         })
         .await
+    }
+}
+
+/// The outbox on the disk: claims and settles are writes (they wait for
+/// their commit point like any other), stats read the durable tables.
+impl Outbox for MemoryJournal {
+    async fn claim_notices(&self, claim: NoticeClaim) -> Result<Vec<Notice>, StoreError> {
+        claim.check()?;
+        let op = WriteOp::Claim(claim.clone());
+        self.write(op, |t, _| t.notices_mut().claim(&claim)).await
+    }
+
+    async fn settle_notice(
+        &self,
+        owner: &str,
+        event_id: &str,
+        settle: Settle,
+    ) -> Result<bool, StoreError> {
+        let op = WriteOp::Settle(owner.to_owned(), event_id.to_owned(), settle.clone());
+        self.write(op, |t, _| {
+            Ok::<_, StoreError>(t.notices_mut().settle(owner, event_id, &settle))
+        })
+        .await
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        self.durable_read(|t| Ok(t.notices().stats()))
     }
 }

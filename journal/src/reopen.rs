@@ -17,6 +17,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use agentsessions_proto::v1::LogRecord;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::outbox::{Notice, NoticeClaim, Outbox, OutboxStats, Settle};
 use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
@@ -74,6 +76,8 @@ struct Inner<S> {
     runtime: tokio::runtime::Handle,
     /// Handed to every handle opened after it was set.
     meter: std::sync::OnceLock<crate::Meter>,
+    /// The outbox setting, applied to every handle before it serves.
+    outbox: AtomicBool,
 }
 
 /// A [`JournalStore`] over a backend handle it replaces after failures.
@@ -163,6 +167,7 @@ impl<S: JournalStore + 'static> Reopening<S> {
                 health,
                 runtime: tokio::runtime::Handle::current(),
                 meter: std::sync::OnceLock::new(),
+                outbox: AtomicBool::new(false),
             }),
         }
     }
@@ -268,6 +273,10 @@ async fn reopen<S: JournalStore + 'static>(inner: Weak<Inner<S>>, mut pause: Dur
                 }
                 let mut state = inner.state.lock().unwrap_or_else(|p| p.into_inner());
                 assert!(state.current.is_none(), "one reopener at a time");
+                // A fresh handle starts with the outbox off: it gets the
+                // wrapper's setting before it serves, under the lock that
+                // `set_outbox` reads the live handle under, so none is missed.
+                store.set_outbox(inner.outbox.load(Ordering::SeqCst));
                 state.current = Some(Arc::new(store));
                 state.reopened_at = Some(Instant::now());
                 state.backoff = (pause * 2).min(inner.bounds.max);
@@ -290,6 +299,14 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
             live.set_meter(meter.clone());
         }
         let _ = self.inner.meter.set(meter);
+    }
+
+    fn set_outbox(&self, on: bool) {
+        // Stored first: a handle reopened meanwhile reads it before serving.
+        self.inner.outbox.store(on, Ordering::SeqCst);
+        if let Some(live) = self.current() {
+            live.set_outbox(on);
+        }
     }
 
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
@@ -461,5 +478,29 @@ impl<S: JournalStore + 'static> JournalStore for Reopening<S> {
                 .await
         })
         .await
+    }
+}
+
+/// The outbox through the live handle, with the same treatment as every
+/// other call: UNAVAILABLE while down, and a transient failure takes the
+/// handle out of service.
+impl<S: JournalStore + Outbox + 'static> Outbox for Reopening<S> {
+    async fn claim_notices(&self, claim: NoticeClaim) -> Result<Vec<Notice>, StoreError> {
+        self.run(|s| async move { s.claim_notices(claim).await })
+            .await
+    }
+
+    async fn settle_notice(
+        &self,
+        owner: &str,
+        event_id: &str,
+        settle: Settle,
+    ) -> Result<bool, StoreError> {
+        self.run(|s| async move { s.settle_notice(owner, event_id, settle).await })
+            .await
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        self.run(|s| async move { s.outbox_stats().await }).await
     }
 }

@@ -20,3 +20,23 @@ async fn the_memory_journal_keeps_the_store_contract() {
 fn the_memory_ledger_keeps_the_ledger_contract() {
     contract::ledger(&agentsessions_journal::ledger::MemoryLedger::default());
 }
+
+#[tokio::test]
+async fn the_memory_journal_keeps_the_outbox_contract() {
+    contract::outbox(|| async {
+        let disk = Arc::new(MemoryDisk::default());
+        disk.open(Durability::After(Duration::ZERO))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_instant_store_keeps_the_outbox_contract() {
+    contract::outbox(|| async {
+        agentsessions_journal::memory::InstantStore::new(
+            agentsessions_journal::memory::Tables::default(),
+            agentsessions_journal::DEFAULT_PROJECT,
+        )
+    })
+    .await;
+}

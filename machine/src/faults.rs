@@ -49,11 +49,14 @@ pub enum Fault {
     /// A call whose earlier run never finished runs again, though its tool
     /// does not say it is idempotent (the unknown-outcome rule is skipped).
     RerunUnfinished,
+    /// The host's denial at expiry ignores a decision already recorded,
+    /// so a request ends up decided twice.
+    ExpiryIgnoresDecision,
 }
 
 impl Fault {
     /// Every planted bug, in a fixed order.
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 17] = [
         Fault::SkipFenceCheck,
         Fault::AckBeforeDurable,
         Fault::ExecuteBeforeDurable,
@@ -70,6 +73,7 @@ impl Fault {
         Fault::StaleSummary,
         Fault::SkipPolicyFloor,
         Fault::RerunUnfinished,
+        Fault::ExpiryIgnoresDecision,
     ];
 
     /// A stable kebab-case name (used on command lines).
@@ -91,6 +95,7 @@ impl Fault {
             Fault::StaleSummary => "stale-summary",
             Fault::SkipPolicyFloor => "skip-policy-floor",
             Fault::RerunUnfinished => "rerun-unfinished",
+            Fault::ExpiryIgnoresDecision => "expiry-ignores-decision",
         }
     }
 

@@ -35,6 +35,7 @@ fn world_with(read_only: bool, rules: &[&str], listed: bool) -> World {
             .map(|r| r.parse::<ToolRule>().unwrap())
             .collect(),
         catalog: Some(Arc::new(Catalog::new(tools))),
+        approval_expiry_ms: None,
     };
     World::new(config)
 }

@@ -33,6 +33,7 @@ fn told(world: &mut World) -> (Turns, Moves) {
                 session,
                 awaiting: a,
             } => awaiting.push((session, a)),
+            Signal::ApprovalExpired { session } => panic!("no expiry is configured: {session}"),
         }
     }
     (turns, awaiting)

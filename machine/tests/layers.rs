@@ -45,6 +45,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("ops::stages::leases", 9),
     ("ops::stages::flow", 9),
     ("ops::stages::first_event", 9),
+    ("ops::stages::expiry", 9),
     ("ops::stages::cx", 10),
     ("ops::stages::render", 10),
     ("ops::stages::present", 11),

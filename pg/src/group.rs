@@ -11,7 +11,8 @@
 //! 3. decide every append in arrival order against those heads and fences
 //!    (an append accepted earlier in the group moves its session's head);
 //! 4. insert all accepted records in one statement, touch every session
-//!    row in another, COMMIT.
+//!    row in another, and (with the outbox on, when an accepted append
+//!    announces something) insert their notice rows in a third, COMMIT.
 //!
 //! Invariant: an accepted append is acknowledged only after COMMIT returned,
 //! and it was checked while the group held its session's row lock, which
@@ -28,17 +29,19 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use agentsessions_journal::compute_text::to_text;
 use agentsessions_journal::encode::encode_event;
 use agentsessions_journal::{AppendBatch, AppendError, StoreError};
 use agentsessions_proto::v1::LogRecord;
 use deadpool_postgres::Pool;
-use futures_util::future::{join3, join4};
+use futures_util::future::{join3, join5};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::outbox::NoticeColumns;
 use crate::{backend, ops, pool_error};
+use agentsessions_journal::outbox;
 
 /// Bounds on one group and on the queue in front of it.
 #[derive(Debug, Clone, Copy)]
@@ -105,6 +108,7 @@ impl GroupCommitter {
         limits: GroupLimits,
         planted: Arc<crate::planted::Planted>,
         meter: Meter,
+        outbox: Arc<AtomicBool>,
     ) -> Self {
         assert!(limits.max_appends >= 1 && limits.max_events >= 1 && limits.queue >= 1);
         assert!(limits.in_flight >= 1);
@@ -117,6 +121,7 @@ impl GroupCommitter {
             planted,
             counters: counters.clone(),
             meter: meter.clone(),
+            outbox,
         };
         tokio::spawn(committer.run(rx));
         Self { queue, counters }
@@ -157,6 +162,8 @@ struct Committer {
     planted: Arc<crate::planted::Planted>,
     counters: Arc<Counters>,
     meter: Meter,
+    /// Whether accepted appends insert notice rows.
+    outbox: Arc<AtomicBool>,
 }
 
 /// What the group decided for one append.
@@ -420,7 +427,9 @@ impl Committer {
                         }
                         Decision::Refused(e) => Err(e),
                         Decision::Unlocked => {
-                            ops::append(&mut conn, &p.batch, &self.default_project).await
+                            let announce = self.outbox.load(Ordering::SeqCst);
+                            let project = &self.default_project;
+                            ops::append(&mut conn, &p.batch, project, announce).await
                         }
                     };
                     let _ = p.reply.send(answer);
@@ -430,8 +439,8 @@ impl Committer {
     }
 
     /// Steps 1-4 of the module doc in two round trips (BEGIN, lock, tail;
-    /// then insert, touch, COMMIT); `Ok` means committed (or nothing to
-    /// commit), with one decision per batch in order.
+    /// then insert, touch, notices, COMMIT); `Ok` means committed (or
+    /// nothing to commit), with one decision per batch in order.
     async fn stage_and_commit(
         &self,
         conn: &mut deadpool_postgres::Object,
@@ -441,12 +450,9 @@ impl Committer {
         let mut sessions: Vec<&str> = batches.iter().map(|b| b.session.as_str()).collect();
         sessions.sort_unstable();
         sessions.dedup();
-        // Prepared once per connection, outside the transaction.
-        let lock = conn.prepare_cached(LOCK).await.map_err(before)?;
-        let tail = conn.prepare_cached(TAIL).await.map_err(before)?;
-        let insert = conn.prepare_cached(INSERT).await.map_err(before)?;
-        let touch = conn.prepare_cached(TOUCH).await.map_err(before)?;
-        let release = conn.prepare_cached(RELEASE).await.map_err(before)?;
+        // Read once, so the whole group follows one setting.
+        let announce = self.outbox.load(Ordering::SeqCst);
+        let stmts = Statements::prepare(conn, announce).await.map_err(before)?;
         let client: &tokio_postgres::Client = conn;
 
         // `join3` polls in order and the driver sends a request on its
@@ -454,8 +460,8 @@ impl Committer {
         // read by a statement that starts after the locks are held.
         let (begun, locked, tails) = join3(
             client.batch_execute("BEGIN"),
-            client.query(&lock, &[&sessions]),
-            client.query(&tail, &[&sessions]),
+            client.query(&stmts.lock, &[&sessions]),
+            client.query(&stmts.tail, &[&sessions]),
         )
         .await;
         let read = begun.and(locked).and_then(|l| tails.map(|t| (l, t)));
@@ -492,7 +498,34 @@ impl Committer {
             rollback(client).await;
             return Ok(decisions);
         }
+        let notices = if announce {
+            notices_of(batches, &decisions)
+        } else {
+            NoticeColumns::default()
+        };
+        self.write_and_commit(client, &stmts, &rows, &notices)
+            .await?;
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        let accepted = decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Accepted(_)))
+            .count();
+        self.counters
+            .appends
+            .fetch_add(accepted as u64, Ordering::Relaxed);
+        Ok(decisions)
+    }
 
+    /// Step 4 inside the open transaction: the records, the session rows,
+    /// the ended leases and the notices, then COMMIT, all sent at once.
+    async fn write_and_commit(
+        &self,
+        client: &tokio_postgres::Client,
+        stmts: &Statements,
+        rows: &Rows<'_>,
+        notices: &NoticeColumns,
+    ) -> Result<(), GroupFailure> {
+        let before = |e| GroupFailure::before(backend(e));
         let touched: Vec<&str> = rows.touched.keys().copied().collect();
         let first_now: Vec<i64> = rows.touched.values().map(|t| t.0).collect();
         let last_now: Vec<i64> = rows.touched.values().map(|t| t.1).collect();
@@ -521,43 +554,102 @@ impl Committer {
             if rows.released.0.is_empty() {
                 Ok(0)
             } else {
-                client.execute(&release, &release_params).await
+                client.execute(&stmts.release, &release_params).await
             }
         };
-        let (inserted, updated, ended, committed) = join4(
-            client.execute(&insert, &insert_params),
-            client.execute(&touch, &touch_params),
+        // Sent only when an accepted append announces something (its
+        // statement is prepared only with the outbox on); polled fourth.
+        let announced = async {
+            match &stmts.announce {
+                Some(announce) if !notices.is_empty() => {
+                    client.execute(announce, &notices.params()).await
+                }
+                _ => Ok(0),
+            }
+        };
+        debug_assert!(notices.is_empty() || stmts.announce.is_some());
+        let (inserted, updated, ended, announced, committed) = join5(
+            client.execute(&stmts.insert, &insert_params),
+            client.execute(&stmts.touch, &touch_params),
             ended,
+            announced,
             client.batch_execute("COMMIT"),
         )
         .await;
-        match (inserted, updated, ended, committed) {
-            (Ok(inserted), Ok(updated), Ok(ended), Ok(())) => {
-                assert_eq!(inserted as usize, rows.seqs.len(), "one row per record");
-                assert_eq!(updated as usize, touched.len(), "one touch per session");
-                assert!(ended as usize <= rows.released.0.len(), "one lease per end");
-            }
-            // The server refused a statement: the transaction was aborted
-            // and its COMMIT became a rollback, so nothing was written.
-            (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) if e.code().is_some() => {
-                rollback(client).await;
-                return Err(before(e));
-            }
-            // The connection broke, or COMMIT itself failed: unknown.
-            (Err(e), _, _, _) | (_, Err(e), _, _) | (_, _, Err(e), _) | (_, _, _, Err(e)) => {
-                return Err(GroupFailure::Commit(e.to_string()));
+        let mut counts = [0u64; 4];
+        let mut broken = None;
+        for (n, written) in counts.iter_mut().zip([inserted, updated, ended, announced]) {
+            match written {
+                Ok(rows) => *n = rows,
+                // The server refused a statement: the transaction was
+                // aborted and its COMMIT became a rollback, so nothing
+                // was written.
+                Err(e) if e.code().is_some() => {
+                    rollback(client).await;
+                    return Err(before(e));
+                }
+                Err(e) => {
+                    broken.get_or_insert(e);
+                }
             }
         }
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        let accepted = decisions
-            .iter()
-            .filter(|d| matches!(d, Decision::Accepted(_)))
-            .count();
-        self.counters
-            .appends
-            .fetch_add(accepted as u64, Ordering::Relaxed);
-        Ok(decisions)
+        // The connection broke, or COMMIT itself failed: unknown.
+        if let Some(e) = broken.or(committed.err()) {
+            return Err(GroupFailure::Commit(e.to_string()));
+        }
+        let [inserted, updated, ended, announced] = counts;
+        assert_eq!(inserted as usize, rows.seqs.len(), "one row per record");
+        assert_eq!(updated as usize, touched.len(), "one touch per session");
+        assert!(ended as usize <= rows.released.0.len(), "one lease per end");
+        assert!(announced as usize <= notices.len(), "one row per notice");
+        Ok(())
     }
+}
+
+/// A group's statements, prepared once per connection (a cache hit after
+/// the first group), outside the transaction.
+struct Statements {
+    lock: tokio_postgres::Statement,
+    tail: tokio_postgres::Statement,
+    insert: tokio_postgres::Statement,
+    touch: tokio_postgres::Statement,
+    release: tokio_postgres::Statement,
+    /// Only with the outbox on.
+    announce: Option<tokio_postgres::Statement>,
+}
+
+impl Statements {
+    async fn prepare(
+        conn: &deadpool_postgres::Object,
+        announce: bool,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let announce = match announce {
+            true => Some(conn.prepare_cached(crate::outbox::INSERT).await?),
+            false => None,
+        };
+        Ok(Self {
+            lock: conn.prepare_cached(LOCK).await?,
+            tail: conn.prepare_cached(TAIL).await?,
+            insert: conn.prepare_cached(INSERT).await?,
+            touch: conn.prepare_cached(TOUCH).await?,
+            release: conn.prepare_cached(RELEASE).await?,
+            announce,
+        })
+    }
+}
+
+/// The notice rows of the appends the group accepted: each member's rows
+/// go in the same transaction as its records; a refused member has none.
+fn notices_of(batches: &[&AppendBatch], decisions: &[Decision]) -> NoticeColumns {
+    assert_eq!(batches.len(), decisions.len(), "one decision per batch");
+    let mut notices = NoticeColumns::default();
+    for (batch, decision) in batches.iter().zip(decisions) {
+        if let Decision::Accepted(records) = decision {
+            let rows = outbox::rows_for(&batch.session, records, batch.now_unix_nanos);
+            notices.add(rows);
+        }
+    }
+    notices
 }
 
 /// Ends a transaction that must not commit; a connection too broken for

@@ -18,6 +18,7 @@ pub mod copy;
 mod group;
 pub mod ledger;
 mod ops;
+mod outbox;
 mod planted;
 mod reconcile;
 pub mod schema;
@@ -26,6 +27,7 @@ mod tls;
 pub use group::{GroupLimits, GroupStats};
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentsessions_journal::reopen::{Backoff, Opener, Reopening};
 use agentsessions_journal::{
@@ -83,6 +85,9 @@ pub struct PgJournal {
     /// Where commit timings and lost answers are counted, once a daemon
     /// with metrics sets it; shared with the group committer.
     meter: group::Meter,
+    /// Whether appends insert notice rows (`JournalStore::set_outbox`);
+    /// shared with the group committer.
+    outbox: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for PgJournal {
@@ -193,6 +198,7 @@ impl PgJournal {
         }
         let planted = Arc::new(planted::Planted::default());
         let meter = group::Meter::default();
+        let outbox = Arc::new(AtomicBool::new(false));
         let group = options.group_commit.map(|limits| {
             group::GroupCommitter::spawn(
                 pool.clone(),
@@ -200,6 +206,7 @@ impl PgJournal {
                 limits,
                 planted.clone(),
                 meter.clone(),
+                outbox.clone(),
             )
         });
         Ok(Self {
@@ -208,6 +215,7 @@ impl PgJournal {
             group,
             planted,
             meter,
+            outbox,
         })
     }
 
@@ -276,13 +284,18 @@ impl JournalStore for PgJournal {
         let _ = self.meter.set(meter);
     }
 
+    fn set_outbox(&self, on: bool) {
+        self.outbox.store(on, Ordering::SeqCst);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         if let Some(group) = &self.group {
             // The committer reconciles a lost answer itself.
             return group.append(batch).await;
         }
         let mut c = self.conn().await?;
-        match ops::append(&mut c, &batch, &self.default_project).await {
+        let announce = self.outbox.load(Ordering::SeqCst);
+        match ops::append(&mut c, &batch, &self.default_project, announce).await {
             Err(AppendError::Failed(StoreError::CommitFailed { reason })) => {
                 drop(c);
                 reconcile::append(&self.pool, &batch, &reason, self.meter.get()).await

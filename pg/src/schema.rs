@@ -97,6 +97,27 @@ CREATE TABLE IF NOT EXISTS session_prefixes (
 CREATE INDEX IF NOT EXISTS session_prefixes_owner ON session_prefixes(owner, last_seq);
 "#;
 
+/// The notification outbox, as in SQLite (`sqlite/src/schema.rs`): one
+/// row per committed record that announces something, inserted in the
+/// append's transaction. Outside the versioned schema, created on every
+/// open. Ids compare bytewise, so claims take rows in the same order on
+/// both backends.
+pub(crate) const NOTIFY_OUTBOX: &str = r#"
+CREATE TABLE IF NOT EXISTS notify_outbox (
+    event_id      text COLLATE "C" PRIMARY KEY,
+    session       text COLLATE "C" NOT NULL,
+    seq           bigint NOT NULL,
+    kind          text NOT NULL,
+    created_at    bigint NOT NULL,
+    attempts      bigint NOT NULL DEFAULT 0,
+    due_at        bigint NOT NULL,
+    claimed_by    text NOT NULL DEFAULT '',
+    claimed_until bigint NOT NULL DEFAULT 0,
+    last_error    text NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox(due_at);
+"#;
+
 /// Brings the database to [`SCHEMA_VERSION`], or refuses a newer one
 /// without writing.
 pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
@@ -150,6 +171,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), StoreError> {
         .map_err(backend)?;
     tx.batch_execute(SESSION_LEASES).await.map_err(backend)?;
     tx.batch_execute(SESSION_PREFIXES).await.map_err(backend)?;
+    tx.batch_execute(NOTIFY_OUTBOX).await.map_err(backend)?;
     tx.commit().await.map_err(backend)?;
     Ok(())
 }

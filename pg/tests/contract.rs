@@ -33,3 +33,17 @@ async fn the_postgres_ledger_keeps_the_ledger_contract() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_journal_keeps_the_outbox_contract() {
+    if pg::fresh_database().await.is_none() {
+        return;
+    }
+    // Two connections claim at once: `FOR UPDATE SKIP LOCKED` keeps their
+    // sets disjoint.
+    contract::outbox(|| async {
+        let url = pg::fresh_database().await.expect("the cluster is up");
+        PgJournal::open(&url, Default::default()).await.unwrap()
+    })
+    .await;
+}

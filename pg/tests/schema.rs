@@ -48,6 +48,7 @@ async fn two_daemons_opening_a_fresh_database_at_once_both_get_version_2() {
             "deleted_sessions",
             "events",
             "harnesses",
+            "notify_outbox",
             "reserved_harness_names",
             "session_leases",
             "session_prefixes",

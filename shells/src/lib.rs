@@ -13,5 +13,6 @@ pub mod journal;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+pub mod notify;
 pub mod telemetry;
 pub mod tools;

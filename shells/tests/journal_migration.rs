@@ -181,13 +181,17 @@ fn fresh_schema_has_the_reference_layout() {
     assert_eq!(
         objects,
         [
-            // Outside the Go schema, with its table below.
+            // Outside the Go schema, with their tables below.
+            "index notify_outbox_due on notify_outbox",
             "index session_prefixes_owner on session_prefixes",
             "index sessions_harness on sessions",
             "index sessions_project_created on sessions",
             "table deleted_sessions on deleted_sessions",
             "table events on events",
             "table harnesses on harnesses",
+            // The notification outbox: outside the Go schema, like the
+            // tombstones (a Go host ignores it).
+            "table notify_outbox on notify_outbox",
             "table reserved_harness_names on reserved_harness_names",
             // Outside the Go schema (a Go host ignores it), like the
             // tombstones.

@@ -55,6 +55,7 @@ async fn an_unfinished_call_is_reported_and_run_again_only_when_told() {
     let gate = ToolGate {
         rules: Vec::new(),
         catalog: Some(std::sync::Arc::new(tool_catalog::catalog(&hub, []))),
+        approval_expiry_ms: None,
     };
 
     // edit_file is not idempotent: a crash after "started" leaves its

@@ -98,6 +98,8 @@ pub struct Run<'a> {
     /// The client.
     pub client: Client,
     inflight: Option<RequestId>,
+    /// The replies of raced Approve calls, by slot, for [`Run::check_expiry`].
+    decided: Vec<(usize, Result<Response, Status>)>,
     crashes_left: u32,
     race: Vec<RaceState>,
     racing: bool,
@@ -129,6 +131,7 @@ impl<'a> Run<'a> {
             sim: Sim::new(cp.d, scn.hosts()),
             client: cp.client,
             inflight: None,
+            decided: Vec::new(),
             crashes_left: cp.crashes_left,
             race: vec![RaceState::Waiting; scn.race.len()],
             racing: false,
@@ -253,6 +256,9 @@ impl<'a> Run<'a> {
             if let RaceOp::Forbidden { what, who, .. } = self.scn.race[j].1 {
                 check_refused(what, who, &reply)?;
             }
+            if let RaceOp::Approve { slot, .. } = self.scn.race[j].1 {
+                self.decided.push((slot, reply.clone()));
+            }
             if let (RaceOp::Fork { child, .. }, Ok(Response::Fork(f))) =
                 (self.scn.race[j].1, &reply)
                 && let Some(uid) = f.children.first().and_then(|s| s.metadata.as_ref())
@@ -342,6 +348,11 @@ impl<'a> Run<'a> {
                     .ok_or_else(|| violation(Rule::Expectation, "race Approve without a gate"))?;
                 let req = client::approve(&s, &gate, approved);
                 (s, req)
+            }
+            RaceOp::Expire { .. } => {
+                let by = crate::world::EXPIRY_MS as i64 * 1_000_000 + 1_000_000_000;
+                self.race[j] = RaceState::Done;
+                return self.sim.pass_time(host, by);
             }
             RaceOp::Resume { slot } => (sid(slot), client::resume(&sid(slot))),
             RaceOp::Suspend { slot } => (sid(slot), client::suspend(&sid(slot))),
@@ -456,6 +467,7 @@ impl<'a> Run<'a> {
     pub fn finish(&mut self) -> Check {
         if !self.scn.race.is_empty() {
             self.settle()?;
+            self.check_expiry()?;
         }
         self.sim.restart();
         let view = &self.sim.d.store;
@@ -480,6 +492,69 @@ impl<'a> Run<'a> {
             }
         }
         self.check_post()
+    }
+
+    /// With an expiry raced against a human decision: exactly one decision
+    /// is recorded, and the human's reply agrees with it. Told it won, the
+    /// decision is the human's; refused as late (FAILED_PRECONDITION), it
+    /// is the host's. ABORTED (a conflict with the other host) claims
+    /// nothing.
+    fn check_expiry(&mut self) -> Check {
+        use agentsessions_machine::vocab::{Code, HOST_PRINCIPAL};
+        if !self
+            .scn
+            .race
+            .iter()
+            .any(|(_, op)| matches!(op, RaceOp::Expire { .. }))
+        {
+            return Ok(());
+        }
+        for (slot, reply) in std::mem::take(&mut self.decided) {
+            let sid = self.client.slots.get(slot).cloned().unwrap_or_default();
+            let decisions: Vec<bool> = self
+                .sim
+                .d
+                .store
+                .records(&sid)
+                .iter()
+                .filter_map(|r| r.event.as_ref())
+                .filter(|ev| agentsessions_machine::events::body::approval_result(ev).is_some())
+                .map(|ev| {
+                    ev.actor
+                        .as_ref()
+                        .is_some_and(|a| a.principal == HOST_PRINCIPAL)
+                })
+                .collect();
+            let [by_host] = decisions[..] else {
+                return Err(violation(
+                    Rule::Expectation,
+                    format!("{sid}: {} decisions of one request", decisions.len()),
+                ));
+            };
+            match &reply {
+                Ok(_) if by_host => {
+                    return Err(violation(
+                        Rule::Expectation,
+                        "a human was told its decision stands, the host's denial is recorded",
+                    ));
+                }
+                Err(s) if s.code == Code::FailedPrecondition && !by_host => {
+                    return Err(violation(
+                        Rule::Expectation,
+                        format!(
+                            "a human was refused ({}), yet no expiry is recorded",
+                            s.message
+                        ),
+                    ));
+                }
+                Ok(_) => self.sim.d.oracle.note("a human decision beat the expiry"),
+                Err(s) if s.code == Code::FailedPrecondition => {
+                    self.sim.d.oracle.note("the expiry beat a human decision")
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(())
     }
 
     fn check_session(&mut self, sid: &str) -> Check {

@@ -174,6 +174,13 @@ pub enum RaceOp {
         /// Verdict.
         approved: bool,
     },
+    /// The clock passes every approval deadline ([`crate::world::EXPIRY_MS`]
+    /// and a second) and the host fires what fell due: the host's own
+    /// denial of the slot's pending request, where it armed one.
+    Expire {
+        /// Session slot (the request whose decision is checked).
+        slot: usize,
+    },
     /// Sessions.Resume.
     Resume {
         /// Session slot.
@@ -728,6 +735,36 @@ pub fn race_scenarios() -> Vec<Scenario> {
         ]
     };
     let mut v = vec![
+        race(
+            "race-expire-approve",
+            "expiry racing a human decision",
+            parked(),
+            vec![
+                (0, R::Expire { slot: 0 }),
+                (
+                    0,
+                    R::Approve {
+                        slot: 0,
+                        approved: true,
+                    },
+                ),
+            ],
+        ),
+        race(
+            "race-expire-approve-two-hosts",
+            "expiry racing a human decision on another host",
+            parked(),
+            vec![
+                (0, R::Expire { slot: 0 }),
+                (
+                    1,
+                    R::Approve {
+                        slot: 0,
+                        approved: false,
+                    },
+                ),
+            ],
+        ),
         race(
             "race-cancel-approve",
             "Cancel racing Approve and Resume",

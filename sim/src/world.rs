@@ -165,10 +165,16 @@ pub struct Sim {
     calls: BTreeMap<(usize, RequestId), Call>,
 }
 
+/// How long an approval request may wait in the simulator: far beyond any
+/// run's own clock (1 µs per step), so only a race's
+/// [`crate::scenario::RaceOp::Expire`] reaches it.
+pub const EXPIRY_MS: u64 = 3_600_000;
+
 /// The host configuration every simulated host runs with: the testkit
 /// routes plus the simulator's own harness kinds.
 pub fn config() -> HostConfig {
     let mut config = testworld::config();
+    config.tools.approval_expiry_ms = Some(EXPIRY_MS);
     // The operator gates `guarded`, whatever mediation a harness asks for.
     config
         .tools
@@ -176,6 +182,7 @@ pub fn config() -> HostConfig {
         .push(agentsessions_machine::vocab::ToolRule {
             pattern: scripts::GUARDED.into(),
             policy: agentsessions_machine::vocab::Policy::Approval,
+            expiry_ms: None,
         });
     config.tools.catalog = Some(std::sync::Arc::new(scripts::catalog()));
     for kind in scripts::KINDS {
@@ -282,6 +289,19 @@ impl Sim {
             .expect("the world drains after every input");
         self.drain(host)?;
         Ok(id)
+    }
+
+    /// Moves the clock `by` forward and lets `host` fire whatever fell due
+    /// (an approval deadline, a lease renewal).
+    pub fn pass_time(&mut self, host: usize, by: Nanos) -> Check {
+        assert!(by > 0, "time moves forward");
+        self.d.now += by;
+        let slot = &mut self.hosts[host];
+        slot.hist.str("time").u64(by.unsigned_abs());
+        slot.host
+            .handle_timeout(self.d.now)
+            .expect("the world drains after every input");
+        self.drain(host)
     }
 
     /// Indices of the items that may go next. Without `interleave` only the

@@ -83,6 +83,8 @@ fn every_interleaving_of_the_races_keeps_the_invariants() {
         "append fenced",
         "append conflict",
         "executor deduplicated a re-drive",
+        "a human decision beat the expiry",
+        "the expiry beat a human decision",
     ] {
         assert!(
             total.coverage.contains_key(needed),

@@ -28,6 +28,7 @@ fn expected(f: Fault) -> &'static [Rule] {
         Fault::StaleSummary => &[Rule::Summary],
         Fault::SkipPolicyFloor => &[Rule::Approval, Rule::Denial, Rule::Expectation],
         Fault::RerunUnfinished => &[Rule::DuplicateExecution],
+        Fault::ExpiryIgnoresDecision => &[Rule::Expectation, Rule::Approval],
     }
 }
 
@@ -71,7 +72,7 @@ fn caught(f: Fault) {
 
 #[test]
 fn every_planted_bug_is_listed_here() {
-    assert_eq!(Fault::ALL.len(), 16);
+    assert_eq!(Fault::ALL.len(), 17);
     for f in Fault::ALL {
         assert_eq!(Fault::by_name(f.name()), Some(f));
         assert!(!expected(f).is_empty());
@@ -121,6 +122,11 @@ fn reexecute_on_replay() {
 #[test]
 fn denial_executes() {
     caught(Fault::DenialExecutes);
+}
+
+#[test]
+fn expiry_ignores_decision() {
+    caught(Fault::ExpiryIgnoresDecision);
 }
 
 #[test]

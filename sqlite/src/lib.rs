@@ -40,6 +40,8 @@ use agentsessions_journal::{
 
 mod heads;
 pub mod ledger;
+mod outbox;
+mod quick;
 mod read_ops;
 pub mod schema;
 mod worker;
@@ -138,6 +140,8 @@ struct Inner {
     /// in-place writes when the writer is idle.
     writer_conn: Arc<Mutex<Connection>>,
     faults: worker::Faults,
+    /// Whether appends insert notice rows (`JournalStore::set_outbox`).
+    outbox: std::sync::atomic::AtomicBool,
     /// Taken on drop, before the threads are joined (the checkpointer
     /// exits when every sender is gone).
     checkpoint_tx: Option<crossbeam_channel::Sender<()>>,
@@ -199,6 +203,7 @@ impl SqliteJournal {
         conn.execute_batch(schema::DELETED_SESSIONS).map_err(db)?;
         conn.execute_batch(schema::SESSION_LEASES).map_err(db)?;
         conn.execute_batch(schema::SESSION_PREFIXES).map_err(db)?;
+        conn.execute_batch(schema::NOTIFY_OUTBOX).map_err(db)?;
 
         let mut reader_conns = Vec::with_capacity(readers);
         for _ in 0..readers {
@@ -269,6 +274,7 @@ impl SqliteJournal {
                 quick: Mutex::new(quick),
                 writer_conn,
                 faults: options.faults,
+                outbox: std::sync::atomic::AtomicBool::new(false),
                 checkpoint_tx: Some(checkpoint_tx),
                 threads,
             }),
@@ -430,80 +436,6 @@ impl SqliteJournal {
         }
     }
 
-    /// Runs the point read `op` in place, on the writer's connection when no
-    /// batch holds it, else on the quick connection; otherwise (None) the
-    /// caller falls back to a reader thread. `op` itself returns None when
-    /// the read turned out too big to do in place.
-    fn try_quick<T>(
-        &self,
-        op: impl Fn(&Connection) -> Result<Option<T>, StoreError>,
-    ) -> Option<Result<T, StoreError>> {
-        if self.is_poisoned() {
-            return None;
-        }
-        // The writer's page cache holds what the last commits wrote, where
-        // any other connection must re-read every page a commit touched
-        // (a session row read right after an append: ~4 against ~19 us).
-        let first = match self.inner.writer_conn.try_lock() {
-            Ok(conn) => {
-                // Never wait on a lock here: this thread is the caller's.
-                let _ = conn.busy_timeout(std::time::Duration::ZERO);
-                let r = op(&conn);
-                let _ = conn.busy_timeout(schema::BUSY_TIMEOUT);
-                Some(r)
-            }
-            Err(_) => None,
-        };
-        let done = match first {
-            // Too big to read in place on any connection.
-            Some(Ok(None)) => return None,
-            Some(Err(e)) if is_busy(&e) => None,
-            Some(r) => in_place(r),
-            None => None,
-        };
-        // Busy, or the writer is mid-batch: the quick connection; in use by
-        // another caller or left poisoned by a panic, the reader threads
-        // serve this one.
-        let done = match done {
-            Some(done) => Some(done),
-            None => in_place(op(&*self.inner.quick.try_lock().ok()?)),
-        };
-        if done.is_some() {
-            self.inner
-                .shared
-                .reads_in_place
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        done
-    }
-
-    /// The outcome of a point read: `done` when [`Self::try_quick`] answered,
-    /// else `fallback` on a reader thread.
-    fn quick_or_read<T, G>(
-        &self,
-        done: Option<Result<T, StoreError>>,
-        fallback: G,
-    ) -> impl Future<Output = Result<T, StoreError>> + Send + use<T, G>
-    where
-        T: Send + 'static,
-        G: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
-    {
-        let queued = match done {
-            Some(result) => Ok(result),
-            None => {
-                let s = &self.inner.shared;
-                s.point_reads_on_threads.fetch_add(1, Ordering::Relaxed);
-                Err(self.submit_read(fallback))
-            }
-        };
-        async move {
-            match queued {
-                Ok(result) => result,
-                Err(pending) => pending.await,
-            }
-        }
-    }
-
     /// Like `submit_read` for operations with their own error type.
     fn submit_read_with<T, E, F>(
         &self,
@@ -517,33 +449,6 @@ impl SqliteJournal {
         let fut = self.submit_read(move |conn| Ok(op(conn)));
         async move { fut.await.map_err(E::from)? }
     }
-}
-
-/// The most records a tail read decodes in place; a longer tail is read
-/// by a reader thread.
-const QUICK_RECORDS: usize = 64;
-
-/// A point read's result, or None to hand it on (busy, or too big).
-fn in_place<T>(r: Result<Option<T>, StoreError>) -> Option<Result<T, StoreError>> {
-    match r {
-        Ok(Some(v)) => Some(Ok(v)),
-        Ok(None) => None,
-        Err(e) if is_busy(&e) => None,
-        Err(e) => Some(Err(e)),
-    }
-}
-
-/// Whether `e` is SQLite's "busy" or "locked", which the quick connection
-/// reports at once instead of waiting.
-fn is_busy(e: &StoreError) -> bool {
-    let StoreError::Backend(b) = e else {
-        return false;
-    };
-    matches!(
-        b.downcast_ref::<rusqlite::Error>()
-            .and_then(rusqlite::Error::sqlite_error_code),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
 }
 
 impl SqliteJournal {
@@ -567,7 +472,16 @@ impl SqliteJournal {
     ) -> impl FnMut(&Connection) -> Result<Vec<LogRecord>, AppendError> + Send + 'static {
         let (project, blobs) = self.append_parts(&batch);
         let shared = self.inner.shared.clone();
-        move |conn| write_ops::append(conn, &batch, &blobs, &project, &shared.heads)
+        let announce = self.inner.outbox.load(Ordering::SeqCst);
+        move |conn| {
+            let records = write_ops::append(conn, &batch, &blobs, &project, &shared.heads)?;
+            if announce {
+                // In the job's own transaction (or savepoint): a failure
+                // here undoes the records too.
+                outbox::announce(conn, &batch.session, &records, batch.now_unix_nanos)?;
+            }
+            Ok(records)
+        }
     }
 
     /// A fence mint as a write job's operation (queued or in place).
@@ -598,6 +512,10 @@ impl JournalStore for SqliteJournal {
     fn set_meter(&self, meter: agentsessions_journal::Meter) {
         // Set once: a second daemon over the same handle keeps the first's.
         let _ = self.inner.shared.meter.set(meter);
+    }
+
+    fn set_outbox(&self, on: bool) {
+        self.inner.outbox.store(on, Ordering::SeqCst);
     }
 
     fn append(
@@ -687,7 +605,7 @@ impl JournalStore for SqliteJournal {
             );
         }
         let done = self.try_quick(|conn| {
-            read_ops::read_at_most(conn, &session, from_seq, to_seq, QUICK_RECORDS)
+            read_ops::read_at_most(conn, &session, from_seq, to_seq, quick::QUICK_RECORDS)
         });
         futures_util::future::Either::Right(self.quick_or_read(done, move |conn| {
             read_ops::read(conn, &session, from_seq, to_seq)

@@ -114,6 +114,26 @@ CREATE TABLE IF NOT EXISTS session_prefixes (
 CREATE INDEX IF NOT EXISTS session_prefixes_owner ON session_prefixes(owner, last_seq);
 ";
 
+/// The notification outbox (`agentsessions_journal::outbox`): one row per
+/// committed record that announces something, inserted in the append's own
+/// transaction and deleted once delivered. Outside the Go schema and
+/// `user_version`, like the leases; created on every open.
+pub const NOTIFY_OUTBOX: &str = "\
+CREATE TABLE IF NOT EXISTS notify_outbox (
+    event_id      TEXT PRIMARY KEY,
+    session       TEXT NOT NULL,
+    seq           INTEGER NOT NULL,
+    kind          TEXT NOT NULL,
+    created_at    INTEGER NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    due_at        INTEGER NOT NULL,
+    claimed_by    TEXT NOT NULL DEFAULT '',
+    claimed_until INTEGER NOT NULL DEFAULT 0,
+    last_error    TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS notify_outbox_due ON notify_outbox(due_at);
+";
+
 /// How long a connection waits on another writer's lock.
 pub const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 

@@ -225,6 +225,7 @@ impl Link {
             mcp: Vec::new(),
             mcp_config: Default::default(),
             session_token_budget: None,
+            approvals: Default::default(),
             journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
         };
         let daemon = Daemon::start(config)

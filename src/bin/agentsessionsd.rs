@@ -93,8 +93,43 @@ struct Args {
     /// `*` matching any run of characters; the most specific pattern wins.
     /// Without a rule an MCP tool that says it is read-only runs at once
     /// and any other waits for approval. Repeatable.
+    /// `approval:DURATION` also bounds how long such a call may wait for a
+    /// decision (`fs__write_file=approval:30m`).
     #[arg(long = "tool-policy", value_name = "PATTERN=POLICY")]
     tool_policy: Vec<agentsessions_machine::vocab::ToolRule>,
+    /// Deny an approval request nobody decided within this long (from the
+    /// request's journaled time), then resume its turn so the agent reads
+    /// the denial. Off by default; a `--tool-policy` `approval:DURATION`
+    /// overrides it for the tools it covers.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    approval_timeout: Option<Duration>,
+    /// With expiry on: how often every session is looked at again for a
+    /// deadline this daemon did not arm (another daemon's, on a shared
+    /// journal). 0 looks only at boot.
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = humantime::parse_duration)]
+    approval_rescan: Duration,
+    /// POST a JSON event to this URL when an approval is requested,
+    /// decided or expired, or a turn fails (at least once, from an outbox
+    /// in the journal). Repeatable.
+    #[arg(long = "notify", value_name = "URL")]
+    notify: Vec<String>,
+    /// Sign each notification: HMAC-SHA256 of "TIMESTAMP.BODY" in
+    /// X-Agentsessions-Signature (see docs/operations.md).
+    #[arg(
+        long,
+        value_name = "SECRET",
+        env = "AGENTSESSIONS_NOTIFY_SECRET",
+        hide_env_values = true
+    )]
+    notify_secret: Option<String>,
+    /// Notification bodies: `json` (the event) or `slack` (an incoming
+    /// webhook's `{"text": …}`).
+    #[arg(long, value_name = "FORMAT", default_value = "json")]
+    notify_format: agentsessions_shells::notify::Format,
+    /// Put the tool call's arguments in approval notifications (left out
+    /// by default: they may hold what should not leave the host).
+    #[arg(long)]
+    notify_include_arguments: bool,
     /// Tokens (input + output, as reported in USAGE records) a session may
     /// use; past it model calls are refused with RESOURCE_EXHAUSTED and a
     /// durable ERROR. A session's `token-budget` label overrides it.
@@ -486,6 +521,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             ..Default::default()
         },
         session_token_budget: args.session_token_budget,
+        approvals: agentsessions_shells::daemon::config::Approvals {
+            timeout: args.approval_timeout,
+            rescan: (!args.approval_rescan.is_zero()).then_some(args.approval_rescan),
+            notify: agentsessions_shells::notify::NotifySettings {
+                urls: args.notify.clone(),
+                secret: args.notify_secret.clone(),
+                format: args.notify_format,
+                include_arguments: args.notify_include_arguments,
+                console: None,
+            },
+        },
     };
     let daemon = if postgres {
         let store = agentsessions_pg::PgJournal::open_reopening(

@@ -166,7 +166,7 @@ pub fn render(cmd: &Command, matches: &ArgMatches, from_file: &BTreeSet<String>)
         };
         let values: Vec<String> = matches
             .get_raw(id)
-            .map(|vs| vs.map(|v| redact(&v.to_string_lossy())).collect())
+            .map(|vs| vs.map(|v| shown(long, &v.to_string_lossy())).collect())
             .unwrap_or_default();
         let line = match (arg.get_action(), values.as_slice()) {
             (ArgAction::SetTrue, [v]) => format!("{long} = {v}"),
@@ -180,6 +180,24 @@ pub fn render(cmd: &Command, matches: &ArgMatches, from_file: &BTreeSet<String>)
         out.push_str(&format!("{line:<60} # {source}\n"));
     }
     out
+}
+
+/// A flag's value as printed: a notification secret never, a webhook
+/// URL only up to its host (an incoming webhook's path is its key), any
+/// other value through [`redact`].
+fn shown(long: &str, value: &str) -> String {
+    match long {
+        "notify-secret" => REDACTED.to_owned(),
+        "notify" => match value.split_once("://") {
+            Some((scheme, rest)) => {
+                let host = rest.split(['/', '?']).next().unwrap_or("");
+                let host = host.rsplit('@').next().unwrap_or(host);
+                format!("{scheme}://{host}/{REDACTED}")
+            }
+            None => REDACTED.to_owned(),
+        },
+        _ => redact(value),
+    }
 }
 
 /// A value as TOML: a whole number bare (the file reads it back as the

@@ -8,11 +8,13 @@
 //! tables the madsim runs' [`super::MemoryDisk`] keeps: one in-memory
 //! implementation of the store contract, not two.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use agentsessions_proto::v1::LogRecord;
 
 use super::tables::Tables;
+use crate::outbox::{Notice, NoticeClaim, Outbox, OutboxStats, Settle};
 use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
     HarnessRow, JournalStore, LeaseClaim, ListHarnesses, ListSessions, RegisterOutcome,
@@ -25,6 +27,8 @@ use crate::{
 pub struct InstantStore {
     tables: Mutex<Tables>,
     default_project: String,
+    /// Whether appends insert notice rows.
+    outbox: AtomicBool,
 }
 
 impl InstantStore {
@@ -33,6 +37,7 @@ impl InstantStore {
         Self {
             tables: Mutex::new(tables),
             default_project: default_project.to_owned(),
+            outbox: AtomicBool::new(false),
         }
     }
 
@@ -47,8 +52,14 @@ impl InstantStore {
 }
 
 impl JournalStore for InstantStore {
+    fn set_outbox(&self, on: bool) {
+        self.outbox.store(on, Ordering::SeqCst);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
-        self.lock().append(&batch, &self.default_project)
+        let on = self.outbox.load(Ordering::SeqCst);
+        self.lock()
+            .append_announcing(&batch, &self.default_project, on)
     }
 
     async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {
@@ -164,5 +175,24 @@ impl JournalStore for InstantStore {
             now_unix_nanos,
             &self.default_project,
         )
+    }
+}
+
+impl Outbox for InstantStore {
+    async fn claim_notices(&self, claim: NoticeClaim) -> Result<Vec<Notice>, StoreError> {
+        self.lock().notices_mut().claim(&claim)
+    }
+
+    async fn settle_notice(
+        &self,
+        owner: &str,
+        event_id: &str,
+        settle: Settle,
+    ) -> Result<bool, StoreError> {
+        Ok(self.lock().notices_mut().settle(owner, event_id, &settle))
+    }
+
+    async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
+        Ok(self.lock().notices().stats())
     }
 }

@@ -12,6 +12,7 @@ use agentsessions_machine::chain::ChainVerifier;
 use agentsessions_proto::v1::{ComputeState, LogRecord};
 
 use crate::lease::{self, LeaseClaim, StoredLease};
+use crate::outbox::{self, NoticeTable};
 use crate::rules::{self, required};
 use crate::{
     AppendBatch, AppendError, DeleteError, DeleteSession, ForkBatch, HarnessRegistration,
@@ -116,6 +117,8 @@ pub struct Tables {
     retained: BTreeMap<String, Vec<LogRecord>>,
     harnesses: BTreeMap<String, HarnessRow>,
     reserved: BTreeSet<String>,
+    /// The notification outbox (`notify_outbox`).
+    notices: NoticeTable,
 }
 
 /// Everything a write to one uid can change: its session (row and
@@ -450,6 +453,33 @@ impl Tables {
             session.end_lease(owner, batch.fence);
         }
         Ok(records)
+    }
+
+    /// [`Tables::append`], and with `outbox` on the notice rows of the
+    /// records it committed, in the same step (a refused append adds none).
+    pub fn append_announcing(
+        &mut self,
+        batch: &AppendBatch,
+        default_project: &str,
+        outbox: bool,
+    ) -> Result<Vec<LogRecord>, AppendError> {
+        let records = self.append(batch, default_project)?;
+        if outbox {
+            let rows = outbox::rows_for(&batch.session, &records, batch.now_unix_nanos);
+            debug_assert!(rows.iter().all(|r| r.session == batch.session));
+            self.notices.insert(rows);
+        }
+        Ok(records)
+    }
+
+    /// The notification outbox.
+    pub fn notices(&self) -> &NoticeTable {
+        &self.notices
+    }
+
+    /// The notification outbox, for claims and settles.
+    pub fn notices_mut(&mut self) -> &mut NoticeTable {
+        &mut self.notices
     }
 
     /// A fork child's first write: the parent's records up to `at_seq` by

@@ -47,6 +47,8 @@ pub struct Host {
     ops: BTreeMap<OpId, Box<Op>>,
     next_op: u64,
     requests: BTreeMap<RequestId, OpId>,
+    /// Counts the host's own calls ([`RequestId::HOST`] set).
+    next_host_call: u64,
 }
 
 impl std::fmt::Debug for Host {
@@ -74,6 +76,7 @@ impl Host {
             ops: BTreeMap::new(),
             next_op: 0,
             requests: BTreeMap::new(),
+            next_host_call: 0,
         }
     }
 
@@ -90,6 +93,10 @@ impl Host {
         assert!(
             !self.requests.contains_key(&request),
             "request ids are unique while in flight"
+        );
+        assert!(
+            !request.is_host(),
+            "the top half of request ids is the host's"
         );
         match authorize::gate(&caller, &call, &self.core.config.default_project) {
             Gate::Open => self.admit(request, caller, call),
@@ -343,12 +350,43 @@ impl Host {
             }
         }
         self.core.renew_due(now);
+        self.expire_due(now);
         debug_assert!(self.core.next_deadline().is_none_or(|at| at > now));
         debug_assert!(
             self.requests.values().all(|id| self.ops.contains_key(id)),
             "every request in flight has its operation"
         );
         Ok(())
+    }
+
+    /// Starts the host's own expiry of every approval request whose wait
+    /// ran out by `now`. At the in-flight cap the rest wait a moment: an
+    /// expiry is never refused, only delayed.
+    fn expire_due(&mut self, now: Nanos) {
+        while self.ops.len() < self.core.config.max_in_flight {
+            let Some((session, armed)) = self.core.expiries.pop_due(now) else {
+                return;
+            };
+            self.next_host_call += 1;
+            let request = RequestId(RequestId::HOST | self.next_host_call);
+            let id = self.new_op(request).expect("below the in-flight cap");
+            let mut op = Box::new(Op::Expire(crate::ops::requests::expire::ExpireOp::new(
+                request, session, armed,
+            )));
+            let flow = op.start(&mut Cx {
+                core: &mut self.core,
+                op: id,
+            });
+            self.settle(id, op, flow);
+        }
+        // Full: whatever is due now goes again in a second.
+        while let Some((session, armed)) = self.core.expiries.pop_due(now) {
+            let later = crate::ops::stages::expiry::Armed {
+                at: now.saturating_add(1_000_000_000),
+                ..armed
+            };
+            self.core.expiries.arm(&session, later);
+        }
     }
 
     fn dispatch(&mut self, id: OpId, f: impl FnOnce(&mut Op, &mut Cx<'_>) -> Flow) {

@@ -9,7 +9,8 @@ pub(crate) mod requests;
 pub(crate) mod stages;
 
 use requests::{
-    approve, boot, cancel, decided, delete, exec, fork, registry, replay, resume, session, suspend,
+    approve, boot, cancel, decided, delete, exec, expire, fork, registry, replay, resume, session,
+    suspend,
 };
 use stages::authorize;
 pub(crate) use stages::flow::{Flow, unexpected};
@@ -39,6 +40,8 @@ pub(crate) enum Op {
     Decided(decided::DecidedOp),
     /// ListTools: answered from the config at once.
     Tools(RequestId),
+    /// The host's own: denies a request whose wait ran out.
+    Expire(expire::ExpireOp),
     /// A call waiting for its session's project (see `authorize`).
     Gate(authorize::GateOp),
 }
@@ -106,6 +109,7 @@ impl Op {
             Self::Delete(op) => op.start(cx),
             Self::Retain(op) => op.start(cx),
             Self::Decided(op) => op.start(cx),
+            Self::Expire(op) => op.start(cx),
             Self::Tools(request) => {
                 let listing = cx.config().tools.listing();
                 cx.reply(*request, Ok(crate::vocab::Response::Tools(listing)));
@@ -134,6 +138,7 @@ impl Op {
             Self::Retain(op) => op.on_outcome(cx, id, outcome),
             Self::Decided(op) => op.on_outcome(cx, id, outcome),
             Self::Tools(_) => unexpected("list tools", &outcome),
+            Self::Expire(op) => op.on_outcome(cx, id, outcome),
             Self::Gate(op) => op.on_outcome(cx, id, outcome),
         }
     }
@@ -148,6 +153,7 @@ impl Op {
             Self::Exec(op) => op.on_harness(cx, conn, input),
             Self::Resume(op) => op.on_harness(cx, conn, input),
             Self::ReplayHarness(op) => op.on_harness(cx, conn, input),
+            Self::Expire(op) => op.on_harness(cx, conn, input),
             _ => Flow::Continue,
         }
     }
@@ -156,6 +162,7 @@ impl Op {
         match self {
             Self::Exec(op) => op.on_chunk(cx, id, chunk),
             Self::Resume(op) => op.on_chunk(cx, id, chunk),
+            Self::Expire(op) => op.on_chunk(cx, id, chunk),
             _ => Flow::Continue,
         }
     }
@@ -175,6 +182,7 @@ impl Op {
         match self {
             Self::Exec(op) => op.on_cancel_request(cx, request, req, actor),
             Self::Resume(op) => op.on_cancel_request(cx, request, req, actor),
+            Self::Expire(op) => op.on_cancel_request(cx, request, req, actor),
             _ => {
                 let busy = format!("cancel: session {:?} is busy; retry", shown(&req.session));
                 cx.reply(request, Err(Status::aborted(busy)));

@@ -8,6 +8,20 @@
 
 use agentsessions_proto::v1::IdentityRef;
 
+/// The principal the host records as the actor of the decisions it makes
+/// itself (an approval request denied at its deadline). No credential
+/// verifies to it: the shells refuse to configure a principal of this name.
+pub const HOST_PRINCIPAL: &str = "agentsessions:host";
+
+/// The identity of the host's own decisions (see [`HOST_PRINCIPAL`]).
+pub fn host_identity() -> IdentityRef {
+    IdentityRef {
+        principal: HOST_PRINCIPAL.to_owned(),
+        issuer: "agentsessions".to_owned(),
+        subject: String::new(),
+    }
+}
+
 /// The caller of one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Caller {

@@ -10,8 +10,21 @@
 pub struct EffectId(pub u64);
 
 /// Identifies one client call; chosen by the shell, unique while in flight.
+/// The top half of the space is the host's own (see [`RequestId::HOST`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RequestId(pub u64);
+
+impl RequestId {
+    /// Set on the ids of calls the host makes itself (an expiry's denial
+    /// and resume): their replies stay inside the machine. A shell's ids
+    /// never have it.
+    pub const HOST: u64 = 1 << 63;
+
+    /// True for a call the host makes itself.
+    pub fn is_host(self) -> bool {
+        self.0 & Self::HOST != 0
+    }
+}
 
 /// Identifies one harness connection (one `Harness.Connect` stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

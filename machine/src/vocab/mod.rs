@@ -23,7 +23,9 @@ pub mod signal;
 pub mod status;
 pub mod tools;
 
-pub use caller::{Caller, Grant, GrantError, Principal, Role, Scope};
+pub use caller::{
+    Caller, Grant, GrantError, HOST_PRINCIPAL, Principal, Role, Scope, host_identity,
+};
 pub use committed::Committed;
 pub use config::{Backend, HostConfig, Route};
 pub use effect::{

@@ -60,6 +60,12 @@ pub enum Signal {
         /// Whether it now waits.
         awaiting: bool,
     },
+    /// The host denied `session`'s request when its wait ran out; the
+    /// denial is durable.
+    ApprovalExpired {
+        /// Session uid.
+        session: String,
+    },
 }
 
 /// Signals kept for the shell at most; past this the oldest go (a shell

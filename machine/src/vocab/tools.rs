@@ -35,12 +35,16 @@ impl Policy {
 }
 
 /// One `--tool-policy PATTERN=POLICY`: `*` matches any run of characters.
+/// `approval:DURATION` also bounds how long a request may wait.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolRule {
     /// The tool names it covers (`fs__*`, `*__write_file`, `git__git_commit`).
     pub pattern: String,
     /// What it decides.
     pub policy: Policy,
+    /// For `approval:DURATION`: how long a request may stay undecided
+    /// before the host denies it, in milliseconds.
+    pub expiry_ms: Option<u64>,
 }
 
 /// Why a rule was refused.
@@ -52,6 +56,27 @@ pub enum RuleError {
     /// An unknown policy word.
     #[error("tool policy {0:?}: the policy is auto, approval or deny")]
     Policy(String),
+    /// `approval:` with no duration it can read, or one below a second.
+    #[error("tool policy {0:?}: want approval:DURATION (like 90s, 30m, 1h30m), at least 1s")]
+    Expiry(String),
+}
+
+/// Reads an expiry (`90s`, `30m`, `1h30m`) in milliseconds; below a
+/// second is refused, since a deadline that short denies before anyone
+/// could read the request.
+pub fn parse_expiry(text: &str) -> Option<u64> {
+    let d = humantime::parse_duration(text).ok()?;
+    let ms = u64::try_from(d.as_millis()).ok()?;
+    debug_assert!(ms < 1000 || d.as_secs() >= 1);
+    (ms >= 1000).then_some(ms)
+}
+
+/// How an expiry reads in a reason: `30m`, `1h 30m`, `90ms`.
+pub fn expiry_text(ms: u64) -> String {
+    assert!(ms > 0, "an expiry is positive");
+    let text = humantime::format_duration(std::time::Duration::from_millis(ms)).to_string();
+    debug_assert!(!text.is_empty());
+    text
 }
 
 impl std::str::FromStr for ToolRule {
@@ -62,6 +87,13 @@ impl std::str::FromStr for ToolRule {
             .rsplit_once('=')
             .filter(|(p, _)| !p.is_empty())
             .ok_or_else(|| RuleError::Shape(s.to_owned()))?;
+        let (word, expiry) = match word.split_once(':') {
+            Some(("approval", d)) => match parse_expiry(d) {
+                Some(ms) => ("approval", Some(ms)),
+                None => return Err(RuleError::Expiry(s.to_owned())),
+            },
+            _ => (word, None),
+        };
         let policy = match word {
             "auto" => Policy::Auto,
             "approval" => Policy::Approval,
@@ -69,9 +101,11 @@ impl std::str::FromStr for ToolRule {
             _ => return Err(RuleError::Policy(s.to_owned())),
         };
         debug_assert_eq!(policy.name(), word, "parsing and Policy::name agree");
+        debug_assert!(expiry.is_none() || policy == Policy::Approval);
         Ok(Self {
             pattern: pattern.to_owned(),
             policy,
+            expiry_ms: expiry,
         })
     }
 }
@@ -232,6 +266,9 @@ pub struct ToolGate {
     /// The tools the host can run; `None`: the host keeps no catalog and
     /// every name goes to its executor as the harness asked.
     pub catalog: Option<Arc<Catalog>>,
+    /// `--approval-timeout`: how long any approval request may stay
+    /// undecided, in milliseconds; `None`: forever, unless a rule says.
+    pub approval_expiry_ms: Option<u64>,
 }
 
 impl ToolGate {
@@ -270,6 +307,24 @@ impl ToolGate {
             "only a catalog can lack a tool"
         );
         verdict
+    }
+
+    /// How long a request to approve a call to `name` may wait before the
+    /// host denies it: the most specific covering rule that names a
+    /// duration (`approval:30m`), else `--approval-timeout`, else never.
+    /// Asked of any gated call, whoever gated it: a harness's own
+    /// REQUIRES_APPROVAL waits no longer than a policy's.
+    pub fn expiry_ms(&self, name: &str) -> Option<u64> {
+        let ruled = self
+            .rules
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.expiry_ms.is_some() && r.covers(name))
+            .max_by_key(|(i, r)| (r.specificity(), *i))
+            .and_then(|(_, r)| r.expiry_ms);
+        let expiry = ruled.or(self.approval_expiry_ms);
+        debug_assert!(expiry.is_none_or(|ms| ms > 0), "an expiry is positive");
+        expiry
     }
 
     /// Whether running a call to `name` twice is harmless in itself: an
@@ -344,6 +399,7 @@ mod tests {
         let g = ToolGate {
             rules: Vec::new(),
             catalog: Some(Arc::new(Catalog::new(tools))),
+            approval_expiry_ms: None,
         };
         assert!(!g.may_rerun("fs__edit_file"), "mcp default: not idempotent");
         assert!(g.may_rerun("fs__write_file"), "says it is idempotent");
@@ -390,6 +446,7 @@ mod tests {
                 tool("fs__write_file", "fs", false),
                 tool("append_note", "", false),
             ]))),
+            approval_expiry_ms: None,
         }
     }
 
@@ -422,6 +479,7 @@ mod tests {
         let open = ToolGate {
             rules: rules(&["danger=approval"]),
             catalog: None,
+            approval_expiry_ms: None,
         };
         assert_eq!(open.verdict("anything"), Verdict::Harness);
         assert_eq!(open.verdict("danger"), Verdict::Policy(Policy::Approval));
@@ -440,6 +498,37 @@ mod tests {
             "fs=maybe".parse::<ToolRule>(),
             Err(RuleError::Policy(_))
         ));
+    }
+
+    #[test]
+    fn an_approval_rule_may_bound_the_wait_and_the_default_covers_the_rest() {
+        let r: ToolRule = "fs__write_file=approval:30m".parse().unwrap();
+        assert_eq!((r.policy, r.expiry_ms), (Policy::Approval, Some(1_800_000)));
+        assert!(matches!(
+            "fs=approval:soon".parse::<ToolRule>(),
+            Err(RuleError::Expiry(_))
+        ));
+        assert!(matches!(
+            "fs=approval:10ms".parse::<ToolRule>(),
+            Err(RuleError::Expiry(_))
+        ));
+        assert!(matches!(
+            "fs=deny:30m".parse::<ToolRule>(),
+            Err(RuleError::Policy(_))
+        ));
+        let mut g = gate(&["fs__*=approval:1h", "fs__write_file=approval:30m"]);
+        assert_eq!(g.expiry_ms("fs__write_file"), Some(1_800_000));
+        assert_eq!(g.expiry_ms("fs__read_file"), Some(3_600_000));
+        assert_eq!(g.expiry_ms("append_note"), None, "no rule, no default");
+        g.approval_expiry_ms = Some(60_000);
+        assert_eq!(g.expiry_ms("append_note"), Some(60_000));
+        assert_eq!(
+            g.expiry_ms("fs__write_file"),
+            Some(1_800_000),
+            "a rule wins"
+        );
+        assert_eq!(expiry_text(1_800_000), "30m");
+        assert_eq!(expiry_text(5_400_000), "1h 30m");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::journal::sqlite::{SqliteJournal, SqliteOptions};
 use crate::journal::{JournalStore, StoreError};
 
 use crate::tools::LedgerStore;
+use agentsessions_journal::outbox::Outbox;
 
 pub use super::config::{
     DEFAULT_RETENTION_INTERVAL, DaemonConfig, HarnessTimeouts, LeaseSettings, RandomIds,
@@ -73,7 +74,7 @@ impl Daemon {
 
     /// Starts serving on a self-reopening store the caller opened
     /// (PostgreSQL); health follows the store's.
-    pub async fn start_reopening<S: JournalStore + 'static>(
+    pub async fn start_reopening<S: JournalStore + Outbox + 'static>(
         config: DaemonConfig,
         store: Reopening<S>,
     ) -> Result<Self, StartError> {
@@ -84,7 +85,7 @@ impl Daemon {
     /// [`Daemon::start_reopening`] with the tool ledger in `ledger` rather
     /// than a local file: the ledger in the shared database, so every
     /// daemon on it deduplicates tool calls against the same entries.
-    pub async fn start_shared<S: JournalStore + 'static>(
+    pub async fn start_shared<S: JournalStore + Outbox + 'static>(
         config: DaemonConfig,
         store: Reopening<S>,
         ledger: Arc<dyn LedgerStore>,
@@ -96,14 +97,14 @@ impl Daemon {
     /// Starts serving on a journal store the caller opened; the tool ledger
     /// stays a local file ([`DaemonConfig::ledger`]). Health is SERVING for
     /// the daemon's life.
-    pub async fn start_on<S: JournalStore + 'static>(
+    pub async fn start_on<S: JournalStore + Outbox + 'static>(
         config: DaemonConfig,
         store: Arc<S>,
     ) -> Result<Self, StartError> {
         Self::start_with(config, store, None, None).await
     }
 
-    async fn start_with<S: JournalStore + 'static>(
+    async fn start_with<S: JournalStore + Outbox + 'static>(
         config: DaemonConfig,
         store: Arc<S>,
         store_health: Option<tokio::sync::watch::Receiver<bool>>,
@@ -166,6 +167,33 @@ impl Daemon {
             }
             None => None,
         };
+        let approvals = &config.approvals;
+        if !approvals.notify.urls.is_empty() {
+            store.set_outbox(true);
+            let mut settings = approvals.notify.clone();
+            if settings.console.is_none() {
+                settings.console = console_addr.map(|a| format!("http://{a}"));
+            }
+            let owner = config.lease.as_ref().map_or_else(
+                || format!("notify-{}", std::process::id()),
+                |l| l.host_id.clone(),
+            );
+            servers.push(tokio::spawn(crate::notify::deliver::run(
+                store.clone(),
+                settings,
+                owner,
+                metrics.as_ref().map(|m| m.notify()),
+                stop.subscribe(),
+            )));
+        }
+        if approvals.expiring(&config.tool_rules) {
+            servers.push(tokio::spawn(super::boot_count::find_deadlines(
+                handle.clone(),
+                store.clone(),
+                approvals.rescan,
+                stop.subscribe(),
+            )));
+        }
         let admission = Arc::new(super::limits::Admission::new(
             config.limits,
             metrics.clone(),

@@ -82,6 +82,30 @@ pub struct DaemonConfig {
     /// `--session-token-budget`: tokens a session may use (see the
     /// machine's `HostConfig::session_token_budget`).
     pub session_token_budget: Option<i64>,
+    /// Approval expiry and notifications.
+    pub approvals: Approvals,
+}
+
+/// How long approval requests may wait, and who is told about them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Approvals {
+    /// `--approval-timeout`: how long any request may stay undecided
+    /// (`None`: forever, unless a `--tool-policy` rule says).
+    pub timeout: Option<std::time::Duration>,
+    /// `--approval-rescan`: how often every session is looked at again for
+    /// a deadline this daemon did not arm (one another daemon armed before
+    /// it stopped); `None`: only at boot.
+    pub rescan: Option<std::time::Duration>,
+    /// `--notify …`.
+    pub notify: crate::notify::NotifySettings,
+}
+
+impl Approvals {
+    /// True when some request may expire: the daemon then looks for
+    /// deadlines at boot and on every rescan.
+    pub fn expiring(&self, rules: &[agentsessions_machine::vocab::ToolRule]) -> bool {
+        self.timeout.is_some() || rules.iter().any(|r| r.expiry_ms.is_some())
+    }
 }
 
 /// How a daemon leases the sessions it runs (see the machine's
@@ -176,6 +200,20 @@ pub fn host_config(config: &DaemonConfig) -> Result<HostConfig, StartError> {
     let router = model_router(config)?;
     host.models = Some(router.ids().map(str::to_owned).collect());
     host.tools.rules = config.tool_rules.clone();
+    host.tools.approval_expiry_ms = match config.approvals.timeout {
+        None => None,
+        Some(d) if d >= std::time::Duration::from_secs(1) => {
+            Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }
+        Some(d) => {
+            return Err(StartError::Config(format!(
+                "--approval-timeout {d:?}: want 1s or more"
+            )));
+        }
+    };
+    if let Some(problem) = config.approvals.notify.problem() {
+        return Err(StartError::Config(problem));
+    }
     host.session_token_budget = config.session_token_budget;
     // Addresses are parsed here; which names may be routed is the
     // machine's rule (`vocab::routes`).

@@ -138,6 +138,7 @@ impl Meter {
                     self.metrics.turn_ended(&harness, outcome.as_str(), took);
                 }
                 Signal::Awaiting { session, awaiting } => self.metrics.awaiting(&session, awaiting),
+                Signal::ApprovalExpired { .. } => self.metrics.notify().expired(),
             }
         }
         let now = (host.in_flight(), cached_records);

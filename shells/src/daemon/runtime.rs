@@ -163,6 +163,7 @@ pub fn mcp_tools(hub: Option<McpHub>, rules: Vec<ToolRule>) -> ToolSource {
     let gate = ToolGate {
         rules,
         catalog: None,
+        approval_expiry_ms: None,
     };
     Arc::new(move || {
         let mut tools: Vec<ToolDefinition> = hub

@@ -16,6 +16,7 @@
 mod bound;
 mod bounded;
 mod journal;
+mod notify;
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -25,6 +26,7 @@ use std::time::Duration;
 pub use bound::Bound;
 pub use bounded::{Bounded, OTHER};
 pub use journal::JournalMeter;
+pub use notify::NotifyMeter;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -227,6 +229,7 @@ pub struct Metrics {
     approvals_pending: Gauge,
     record_cache_records: Gauge,
     journal: JournalMeter,
+    notify: NotifyMeter,
     awaiting: Mutex<Awaiting>,
     harnesses: Bounded,
     models: Bounded,
@@ -262,6 +265,8 @@ impl Default for Metrics {
         );
         let journal = JournalMeter::default();
         journal.register(&mut r);
+        let notify = NotifyMeter::default();
+        notify.register(&mut r);
         let model_duration = Family::<ModelLabels, Histogram>::new_with_constructor(latency);
         r.register(
             "model_call_duration_seconds",
@@ -345,6 +350,7 @@ impl Default for Metrics {
             mcp_state: std::sync::Mutex::default(),
             record_cache_records,
             journal,
+            notify,
             awaiting: Mutex::new(Awaiting::default()),
             harnesses: Bounded::new(NAMES_PER_LABEL),
             models: Bounded::new(NAMES_PER_LABEL),
@@ -649,6 +655,11 @@ impl Metrics {
     /// The journal's half, handed to the store.
     pub fn journal(&self) -> JournalMeter {
         self.journal.clone()
+    }
+
+    /// The expiry and notification figures, for the deliverer.
+    pub fn notify(&self) -> NotifyMeter {
+        self.notify.clone()
     }
 
     /// The exposition text.

@@ -37,6 +37,7 @@ pub fn config(dir: &std::path::Path) -> DaemonConfig {
         mcp: Vec::new(),
         mcp_config: Default::default(),
         session_token_budget: None,
+        approvals: Default::default(),
         journal_cache_records: agentsessions_shells::daemon::log_cache::MAX_RECORDS,
     }
 }

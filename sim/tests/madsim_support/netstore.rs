@@ -18,7 +18,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,6 +74,9 @@ pub struct NetStore {
     next: AtomicU64,
     /// Added to every `now` this host hands the store.
     pub skew: i64,
+    /// This host's outbox setting, carried by each of its appends (the
+    /// store node's handle is shared by every host).
+    outbox: AtomicBool,
 }
 
 /// Whether a call may have written (its loss is then "outcome unknown").
@@ -92,6 +95,7 @@ impl NetStore {
             store,
             next: AtomicU64::new(REQUESTS + 1),
             skew,
+            outbox: AtomicBool::new(false),
         }
     }
 
@@ -138,9 +142,18 @@ impl NetStore {
 use Kind::{Read, Write};
 
 impl JournalStore for NetStore {
+    fn set_outbox(&self, on: bool) {
+        self.outbox.store(on, Ordering::Relaxed);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
-        self.call(Write, move |s| async move { s.append(batch).await })
-            .await
+        let on = self.outbox.load(Ordering::Relaxed);
+        self.call(Write, move |s| async move {
+            // Set and used in one step of the node: nothing runs between.
+            s.set_outbox(on);
+            s.append(batch).await
+        })
+        .await
     }
 
     async fn fork(&self, batch: ForkBatch) -> Result<Vec<LogRecord>, AppendError> {

@@ -155,6 +155,10 @@ impl<S> ObservedStore<S> {
 }
 
 impl<S: JournalStore> JournalStore for ObservedStore<S> {
+    fn set_outbox(&self, on: bool) {
+        self.inner.set_outbox(on);
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<Vec<LogRecord>, AppendError> {
         let (inc, session, expected, fence) = (
             self.inc,

@@ -17,6 +17,7 @@ fn executing(tool: &str, server: &str, idempotent: bool) -> (Rig, ToolCall) {
         rules: vec![ToolRule {
             pattern: tool.into(),
             policy: Policy::Auto,
+            expiry_ms: None,
         }],
         catalog: Some(Arc::new(Catalog::new([CatalogTool {
             name: tool.into(),
@@ -28,6 +29,7 @@ fn executing(tool: &str, server: &str, idempotent: bool) -> (Rig, ToolCall) {
             description: String::new(),
             up: true,
         }]))),
+        approval_expiry_ms: None,
     };
     let mut rig = Rig::new(s, vec![]);
     let call = ToolCall {

@@ -10,22 +10,27 @@
 //! identity replaces whatever the request named, both on the record and in
 //! the exact-retry comparison, and a caller marked `separate_approver` may
 //! not decide calls of a session it created.
+//!
+//! A request whose wait ran out (see `stages::expiry`) is the host's to
+//! deny: a human decision arriving after its deadline is refused with
+//! FAILED_PRECONDITION, and the host's own denial is the only writer that
+//! may decide it then.
 
 use crate::vocab::StoreOutcome;
 use agentsessions_proto::v1::{
-    ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
+    ApprovalRef, ApprovalResult, ApproveRequest, ApproveResponse, IdentityRef, LogRecord,
 };
 
 use crate::events;
-use crate::journal::approval;
+use crate::journal::approval::{self, ApprovalState};
 use crate::ops::stages::cx::Cx;
 use crate::ops::stages::flow::{Flow, unexpected};
 use crate::ops::stages::load::{Load, Loaded};
 use crate::ops::stages::present::{Render, Rendered};
 use crate::ops::stages::render::timestamp;
 use crate::ops::stages::routing::mapping;
-use crate::vocab::caller::Caller;
-use crate::vocab::{Code, EffectId, Outcome, RequestId, Response, SessionRow, Status};
+use crate::vocab::caller::{Caller, HOST_PRINCIPAL};
+use crate::vocab::{Code, EffectId, Nanos, Outcome, RequestId, Response, SessionRow, Status};
 
 enum Stage {
     Load(Load),
@@ -41,6 +46,8 @@ pub(crate) struct ApproveOp {
     stage: Stage,
     /// Set for a verified caller that may not approve its own sessions.
     separate: bool,
+    /// The host's own denial at expiry ([`ApproveOp::expiring`]).
+    host: bool,
 }
 
 fn same_identity(a: Option<&IdentityRef>, b: Option<&IdentityRef>) -> bool {
@@ -62,7 +69,32 @@ impl ApproveOp {
             req,
             stage: Stage::Over,
             separate,
+            host: false,
         }
+    }
+
+    /// The host's own denial of a request whose wait ran out.
+    pub(crate) fn expiring(request: RequestId, req: ApproveRequest) -> Self {
+        assert!(request.is_host(), "only the host denies at expiry");
+        assert_eq!(req.approved, Some(false), "an expiry denies");
+        Self {
+            request,
+            req,
+            stage: Stage::Over,
+            separate: false,
+            host: true,
+        }
+    }
+
+    /// The refusal of a human decision on a request whose wait of
+    /// `after_ms` ran out.
+    fn late(&mut self, cx: &mut Cx<'_>, after_ms: u64) -> Flow {
+        debug_assert!(!self.host, "the host is never late for itself");
+        let text = format!(
+            "approve: request {}: the host denied it",
+            crate::ops::stages::expiry::reason(after_ms)
+        );
+        self.fail(cx, Status::failed_precondition(text))
     }
 
     fn fail(&mut self, cx: &mut Cx<'_>, status: Status) -> Flow {
@@ -83,6 +115,12 @@ impl ApproveOp {
             Some("request_seq must be positive")
         } else if r.approved.is_none() {
             Some("approved is required (false denies)")
+        } else if !self.host
+            && r.identity
+                .as_ref()
+                .is_some_and(|i| i.principal == HOST_PRINCIPAL)
+        {
+            Some("the decider may not name itself agentsessions:host: that is the host's own")
         } else {
             None
         };
@@ -144,7 +182,9 @@ impl ApproveOp {
             );
         }
         let approved = r.approved.expect("validated");
-        if let Some(decision) = &target.decision {
+        if let Some(decision) = &target.decision
+            && !(self.host && crate::planted!(ExpiryIgnoresDecision))
+        {
             let body = target.decision_body().cloned().unwrap_or_default();
             let actor = decision.event.as_ref().and_then(|e| e.actor.as_ref());
             if body.approved == approved
@@ -155,21 +195,77 @@ impl ApproveOp {
                 self.stage = Stage::Final(Render::start(cx, &self.req.session), record);
                 return Flow::Continue;
             }
+            if !self.host && actor.is_some_and(|a| a.principal == HOST_PRINCIPAL) && !body.approved
+            {
+                let text = format!("approve: request {}: the host denied it", body.reason);
+                return self.fail(cx, Status::failed_precondition(text));
+            }
             return self.fail(
                 cx,
                 Status::failed_precondition("approve: request already has a different decision"),
             );
         }
+
         if scan.selected != Some(index) || target.completed || target.has_receipt() {
             return self.fail(
                 cx,
                 Status::failed_precondition("approve: request is superseded or completed"),
             );
         }
+        if !self.host
+            && let Some(after_ms) = self.ran_out(cx, target)
+        {
+            return self.late(cx, after_ms);
+        }
         let head = scan.head;
-        debug_assert!(target.is_pending_request(), "an undecided, owned request");
+        debug_assert!(
+            target.is_pending_request() || crate::planted!(ExpiryIgnoresDecision),
+            "an undecided, owned request"
+        );
         self.stage = Stage::Fence(cx.mint_fence(&self.req.session), head);
         Flow::Continue
+    }
+
+    /// The wait of the host's expiry running on this session now, if any.
+    fn running_expiry(&self, cx: &Cx<'_>) -> Option<u64> {
+        let ms = cx.core.expiries.running(&self.req.session)?;
+        (!self.host).then_some(ms)
+    }
+
+    /// The wait that ran out for pending `target`, if its deadline has
+    /// passed: counted from its journaled time, or,
+    /// for a request journaled without one, from the deadline this host
+    /// armed. A late request is armed to expire at once, so the host's
+    /// denial follows the refusal.
+    fn ran_out(&self, cx: &mut Cx<'_>, target: &ApprovalState) -> Option<u64> {
+        use crate::ops::stages::expiry::{Armed, requested_at};
+        let after_ms = cx.config().tools.expiry_ms(&target.call.tool)?;
+        let now = cx.now();
+        let armed = cx.core.expiries.armed(&self.req.session);
+        let deadline = match requested_at(target) {
+            Some(since) => since.saturating_add(after_ms.saturating_mul(1_000_000) as Nanos),
+            None => armed
+                .filter(|a| a.gate.request_seq == self.req.request_seq)
+                .map(|a| a.at)?,
+        };
+        if now < deadline {
+            return None;
+        }
+        debug_assert!(target.is_pending_request() && !target.inherited);
+        let gate = ApprovalRef {
+            execution_id: target.execution_id.clone(),
+            tool_call_id: target.call.id.clone(),
+            request_seq: self.req.request_seq,
+        };
+        cx.core.expiries.arm(
+            &self.req.session,
+            Armed {
+                at: now,
+                gate,
+                after_ms,
+            },
+        );
+        Some(after_ms)
     }
 
     pub(crate) fn on_outcome(&mut self, cx: &mut Cx<'_>, id: EffectId, outcome: Outcome) -> Flow {
@@ -183,6 +279,7 @@ impl ApproveOp {
                     Some(text) => self.fail(cx, Status::new(Code::PermissionDenied, text)),
                     None => self.decide(cx, &log.to_vec()),
                 },
+                Loaded::Busy(_) if let Some(ms) = self.running_expiry(cx) => self.late(cx, ms),
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),
                 Loaded::Failed(status) => {
                     self.fail(cx, Status::internal(format!("approve: {}", status.message)))

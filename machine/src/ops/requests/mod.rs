@@ -8,6 +8,7 @@ pub(crate) mod cancel;
 pub(crate) mod decided;
 pub(crate) mod delete;
 pub(crate) mod exec;
+pub(crate) mod expire;
 pub(crate) mod fork;
 pub(crate) mod registry;
 pub(crate) mod replay;

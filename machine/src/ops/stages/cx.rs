@@ -6,6 +6,7 @@
 //! until its outcome arrives; a connection, chunk stream, guard or timer
 //! belongs to exactly one operation and is dropped with it ([`Core::release`]).
 
+use crate::ops::stages::expiry::{self, Expiries};
 use crate::ops::stages::first_event::FirstEvents;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -50,6 +51,11 @@ pub(crate) struct Core {
     signals: VecDeque<Signal>,
     /// Connections whose harness owes its first event.
     pub(crate) first_events: FirstEvents,
+    /// Approval requests the host denies when their wait runs out.
+    pub(crate) expiries: Expiries,
+    /// Replies to the host's own calls ([`RequestId::is_host`]), until the
+    /// operation that made the call takes them; one per call in flight.
+    host_replies: BTreeMap<RequestId, Result<Response, Status>>,
 }
 
 impl Core {
@@ -76,7 +82,35 @@ impl Core {
             deferred: Vec::new(),
             signals: VecDeque::new(),
             first_events: FirstEvents::default(),
+            expiries: Expiries::default(),
+            host_replies: BTreeMap::new(),
         }
+    }
+
+    /// Hands a client effect on, unless it answers one of the host's own
+    /// calls: a reply is kept for the operation that made the call, a
+    /// streamed item has no reader and goes.
+    fn tell_client(&mut self, effect: ClientEffect) {
+        let (ClientEffect::Reply { request, .. } | ClientEffect::Stream { request, .. }) = &effect;
+        let request = *request;
+        if !request.is_host() {
+            self.effects.push_back(Effect::Client(effect));
+            return;
+        }
+        if let ClientEffect::Reply { request, result } = effect {
+            let earlier = self.host_replies.insert(request, result);
+            assert!(earlier.is_none(), "a call is answered once");
+        }
+        debug_assert!(self.host_replies.len() <= self.config.max_in_flight + 1);
+    }
+
+    /// The reply to the host's own call `request`, once it came.
+    pub(crate) fn take_host_reply(
+        &mut self,
+        request: RequestId,
+    ) -> Option<Result<Response, Status>> {
+        assert!(request.is_host(), "only the host's own calls are kept");
+        self.host_replies.remove(&request)
     }
 
     /// The oldest signal not yet polled.
@@ -133,10 +167,15 @@ impl Core {
     /// The earliest armed deadline, first-event bound or lease renewal.
     pub(crate) fn next_deadline(&self) -> Option<Nanos> {
         let op = self.timers.first().map(|(at, _)| *at);
-        [op, self.first_events.next_due(), self.leases.next_due()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            op,
+            self.first_events.next_due(),
+            self.leases.next_due(),
+            self.expiries.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Sends every lease renewal due by `now`. A renewal's outcome is
@@ -223,7 +262,7 @@ impl Core {
             request,
             result: Err(status),
         };
-        self.effects.push_back(Effect::Client(reply));
+        self.tell_client(reply);
     }
 
     /// Drops everything finished operation `id` held: its guards, timers and
@@ -498,6 +537,14 @@ impl Cx<'_> {
     ) -> EffectId {
         assert!(fence > 0, "appends are fenced by a minted fence");
         assert!(!events.is_empty(), "an append writes records");
+        let mut events = events;
+        let core = &mut *self.core;
+        expiry::stamp(
+            &mut core.expiries,
+            (&core.config.tools, core.now),
+            (session, expected_last_seq),
+            &mut events,
+        );
         let session = session.to_owned();
         let now = self.core.now;
         let compute_state = crate::journal::projection::batch_compute_state(&events);
@@ -657,7 +704,8 @@ impl Cx<'_> {
 
     /// Streams a frame to the client.
     pub(crate) fn stream(&mut self, request: RequestId, item: StreamItem) {
-        self.emit(Effect::Client(ClientEffect::Stream { request, item }));
+        self.core
+            .tell_client(ClientEffect::Stream { request, item });
     }
 
     /// Finishes the client call.
@@ -666,7 +714,8 @@ impl Cx<'_> {
             result.as_ref().err().is_none_or(|s| s.code != Code::Ok),
             "a failed call replies an error status"
         );
-        self.emit(Effect::Client(ClientEffect::Reply { request, result }));
+        self.core
+            .tell_client(ClientEffect::Reply { request, result });
     }
 
     /// Tells the shell of a decision (see [`Signal`]).
@@ -682,6 +731,10 @@ impl Cx<'_> {
     /// `session` waits for a decision, or no longer does.
     pub(crate) fn signal_awaiting(&mut self, session: &str, awaiting: bool) {
         assert!(!session.is_empty());
+        if !awaiting {
+            // Decided, canceled or deleted: nothing is left to expire.
+            self.core.expiries.disarm(session);
+        }
         self.signal(Signal::Awaiting {
             session: session.to_owned(),
             awaiting,

@@ -6,6 +6,7 @@ use crate::vocab::StoreOutcome;
 
 use crate::journal::Journal;
 use crate::ops::stages::cx::Cx;
+use crate::ops::stages::expiry;
 use crate::ops::stages::flow::unexpected;
 use crate::vocab::shown;
 use crate::vocab::{Code, EffectId, Outcome, SessionRow, Status};
@@ -104,7 +105,12 @@ impl Load {
                     // The store hands back a chain; one that is not (a gap, a
                     // broken link) is refused before anything is decided on it.
                     Ok(journal) => match journal.broken() {
-                        None => Loaded::Ready(*row, journal),
+                        None => {
+                            let core = &mut *cx.core;
+                            let clock = (&core.config.tools, core.now);
+                            expiry::observe(&mut core.expiries, clock, &self.session, &journal);
+                            Loaded::Ready(*row, journal)
+                        }
                         Some(e) => Loaded::Failed(Status::new(
                             Code::DataLoss,
                             format!(

@@ -5,6 +5,7 @@
 
 pub(crate) mod authorize;
 pub(crate) mod cx;
+pub(crate) mod expiry;
 pub(crate) mod first_event;
 pub(crate) mod flow;
 pub(crate) mod leases;

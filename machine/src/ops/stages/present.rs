@@ -5,6 +5,7 @@
 use agentsessions_proto::v1::Session;
 
 use crate::ops::stages::cx::Cx;
+use crate::ops::stages::expiry;
 use crate::ops::stages::flow::unexpected;
 use crate::ops::stages::render;
 use crate::vocab::shown;
@@ -91,6 +92,9 @@ impl Render {
         let row = self.row.take().expect("a read follows a row");
         match outcome {
             Outcome::Store(StoreOutcome::Journal(Ok(journal))) => {
+                let core = &mut *cx.core;
+                let clock = (&core.config.tools, core.now);
+                expiry::observe(&mut core.expiries, clock, &row.uid, &journal);
                 match render::session_of(&row, &journal) {
                     Ok(s) => Rendered::Done(Box::new(s)),
                     Err(status) => Rendered::Failed(status),

@@ -154,6 +154,7 @@ impl AgentConfig {
                 ToolRule {
                     pattern: p.clone(),
                     policy: Policy::Auto,
+                    expiry_ms: None,
                 }
                 .covers(name)
             }),
