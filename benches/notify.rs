@@ -1,13 +1,14 @@
 //! What notifications cost turns (`cargo bench --bench notify`).
 //!
 //! The real daemon binary on a fresh SQLite journal, `NOTIFY_SESSIONS`
-//! (default 16) clients each running `NOTIFY_CYCLES` (default 20) approval
+//! (default 16) clients each running `NOTIFY_CYCLES` (default 60) approval
 //! cycles at once: an Exec that parks on the `approval` harness's gated
 //! call, an Approve, and a Resume that runs the call (two turns, two
 //! notices: requested and decided). Phases alternate without and with
 //! `--notify` pointed at a receiver that accepts connections and never
-//! answers (each POST waits out its timeout), twice each, so drift on the
-//! machine hits both alike. Printed: cycles/s of each phase and the ratio
+//! answers (each POST waits out its timeout), four rounds, each phase
+//! first in two of them, so warm-up and drift on the machine hit both
+//! alike. Printed: cycles/s of each phase and the ratio
 //! of the with-notify phases to the without ones, from one run.
 
 #[path = "../tests/support/cli.rs"]
@@ -111,15 +112,22 @@ fn black_hole() -> String {
 
 fn main() {
     let sessions = env_usize("NOTIFY_SESSIONS", 16);
-    let cycles = env_usize("NOTIFY_CYCLES", 20);
+    let cycles = env_usize("NOTIFY_CYCLES", 60);
     let url = black_hole();
     let with = ["--notify", url.as_str(), "--notify-secret", "bench"];
     let rt = tokio::runtime::Runtime::new().unwrap();
     let mut without_rates = Vec::new();
     let mut with_rates = Vec::new();
-    for round in 0..2 {
-        let a = rt.block_on(phase(&[], sessions, cycles));
-        let b = rt.block_on(phase(&with, sessions, cycles));
+    // ABBA: whichever phase runs second in a round gains from the first's
+    // warm caches, so each goes second equally often.
+    for round in 0..4 {
+        let (a, b) = if round % 2 == 0 {
+            let a = rt.block_on(phase(&[], sessions, cycles));
+            (a, rt.block_on(phase(&with, sessions, cycles)))
+        } else {
+            let b = rt.block_on(phase(&with, sessions, cycles));
+            (rt.block_on(phase(&[], sessions, cycles)), b)
+        };
         println!(
             "round {round}: without --notify {a:.1} cycles/s, with a silent receiver {b:.1} cycles/s"
         );

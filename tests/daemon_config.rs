@@ -202,3 +202,57 @@ fn print_config_never_shows_a_postgres_password_in_any_form_the_parser_accepts()
         );
     }
 }
+
+#[test]
+fn notification_settings_load_from_the_file_and_their_secrets_are_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write(
+        dir.path(),
+        "n.toml",
+        "notify = [\"https://hooks.slack.com/services/T0/B0/webhookkey\", \"http://relay.internal:9009/hook\"]\n\
+         notify-secret = \"signing-secret\"\n\
+         notify-format = \"slack\"\n\
+         approval-timeout = \"30m\"\n\
+         tool-policy = [\"fs__write_file=approval:1h\"]\n",
+    );
+    let out = printed(&["--config", &file, "--print-config"], &[]);
+    for secret in ["webhookkey", "signing-secret", "/services/"] {
+        assert!(!out.contains(secret), "{secret} printed:\n{out}");
+    }
+    assert_eq!(
+        setting(&out, "notify"),
+        (
+            "[\"https://hooks.slack.com/REDACTED\", \"http://relay.internal:9009/REDACTED\"]",
+            "file"
+        )
+    );
+    assert_eq!(setting(&out, "notify-secret").0, "\"REDACTED\"");
+    assert_eq!(setting(&out, "notify-format").0, "\"slack\"");
+    assert_eq!(setting(&out, "approval-timeout").0, "\"30m\"");
+}
+
+#[test]
+fn an_approval_wait_too_short_to_read_or_a_bad_notify_url_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("j.db");
+    let journal = journal.to_str().unwrap();
+    let base = ["--addr", "127.0.0.1:0", "--journal", journal];
+    for (extra, want) in [
+        (&["--approval-timeout", "100ms"][..], "--approval-timeout"),
+        (
+            &["--tool-policy", "fs__*=approval:soon"][..],
+            "approval:DURATION",
+        ),
+        (
+            &["--notify", "ftp://example.com/x"][..],
+            "http:// or https://",
+        ),
+        (&["--notify-format", "xml"][..], "json or slack"),
+    ] {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        let out = daemon(&args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} started");
+        assert!(err.contains(want), "{extra:?}: {err}");
+    }
+}

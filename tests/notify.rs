@@ -417,3 +417,45 @@ async fn two_daemons_on_postgres_deliver_each_event_once() {
     assert_eq!(ids.len(), 2 * EACH, "one event per parked session");
     assert_eq!(all, ids.len(), "no event delivered twice");
 }
+
+#[test]
+fn a_failed_turn_is_announced_with_its_reason() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rx = Receiver::start(dir.path(), 0, &[]);
+    let url = rx.url();
+    // A model nobody serves: the chat turn's model call fails, and the
+    // turn ends with a durable ERROR, which is what a failed turn announces.
+    let flags = [
+        "--notify",
+        url.as_str(),
+        "--notify-secret",
+        SECRET,
+        "--model",
+        "m=http://127.0.0.1:1/v1",
+    ];
+    let d = daemon(dir.path(), &dir.path().join("j.db"), &flags);
+    let sid = ok_on(dir.path(), &d.sessions, &["create", "--harness", "chat"])
+        .trim()
+        .to_owned();
+    let turn = agentctl(
+        dir.path(),
+        &[
+            "--server",
+            &d.sessions,
+            "exec",
+            "--session",
+            &sid,
+            "--input",
+            "hi",
+        ],
+    );
+    assert!(!turn.status.success(), "the turn fails");
+    let failed = rx.wait_kind(&sid, "turn.failed", Duration::from_secs(15));
+    let reason = failed["body"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("model"), "{failed}");
+    assert_eq!(failed["signature_valid"], true);
+    assert_eq!(failed["body"]["seq"], 4, "the ERROR record: {failed}");
+}

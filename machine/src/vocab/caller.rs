@@ -9,8 +9,8 @@
 use agentsessions_proto::v1::IdentityRef;
 
 /// The principal the host records as the actor of the decisions it makes
-/// itself (an approval request denied at its deadline). No credential
-/// verifies to it: the shells refuse to configure a principal of this name.
+/// itself (an approval request denied at its deadline). No caller may
+/// decide under it: an Approve naming it (or verified as it) is refused.
 pub const HOST_PRINCIPAL: &str = "agentsessions:host";
 
 /// The identity of the host's own decisions (see [`HOST_PRINCIPAL`]).
