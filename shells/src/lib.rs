@@ -13,6 +13,8 @@ pub mod journal;
 pub mod mcp;
 pub mod metrics;
 pub mod model;
+// Notification delivery (HTTP POSTs); not in the simulation.
+#[cfg(not(madsim))]
 pub mod notify;
 pub mod telemetry;
 pub mod tools;

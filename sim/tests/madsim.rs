@@ -1022,11 +1022,14 @@ fn a_seed_alone_repeats_its_run_in_a_batch() {
 /// hosts keep no tool policy, so no floor is there to skip (the explorer's
 /// `policy-floor-*` scenarios cover it); and their executor records a
 /// key's result with its effect, so no run is left unfinished to re-run
-/// (the explorer's `unknown-outcome` scenario covers that).
-const UNREACHABLE: [Fault; 3] = [
+/// (the explorer's `unknown-outcome` scenario covers that); and they set no
+/// approval timeout, so the host never denies at a deadline (the
+/// explorer's `race-expire-approve*` races cover that).
+const UNREACHABLE: [Fault; 4] = [
     Fault::SkipInputHashCheck,
     Fault::SkipPolicyFloor,
     Fault::RerunUnfinished,
+    Fault::ExpiryIgnoresDecision,
 ];
 
 /// Seeds tried per planted bug before it counts as missed.
