@@ -315,6 +315,35 @@ fn undelivered_events_survive_a_kill_and_arrive_after_restart_under_one_id() {
 }
 
 #[test]
+fn a_delivery_cut_by_a_kill_mid_post_goes_out_right_after_restart() {
+    if python().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A receiver that takes the connection and never answers: the notice
+    // is claimed and its POST in flight when the daemon dies.
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hole_url = format!("http://{}/hook", hole.local_addr().unwrap());
+    let accepted = std::thread::spawn(move || hole.accept().map(|(conn, _)| conn));
+    let journal = dir.path().join("j.db");
+    let d = daemon(dir.path(), &journal, &["--notify", &hole_url]);
+    let sid = parked(dir.path(), &d.sessions);
+    let _held = accepted
+        .join()
+        .unwrap()
+        .expect("the POST reached the receiver");
+    d.signal("KILL");
+    drop(d);
+    // Restarted (same journal, same owner): the claim its last run held is
+    // let go at once, not after the two-minute lease.
+    let rx = Receiver::start(dir.path(), 0, &[]);
+    let url = rx.url();
+    let d = daemon(dir.path(), &journal, &["--notify", &url]);
+    rx.wait_kind(&sid, "approval.requested", Duration::from_secs(10));
+    drop(d);
+}
+
+#[test]
 fn an_expiry_due_while_the_daemon_was_down_happens_once_after_restart() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("j.db");

@@ -85,6 +85,8 @@ enum WriteOp {
     Claim(NoticeClaim),
     /// Owner, event id, how.
     Settle(String, String, Settle),
+    /// Owner.
+    Release(String),
     Fork(ForkBatch),
     Mint(String, i64, Option<LeaseClaim>),
     HoldLease(String, String, i64, i64, i64),
@@ -109,6 +111,10 @@ impl WriteOp {
             Self::Claim(c) => t.notices_mut().claim(c).map(drop).map_err(|e| text(&e)),
             Self::Settle(owner, id, how) => {
                 t.notices_mut().settle(owner, id, how);
+                Ok(())
+            }
+            Self::Release(owner) => {
+                t.notices_mut().release(owner);
                 Ok(())
             }
             Self::Fork(b) => t.fork(b, project).map(drop).map_err(|e| text(&e)),
@@ -671,5 +677,14 @@ impl Outbox for MemoryJournal {
 
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         self.durable_read(|t| Ok(t.notices().stats()))
+    }
+
+    async fn release_claims(&self, owner: &str) -> Result<u64, StoreError> {
+        crate::rules::required("notice claim owner", owner)?;
+        let op = WriteOp::Release(owner.to_owned());
+        self.write(op, |t, _| {
+            Ok::<_, StoreError>(t.notices_mut().release(owner))
+        })
+        .await
     }
 }

@@ -339,6 +339,19 @@ impl NoticeTable {
         }
     }
 
+    /// Lets go of every claim `owner` holds; how many.
+    pub fn release(&mut self, owner: &str) -> u64 {
+        assert!(!owner.is_empty(), "a claim has an owner");
+        let mut n = 0;
+        for row in self.rows.values_mut().filter(|r| r.claimed_by == owner) {
+            row.claimed_by.clear();
+            row.claimed_until = 0;
+            n += 1;
+        }
+        debug_assert!(self.rows.values().all(|r| r.claimed_by != owner));
+        n
+    }
+
     pub fn stats(&self) -> OutboxStats {
         OutboxStats {
             queued: self.rows.len() as u64,
@@ -375,6 +388,12 @@ pub trait Outbox: Send + Sync {
 
     /// Rows not yet delivered and the oldest one's created_at.
     fn outbox_stats(&self) -> impl Future<Output = Result<OutboxStats, StoreError>> + Send;
+
+    /// Lets go of every claim `owner` holds, so its rows are claimable at
+    /// once; how many. A deliverer starting under a stable owner id calls
+    /// it for the claims its previous incarnation died holding, which
+    /// would otherwise wait out their lease.
+    fn release_claims(&self, owner: &str) -> impl Future<Output = Result<u64, StoreError>> + Send;
 }
 
 #[cfg(test)]

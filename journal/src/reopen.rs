@@ -503,4 +503,9 @@ impl<S: JournalStore + Outbox + 'static> Outbox for Reopening<S> {
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         self.run(|s| async move { s.outbox_stats().await }).await
     }
+
+    async fn release_claims(&self, owner: &str) -> Result<u64, StoreError> {
+        self.run(|s| async move { s.release_claims(owner).await })
+            .await
+    }
 }

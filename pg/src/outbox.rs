@@ -41,6 +41,9 @@ const RETRY: &str = "UPDATE notify_outbox SET attempts = attempts + 1, due_at = 
      WHERE event_id = $1 AND claimed_by = $2 AND claimed_by <> ''";
 
 const STATS: &str = "SELECT COUNT(*)::bigint, MIN(created_at) FROM notify_outbox";
+/// Every claim of one owner, let go.
+const RELEASE: &str =
+    "UPDATE notify_outbox SET claimed_by = '', claimed_until = 0 WHERE claimed_by = $1";
 
 /// The columns of one [`INSERT`].
 #[derive(Debug, Default)]
@@ -173,5 +176,15 @@ impl Outbox for PgJournal {
             queued: u64::try_from(queued).unwrap_or(0),
             oldest_created: oldest,
         })
+    }
+
+    async fn release_claims(&self, owner: &str) -> Result<u64, StoreError> {
+        agentsessions_journal::rules::required("notice claim owner", owner)?;
+        let c = self.conn().await?;
+        let n = client(&c)
+            .execute(RELEASE, &[&owner])
+            .await
+            .map_err(backend)?;
+        Ok(n)
     }
 }

@@ -34,6 +34,9 @@ const RETRY: &str = "UPDATE notify_outbox SET attempts = attempts + 1, due_at = 
      WHERE event_id = ?1 AND claimed_by = ?2 AND claimed_by <> ''";
 
 const STATS: &str = "SELECT COUNT(*), MIN(created_at) FROM notify_outbox";
+/// Every claim of one owner, let go.
+const RELEASE: &str =
+    "UPDATE notify_outbox SET claimed_by = '', claimed_until = 0 WHERE claimed_by = ?1";
 
 /// Inserts the notice rows of `records`, just appended to `session` at
 /// `now`, on the append's connection inside its transaction. Most appends
@@ -165,5 +168,17 @@ impl Outbox for SqliteJournal {
 
     fn outbox_stats(&self) -> impl Future<Output = Result<OutboxStats, StoreError>> + Send {
         self.submit_read(stats)
+    }
+
+    fn release_claims(&self, owner: &str) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let owner = owner.to_owned();
+        self.submit_write(move |conn| {
+            agentsessions_journal::rules::required("notice claim owner", &owner)?;
+            let n = conn
+                .prepare_cached(RELEASE)
+                .and_then(|mut s| s.execute([&owner]))
+                .map_err(db)?;
+            Ok(n as u64)
+        })
     }
 }

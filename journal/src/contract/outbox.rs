@@ -261,6 +261,20 @@ async fn a_claimed_notice_is_skipped_until_its_lease_passes<J: JournalStore + Ou
     assert!(!j.settle_notice("h1", id, retry).await.unwrap());
     let refused = j.claim_notices(claim("", T, lease, 10)).await;
     assert!(refused.is_err(), "a claim names its owner");
+    // A restarted owner lets go of what it held: claimable at once, by
+    // anyone; another owner's release touches nothing.
+    assert_eq!(j.release_claims("h1").await.unwrap(), 0, "h1 holds nothing");
+    assert_eq!(j.release_claims("h2").await.unwrap(), 1);
+    let taken = j.claim_notices(claim("h3", T + lease, lease, 10)).await;
+    assert_eq!(
+        taken.unwrap().len(),
+        1,
+        "released: claimable before the lease lapses"
+    );
+    assert!(
+        j.release_claims("").await.is_err(),
+        "a release names its owner"
+    );
 }
 
 async fn a_retry_counts_an_attempt_and_waits_and_a_delivery_deletes<J: JournalStore + Outbox>(

@@ -195,4 +195,9 @@ impl Outbox for InstantStore {
     async fn outbox_stats(&self) -> Result<OutboxStats, StoreError> {
         Ok(self.lock().notices().stats())
     }
+
+    async fn release_claims(&self, owner: &str) -> Result<u64, StoreError> {
+        crate::rules::required("notice claim owner", owner)?;
+        Ok(self.lock().notices_mut().release(owner))
+    }
 }

@@ -174,10 +174,13 @@ impl Daemon {
             if settings.console.is_none() {
                 settings.console = console_addr.map(|a| format!("http://{a}"));
             }
-            let owner = config.lease.as_ref().map_or_else(
-                || format!("notify-{}", std::process::id()),
-                |l| l.host_id.clone(),
-            );
+            // A stable owner, so a restart lets go of the claims its last
+            // run died holding: the lease's host id, or, for the journal's
+            // only writer, one fixed name.
+            let owner = config
+                .lease
+                .as_ref()
+                .map_or_else(|| "local".to_owned(), |l| l.host_id.clone());
             servers.push(tokio::spawn(crate::notify::deliver::run(
                 store.clone(),
                 settings,

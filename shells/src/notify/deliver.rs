@@ -60,6 +60,11 @@ pub async fn run<S: JournalStore + Outbox + 'static>(
         .timeout(POST_TIMEOUT)
         .build()
         .expect("an HTTP client with rustls");
+    match store.release_claims(&owner).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(n, %owner, "notify: claims of an earlier run released"),
+        Err(e) => tracing::warn!(error = %e, "notify: releasing earlier claims failed"),
+    }
     let me = Deliverer {
         store,
         settings,
