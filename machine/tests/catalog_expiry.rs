@@ -210,3 +210,36 @@ fn the_host_identity_is_not_for_humans() {
     assert_eq!(forged.code(), Code::InvalidArgument, "{forged:?}");
     assert!(decisions(&world, &sid).is_empty());
 }
+
+/// Found by madsim: a Cancel torn after its CANCEL marker (the END never
+/// written) left the gate looking open, and the host's expiry decided it
+/// after the Cancel. A canceled execution takes no decision, from the host
+/// or from anyone.
+#[test]
+fn a_cancel_torn_before_its_end_leaves_nothing_to_decide_or_expire() {
+    let mut world = expiring(Some(10_000), &[]);
+    let (sid, eid, seq) = parked(&mut world, "approval");
+    let head = world.store.records(&sid).len() as i64;
+    let fence = world.store.fence(&sid);
+    let marker = agentsessions_machine::events::lifecycle(
+        agentsessions_proto::v1::lifecycle::Kind::LifecycleCancel,
+        "",
+    );
+    world.store.append(&sid, head, fence, &[marker], 0).unwrap();
+    let human = world.call(deny(&sid, &eid, seq, "alice"));
+    assert_eq!(human.code(), Code::FailedPrecondition, "{human:?}");
+    assert!(
+        human
+            .reply
+            .as_ref()
+            .unwrap_err()
+            .message
+            .contains("canceled"),
+        "{human:?}"
+    );
+    world.advance(60 * SECOND);
+    assert!(
+        decisions(&world, &sid).is_empty(),
+        "nothing follows the Cancel"
+    );
+}

@@ -151,8 +151,9 @@ impl ApproveOp {
         }
     }
 
-    /// The decision rules over the scanned journal.
-    fn decide(&mut self, cx: &mut Cx<'_>, log: &[LogRecord]) -> Flow {
+    /// The decision rules over the scanned journal; `canceled`: a Cancel
+    /// marker follows the request.
+    fn decide(&mut self, cx: &mut Cx<'_>, log: &[LogRecord], canceled: bool) -> Flow {
         let scan = match approval::scan(log, 0) {
             Ok(s) => s,
             Err(e) => return self.fail(cx, Status::failed_precondition(format!("approve: {e}"))),
@@ -206,6 +207,17 @@ impl ApproveOp {
             );
         }
 
+        // A Cancel cut before its END (a torn write) leaves the gate looking
+        // open; the canceled execution is over all the same, and nothing of
+        // it may follow the CANCEL (an exact retry above still answers).
+        if canceled {
+            return self.fail(
+                cx,
+                Status::failed_precondition(
+                    "approve: request is superseded or completed (its execution was canceled)",
+                ),
+            );
+        }
         if scan.selected != Some(index) || target.completed || target.has_receipt() {
             return self.fail(
                 cx,
@@ -277,7 +289,11 @@ impl ApproveOp {
                 }
                 Loaded::Ready(row, log) => match self.creator_refusal(&row) {
                     Some(text) => self.fail(cx, Status::new(Code::PermissionDenied, text)),
-                    None => self.decide(cx, &log.to_vec()),
+                    None => {
+                        let seq = self.req.request_seq.min(log.head()).max(1);
+                        let canceled = crate::ops::stages::expiry::canceled_after(&log, seq);
+                        self.decide(cx, &log.to_vec(), canceled)
+                    }
                 },
                 Loaded::Busy(_) if let Some(ms) = self.running_expiry(cx) => self.late(cx, ms),
                 Loaded::NotFound(status) | Loaded::Busy(status) => self.fail(cx, status),

@@ -119,6 +119,9 @@ pub(crate) fn due(journal: &Journal, tools: &ToolGate, now: Nanos) -> Option<Arm
     if gate.inherited || gate.completed || !gate.is_pending_request() {
         return None;
     }
+    if canceled_after(journal, gate.request_seq()?) {
+        return None;
+    }
     let after_ms = tools.expiry_ms(&gate.call.tool)?;
     let since = requested_at(&gate).unwrap_or(now);
     let armed = Armed {
@@ -132,6 +135,21 @@ pub(crate) fn due(journal: &Journal, tools: &ToolGate, now: Nanos) -> Option<Arm
     };
     debug_assert!(armed.gate.request_seq > 0 && armed.at > since);
     Some(armed)
+}
+
+/// A Cancel marker follows record `seq`: the execution parked there was
+/// canceled, even if the Cancel's END was cut off by a torn write (a retry
+/// of the Cancel writes it). Nothing of a canceled execution may be
+/// decided. Only the records after the request are read, a few at most.
+pub(crate) fn canceled_after(journal: &Journal, seq: i64) -> bool {
+    assert!(seq > 0, "a committed request");
+    let marked = journal.iter().rev().take_while(|r| r.seq > seq).any(|r| {
+        r.event
+            .as_ref()
+            .is_some_and(crate::events::is_cancel_marker)
+    });
+    debug_assert!(seq <= journal.head() || !marked);
+    marked
 }
 
 /// The journaled time of a gate's APPROVAL_REQUEST, in Unix nanoseconds.
