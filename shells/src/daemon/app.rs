@@ -190,10 +190,12 @@ impl Daemon {
             )));
         }
         if approvals.expiring(&config.tool_rules) {
+            // With metrics on, the boot count reads every session already.
+            let booted = metrics_addr.is_some();
             servers.push(tokio::spawn(super::boot_count::find_deadlines(
                 handle.clone(),
                 store.clone(),
-                approvals.rescan,
+                (booted, approvals.rescan),
                 stop.subscribe(),
             )));
         }

@@ -43,18 +43,23 @@ pub(super) async fn count_awaiting<S: JournalStore>(
 }
 
 /// Finds the approval deadlines of sessions this daemon did not park: at
-/// boot, then every `every` (`None`: at boot only). Each session is read
+/// boot (unless `booted`: the boot count's walk reads every session
+/// already), then every `every` (`None`: no more). Each session is read
 /// through the host, whose every read of a journal arms the deadline of a
 /// pending request (the machine's `stages::expiry`).
 pub(super) async fn find_deadlines<S: JournalStore>(
     handle: DriverHandle,
     store: Arc<S>,
-    every: Option<std::time::Duration>,
+    (booted, every): (bool, Option<std::time::Duration>),
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    let mut walk = !booted;
     loop {
-        let seen = each_session(&handle, &*store, |_, _| {}).await;
-        tracing::debug!(seen, "approval deadlines looked for");
+        if walk {
+            let seen = each_session(&handle, &*store, |_, _| {}).await;
+            tracing::debug!(seen, "approval deadlines looked for");
+        }
+        walk = true;
         let Some(every) = every else { return };
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
