@@ -33,6 +33,35 @@ pub struct ConnId(pub u64);
 /// Unix time in nanoseconds; the only clock the machine knows.
 pub type Nanos = i64;
 
+/// Unix nanos as a Timestamp; `None` for 0 (unset).
+pub fn timestamp(nanos: Nanos) -> Option<agentsessions_proto::wkt::Timestamp> {
+    let ts = (nanos != 0).then(|| {
+        agentsessions_proto::wkt::Timestamp::new(
+            nanos.div_euclid(1_000_000_000),
+            nanos.rem_euclid(1_000_000_000) as i32,
+        )
+    });
+    debug_assert!(
+        ts.as_ref()
+            .is_none_or(|t| (0..1_000_000_000).contains(&t.nanos)),
+        "a normalized timestamp"
+    );
+    ts
+}
+
+/// A Timestamp as Unix nanos; `None` where it does not fit or is not
+/// after the epoch (the inverse of [`timestamp`]).
+pub fn nanos_of(ts: &agentsessions_proto::wkt::Timestamp) -> Option<Nanos> {
+    let nanos = i128::from(ts.seconds) * 1_000_000_000 + i128::from(ts.nanos);
+    let nanos = Nanos::try_from(nanos).ok().filter(|n| *n > 0)?;
+    debug_assert_eq!(
+        timestamp(nanos).as_ref(),
+        Some(ts),
+        "a normalized timestamp"
+    );
+    Some(nanos)
+}
+
 /// Where ids come from. The daemon uses OS randomness; tests and the
 /// simulator use a seeded or counting source, which keeps the machine
 /// deterministic.

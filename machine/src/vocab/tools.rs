@@ -309,6 +309,12 @@ impl ToolGate {
         verdict
     }
 
+    /// Whether any request may expire: `--approval-timeout` or a rule with
+    /// a duration.
+    pub fn expires(&self) -> bool {
+        self.approval_expiry_ms.is_some() || self.rules.iter().any(|r| r.expiry_ms.is_some())
+    }
+
     /// How long a request to approve a call to `name` may wait before the
     /// host denies it: the most specific covering rule that names a
     /// duration (`approval:30m`), else `--approval-timeout`, else never.

@@ -189,7 +189,9 @@ impl Daemon {
                 stop.subscribe(),
             )));
         }
-        if approvals.expiring(&config.tool_rules) {
+        // Some request may expire: look for deadlines at boot and on every
+        // rescan.
+        if host_config.tools.expires() {
             // With metrics on, the boot count reads every session already.
             let booted = metrics_addr.is_some();
             servers.push(tokio::spawn(super::boot_count::find_deadlines(

@@ -100,14 +100,6 @@ pub struct Approvals {
     pub notify: crate::notify::NotifySettings,
 }
 
-impl Approvals {
-    /// True when some request may expire: the daemon then looks for
-    /// deadlines at boot and on every rescan.
-    pub fn expiring(&self, rules: &[agentsessions_machine::vocab::ToolRule]) -> bool {
-        self.timeout.is_some() || rules.iter().any(|r| r.expiry_ms.is_some())
-    }
-}
-
 /// How a daemon leases the sessions it runs (see the machine's
 /// `vocab::lease`).
 #[derive(Debug, Clone, PartialEq, Eq)]

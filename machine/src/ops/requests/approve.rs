@@ -30,7 +30,7 @@ use crate::ops::stages::present::{Render, Rendered};
 use crate::ops::stages::render::timestamp;
 use crate::ops::stages::routing::mapping;
 use crate::vocab::caller::{Caller, HOST_PRINCIPAL};
-use crate::vocab::{Code, EffectId, Nanos, Outcome, RequestId, Response, SessionRow, Status};
+use crate::vocab::{Code, EffectId, Outcome, RequestId, Response, SessionRow, Status};
 
 enum Stage {
     Load(Load),
@@ -89,11 +89,15 @@ impl ApproveOp {
     /// The refusal of a human decision on a request whose wait of
     /// `after_ms` ran out.
     fn late(&mut self, cx: &mut Cx<'_>, after_ms: u64) -> Flow {
+        self.expired(cx, &crate::ops::stages::expiry::reason(after_ms))
+    }
+
+    /// The refusal of a human decision on a request the host denied (or
+    /// denies now) with `reason` (`expired after 30m`).
+    fn expired(&mut self, cx: &mut Cx<'_>, reason: &str) -> Flow {
         debug_assert!(!self.host, "the host is never late for itself");
-        let text = format!(
-            "approve: request {}: the host denied it",
-            crate::ops::stages::expiry::reason(after_ms)
-        );
+        debug_assert!(reason.starts_with("expired after "));
+        let text = format!("approve: request {reason}: the host denied it");
         self.fail(cx, Status::failed_precondition(text))
     }
 
@@ -198,8 +202,7 @@ impl ApproveOp {
             }
             if !self.host && actor.is_some_and(|a| a.principal == HOST_PRINCIPAL) && !body.approved
             {
-                let text = format!("approve: request {}: the host denied it", body.reason);
-                return self.fail(cx, Status::failed_precondition(text));
+                return self.expired(cx, &body.reason);
             }
             return self.fail(
                 cx,
@@ -250,12 +253,12 @@ impl ApproveOp {
     /// armed. A late request is armed to expire at once, so the host's
     /// denial follows the refusal.
     fn ran_out(&self, cx: &mut Cx<'_>, target: &ApprovalState) -> Option<u64> {
-        use crate::ops::stages::expiry::{Armed, requested_at};
+        use crate::ops::stages::expiry::{Armed, deadline, requested_at};
         let after_ms = cx.config().tools.expiry_ms(&target.call.tool)?;
         let now = cx.now();
         let armed = cx.core.expiries.armed(&self.req.session);
         let deadline = match requested_at(target) {
-            Some(since) => since.saturating_add(after_ms.saturating_mul(1_000_000) as Nanos),
+            Some(since) => deadline(since, after_ms),
             None => armed
                 .filter(|a| a.gate.request_seq == self.req.request_seq)
                 .map(|a| a.at)?,

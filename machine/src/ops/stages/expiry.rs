@@ -125,7 +125,7 @@ pub(crate) fn due(journal: &Journal, tools: &ToolGate, now: Nanos) -> Option<Arm
     let after_ms = tools.expiry_ms(&gate.call.tool)?;
     let since = requested_at(&gate).unwrap_or(now);
     let armed = Armed {
-        at: since.saturating_add(after_ms.saturating_mul(1_000_000) as Nanos),
+        at: deadline(since, after_ms),
         gate: ApprovalRef {
             execution_id: gate.execution_id.clone(),
             tool_call_id: gate.call.id.clone(),
@@ -155,16 +155,15 @@ pub(crate) fn canceled_after(journal: &Journal, seq: i64) -> bool {
 /// The journaled time of a gate's APPROVAL_REQUEST, in Unix nanoseconds.
 pub(crate) fn requested_at(gate: &ApprovalState) -> Option<Nanos> {
     let ts = gate.request.as_ref()?.event.as_ref()?.ts.as_ref()?;
-    let nanos = i128::from(ts.seconds) * 1_000_000_000 + i128::from(ts.nanos);
-    let nanos = Nanos::try_from(nanos).ok()?;
-    debug_assert!(ts.nanos >= 0, "a valid timestamp");
-    (nanos > 0).then_some(nanos)
+    crate::vocab::ids::nanos_of(ts)
 }
 
-/// Whether any expiry is configured at all; without one nothing here
-/// costs a look at a journal.
-fn configured(tools: &ToolGate) -> bool {
-    tools.approval_expiry_ms.is_some() || tools.rules.iter().any(|r| r.expiry_ms.is_some())
+/// When a wait of `after_ms` from `since` runs out.
+pub(crate) fn deadline(since: Nanos, after_ms: u64) -> Nanos {
+    let at = since
+        .saturating_add(Nanos::try_from(after_ms.saturating_mul(1_000_000)).unwrap_or(Nanos::MAX));
+    debug_assert!(at > since || since == Nanos::MAX, "an expiry is positive");
+    at
 }
 
 /// Arms or disarms `session`'s deadline from its journal, just read. A
@@ -177,7 +176,8 @@ pub(crate) fn observe(
     session: &str,
     journal: &Journal,
 ) {
-    if !configured(tools) || expiries.running(session).is_some() {
+    // Without any expiry configured nothing here looks at a journal.
+    if !tools.expires() || expiries.running(session).is_some() {
         return;
     }
     match due(journal, tools, now) {
@@ -208,9 +208,8 @@ pub(crate) fn stamp(
         if let Some(Body::Approval(a)) = &ev.body
             && ev.kind == EventKind::EventApprovalRequest as i32
         {
-            if ev.ts.is_none() && now > 0 {
-                let (secs, nanos) = (now.div_euclid(1_000_000_000), now.rem_euclid(1_000_000_000));
-                ev.ts = Some(agentsessions_proto::wkt::Timestamp::new(secs, nanos as i32));
+            if ev.ts.is_none() {
+                ev.ts = crate::vocab::ids::timestamp(now);
             }
             requested = Some((
                 head + 1 + i as i64,
@@ -222,7 +221,7 @@ pub(crate) fn stamp(
     let Some((request_seq, call_id, execution_id)) = requested else {
         return;
     };
-    if !configured(tools) || expiries.running(session).is_some() {
+    if !tools.expires() || expiries.running(session).is_some() {
         return;
     }
     let name = events.iter().find_map(|ev| match &ev.body {
@@ -239,7 +238,7 @@ pub(crate) fn stamp(
     expiries.arm(
         session,
         Armed {
-            at: now.saturating_add(after_ms.saturating_mul(1_000_000) as Nanos),
+            at: deadline(now, after_ms),
             gate: ApprovalRef {
                 execution_id,
                 tool_call_id: call_id,

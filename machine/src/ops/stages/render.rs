@@ -1,29 +1,14 @@
 //! Rendering a stored session as the wire `Session`.
 
 use agentsessions_proto::v1::{ComputeState, ExecState, LogRecord, ResourceMetadata, Session};
-use agentsessions_proto::wkt::Timestamp;
 
 use crate::error::LogError;
 use crate::journal::Journal;
 use crate::journal::projection::{SessionStatus, session_status};
 use crate::vocab::shown;
-use crate::vocab::{Nanos, SessionRow, Status};
+use crate::vocab::{SessionRow, Status};
 
-/// Unix nanos as a Timestamp; `None` for 0 (unset).
-pub fn timestamp(nanos: Nanos) -> Option<Timestamp> {
-    let ts = (nanos != 0).then(|| {
-        Timestamp::new(
-            nanos.div_euclid(1_000_000_000),
-            nanos.rem_euclid(1_000_000_000) as i32,
-        )
-    });
-    debug_assert!(
-        ts.as_ref()
-            .is_none_or(|t| (0..1_000_000_000).contains(&t.nanos)),
-        "a normalized timestamp"
-    );
-    ts
-}
+pub use crate::vocab::ids::timestamp;
 
 /// Renders `row` with the approval projection over `records` (the journal
 /// through at least `row.last_seq`; records past it are ignored, so a
